@@ -1,0 +1,186 @@
+"""Build the control-plane binaries from Go modules.
+
+``k8s.io/kubernetes`` cannot be ``go install``-ed: its go.mod replaces every
+``k8s.io/*`` staging module with a local path and requires them at ``v0.0.0``.
+A wrapper module that requires ``k8s.io/kubernetes`` and pins each staging
+module to the published ``v0.Y.Z`` makes it buildable. etcd's server module has
+local replaces too, so it gets a wrapper with a three-line ``main``.
+
+This module only writes the wrapper modules and runs ``go``; it is usable as a
+script (``python -m clusters.local.gobuild 1.37.2 DEST``) so a build can run
+in the background while other work goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["ETCD_MODULE_VERSION", "GoBuildError", "build_etcd", "build_kubernetes"]
+
+ETCD_MODULE_VERSION = "v3.6.16"
+"""etcd server version built from Go modules (Kubernetes 1.34-1.37 accept 3.6)."""
+
+KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+
+Progress = Callable[[str], None]
+
+
+class GoBuildError(RuntimeError):
+    """``go`` failed; the message holds the command and the tail of its output."""
+
+
+def _run_go(args: list[str], cwd: Path, env: dict[str, str], progress: Progress) -> str:
+    progress(f"$ go {' '.join(args)}  (in {cwd})")
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        ["go", *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    last_note = start
+    for line in proc.stdout:
+        lines.append(line.rstrip())
+        now = time.monotonic()
+        if now - last_note > 30:
+            progress(f"  ... still running go {args[0]} ({now - start:.0f} s)")
+            last_note = now
+    rc = proc.wait()
+    if rc != 0:
+        tail = "\n".join(lines[-40:])
+        raise GoBuildError(f"'go {' '.join(args)}' failed with exit code {rc} in {cwd}:\n{tail}")
+    progress(f"  done in {time.monotonic() - start:.0f} s")
+    return "\n".join(lines)
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["CGO_ENABLED"] = "0"
+    env.setdefault("GOFLAGS", "-buildvcs=false")
+    return env
+
+
+def _staging_modules(kube_gomod: str) -> list[str]:
+    """Return the ``k8s.io/*`` modules that the given go.mod replaces with staging paths."""
+    return sorted(set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/", kube_gomod, re.M)))
+
+
+def _godebug_line(kube_gomod: str) -> str:
+    match = re.search(r"^godebug\s+.*$", kube_gomod, re.M)
+    return match.group(0) if match else ""
+
+
+def _go_directive(kube_gomod: str) -> str:
+    match = re.search(r"^go\s+(\S+)\s*$", kube_gomod, re.M)
+    return match.group(1) if match else "1.24"
+
+
+def build_kubernetes(version: str, dest: Path, progress: Progress = print) -> list[Path]:
+    """Build kube-apiserver, kube-scheduler and kube-controller-manager ``version`` into ``dest``.
+
+    ``version`` is like ``1.37.2``. Returns the paths of the three binaries.
+    """
+    major, minor, _patch = version.split(".")
+    env = _go_env()
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="kube-wrap-") as tmp:
+        work = Path(tmp)
+        info = json.loads(
+            _run_go(["mod", "download", "-json", f"k8s.io/kubernetes@v{version}"], work, env, progress)
+        )
+        kube_gomod = Path(info["GoMod"]).read_text()
+        staging = _staging_modules(kube_gomod)
+        if not staging:
+            raise GoBuildError(f"no staging modules found in the go.mod of k8s.io/kubernetes v{version}")
+        pinned = f"v0.{minor}.{_patch}"
+        lines = [
+            "module dra-conformance.local/kubewrap",
+            "",
+            f"go {_go_directive(kube_gomod)}",
+            "",
+            _godebug_line(kube_gomod),
+            "",
+            f"require k8s.io/kubernetes v{version}",
+            "",
+            "replace (",
+            *[f"\t{mod} => {mod} {pinned}" for mod in staging],
+            ")",
+            "",
+        ]
+        (work / "go.mod").write_text("\n".join(lines))
+        (work / "tools.go").write_text(
+            "//go:build tools\n\npackage tools\n\nimport (\n"
+            + "".join(f'\t_ "k8s.io/kubernetes/cmd/{cmd}"\n' for cmd in KUBE_COMMANDS)
+            + ")\n"
+        )
+        progress(f"resolving {len(staging)} staging modules at {pinned}")
+        _run_go(["mod", "tidy"], work, env, progress)
+        ldflags = " ".join(
+            [
+                f"-X k8s.io/component-base/version.gitVersion=v{version}",
+                f"-X k8s.io/component-base/version.gitMajor={major}",
+                f"-X k8s.io/component-base/version.gitMinor={minor}",
+                "-X k8s.io/component-base/version.gitTreeState=clean",
+                "-s -w",
+            ]
+        )
+        progress(f"building {', '.join(KUBE_COMMANDS)} v{version} (many minutes on 2 cores)")
+        out = Path(tmp) / "out"
+        out.mkdir()
+        _run_go(
+            ["build", "-trimpath", "-ldflags", ldflags, "-o", str(out) + "/"]
+            + [f"k8s.io/kubernetes/cmd/{cmd}" for cmd in KUBE_COMMANDS],
+            work,
+            env,
+            progress,
+        )
+        results = []
+        for cmd in KUBE_COMMANDS:
+            target = dest / cmd
+            shutil.move(str(out / cmd), target)
+            results.append(target)
+        return results
+
+
+def build_etcd(dest: Path, progress: Progress = print, module_version: str = ETCD_MODULE_VERSION) -> Path:
+    """Build etcd from ``go.etcd.io/etcd/server/v3`` into ``dest/etcd``."""
+    env = _go_env()
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="etcd-wrap-") as tmp:
+        work = Path(tmp)
+        (work / "go.mod").write_text(
+            f"module dra-conformance.local/etcdwrap\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 {module_version}\n"
+        )
+        (work / "main.go").write_text(
+            'package main\n\nimport (\n\t"os"\n\n\t"go.etcd.io/etcd/server/v3/etcdmain"\n)\n\n'
+            "func main() { etcdmain.Main(os.Args) }\n"
+        )
+        _run_go(["mod", "tidy"], work, env, progress)
+        progress(f"building etcd {module_version}")
+        target = dest / "etcd"
+        tmp_out = work / "etcd"
+        _run_go(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp_out), "."], work, env, progress)
+        shutil.move(str(tmp_out), target)
+        return target
+
+
+def _main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m clusters.local.gobuild VERSION DEST", file=sys.stderr)
+        return 2
+    version, dest = argv[0], Path(argv[1])
+    build_etcd(dest)
+    build_kubernetes(version, dest)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))

@@ -1,0 +1,57 @@
+"""The kubelet's published DRA plugin protocols, as generated Python stubs.
+
+This is the one place where the wire protocol lives: the driver serves it,
+the node agent in ``clusters.local`` calls it. It holds no logic of either.
+
+The ``.proto`` files beside this module are written from the field lists in
+DESIGN.md; ``python -m draproto.generate`` regenerates ``_gen`` and
+``--check`` verifies the committed stubs are fresh.
+"""
+
+from __future__ import annotations
+
+from draproto._gen import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+    health_v1_pb2,
+    health_v1_pb2_grpc,
+    health_v1alpha1_pb2,
+    health_v1alpha1_pb2_grpc,
+    registration_pb2,
+    registration_pb2_grpc,
+)
+
+__all__ = [
+    "DRA_PLUGIN_TYPE",
+    "DRA_V1",
+    "DRA_V1BETA1",
+    "HEALTH_V1",
+    "HEALTH_V1ALPHA1",
+    "dra_v1_pb2",
+    "dra_v1_pb2_grpc",
+    "dra_v1beta1_pb2",
+    "dra_v1beta1_pb2_grpc",
+    "health_v1_pb2",
+    "health_v1_pb2_grpc",
+    "health_v1alpha1_pb2",
+    "health_v1alpha1_pb2_grpc",
+    "registration_pb2",
+    "registration_pb2_grpc",
+]
+
+DRA_PLUGIN_TYPE = "DRAPlugin"
+"""``PluginInfo.type`` of a DRA driver."""
+
+DRA_V1 = "v1.DRAPlugin"
+"""``supported_versions`` entry for ``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``."""
+
+DRA_V1BETA1 = "v1beta1.DRAPlugin"
+"""``supported_versions`` entry for ``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin``."""
+
+HEALTH_V1 = "v1.DRAResourceHealth"
+"""``supported_versions`` entry for the ``v1.DRAResourceHealth`` stream."""
+
+HEALTH_V1ALPHA1 = "v1alpha1.DRAResourceHealth"
+"""``supported_versions`` entry for the ``v1alpha1.DRAResourceHealth`` stream."""
