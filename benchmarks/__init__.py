@@ -1,0 +1,1 @@
+"""Benchmarks run by ``nox -s bench``; each module registers entries in ``ENTRIES``."""
