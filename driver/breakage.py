@@ -1,0 +1,45 @@
+"""Rule-breaking switches, for testing the conformance suite itself.
+
+Each switch makes the driver break exactly one rule the suite checks, so the suite
+can show that its test for that rule fails against a driver that breaks it. They
+are off by default and can only be turned on by ``--testing-break-rule RULE``
+(repeatable) or the env var ``DRA_GPU_TESTING_BREAK_RULES`` (comma list); the
+names say they are for testing. Code asks ``settings.breaks("rule")``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from driver.errors import SettingsError
+
+__all__ = ["RULES", "parse_rules"]
+
+RULES: dict[str, str] = {
+    "non-idempotent-prepare": "a second NodePrepareResources for an already prepared claim fails",
+    "drop-claim-from-batch": "a batch of two or more claims is answered without its last claim",
+    "invalid-cdi-spec": "CDI specs are written with an env entry that is not KEY=VALUE",
+    "leave-cdi-on-unprepare": "NodeUnprepareResources leaves the claim's CDI spec behind",
+    "ignore-config": "opaque device configs (class and claim) are ignored, invalid ones too",
+    "oversized-slice": "ResourceSlices are not split at the per-slice device limit",
+    "wrong-pool-name": "NodePrepareResources answers with a pool other than the allocated one",
+    "no-health": "device health is never reported (the stream stays silent, no taints)",
+}
+"""Every switch, with the rule it breaks."""
+
+
+def parse_rules(values: Iterable[str]) -> frozenset[str]:
+    """Turn flag values and comma lists into a set of known rule names.
+
+    Raises ``SettingsError`` naming the unknown rule and the known ones.
+    """
+    rules: set[str] = set()
+    for value in values:
+        for part in value.split(","):
+            name = part.strip()
+            if not name:
+                continue
+            if name not in RULES:
+                raise SettingsError(f"unknown --testing-break-rule {name!r}; known rules: {', '.join(RULES)}")
+            rules.add(name)
+    return frozenset(rules)

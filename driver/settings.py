@@ -1,0 +1,304 @@
+"""The driver's settings: built once from flags and env vars, then passed down.
+
+Every flag ``--some-flag`` has an env var ``DRA_GPU_SOME_FLAG``; a flag given on the
+command line wins over its env var, which wins over the default. Nothing else in the
+driver reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from driver.breakage import RULES, parse_rules
+from driver.errors import SettingsError
+
+__all__ = [
+    "DEFAULT_DRIVER_NAME",
+    "DEFAULT_IGNORED_XIDS",
+    "DEVICE_KINDS",
+    "BackendSettings",
+    "HealthSettings",
+    "KubeletSettings",
+    "Settings",
+    "build_parser",
+    "from_args",
+]
+
+DEFAULT_DRIVER_NAME = "gpu.dra-conformance.io"
+DEVICE_KINDS = ("gpu", "mig", "partitionable-mig")
+DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+"""XIDs caused by applications, not by the GPU: they do not make a device unhealthy."""
+
+ENV_PREFIX = "DRA_GPU_"
+BREAK_RULES_ENV = "DRA_GPU_TESTING_BREAK_RULES"
+
+
+@dataclass(frozen=True)
+class KubeletSettings:
+    """Where the driver meets the kubelet and the container runtime."""
+
+    registry_dir: Path
+    """Directory the kubelet watches for registration sockets; ``<driver>-reg.sock`` goes here."""
+    plugin_dir: Path
+    """The driver's own directory: ``dra.sock``, the checkpoint, per-claim files."""
+    cdi_dir: Path
+    """Where CDI specs are written (the runtime reads them; often a tmpfs)."""
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    """Which GPUs the driver sees and publishes."""
+
+    kind: str
+    """``nvml`` (real ``pynvml``) or ``fake`` (``fakegpu`` installed under ``pynvml``)."""
+    fake_profile: str | None = None
+    """fakegpu machine profile (``--backend fake`` only), e.g. ``dgx-h100``."""
+    fake_state_dir: Path | None = None
+    """fakegpu state directory shared with tests that inject faults (``--backend fake`` only)."""
+    device_kinds: frozenset[str] = frozenset({"gpu"})
+    """Kinds of devices to publish: ``gpu``, ``mig`` (existing MIG devices), ``partitionable-mig``."""
+    node_name: str = ""
+    """The node's name (fakegpu derives stable UUIDs from it)."""
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """NVML event health monitoring."""
+
+    enabled: bool = True
+    """Watch NVML events, stream device health to the kubelet, taint unhealthy devices."""
+    ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
+    """XIDs that do not mark a device unhealthy."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the driver process is told, in one object."""
+
+    node_name: str
+    """The node this driver instance serves; its pool is named after it."""
+    kubelet: KubeletSettings
+    backend: BackendSettings
+    driver_name: str = DEFAULT_DRIVER_NAME
+    """The DRA driver name (DeviceClass selectors, ResourceSlices, allocation results)."""
+    kubeconfig: Path | None = None
+    """Kubeconfig for API access; ``None`` means in-cluster config."""
+    health: HealthSettings = field(default_factory=HealthSettings)
+    log_format: str = "text"
+    """``text`` or ``json`` log lines on stderr."""
+    keep_slices: bool = False
+    """Leave the node's ResourceSlices in place on shutdown."""
+    break_rules: frozenset[str] = frozenset()
+    """Rules broken on purpose (tests of the conformance suite only); see ``driver.breakage``."""
+
+    def breaks(self, rule: str) -> bool:
+        """Whether the rule-breaking switch ``rule`` is on."""
+        if rule not in RULES:
+            raise ValueError(f"unknown break rule {rule!r}; known: {sorted(RULES)}")
+        return rule in self.break_rules
+
+    @property
+    def pool_name(self) -> str:
+        """The node's one pool: named after the node."""
+        return self.node_name
+
+    @property
+    def registration_socket(self) -> Path:
+        """``<registry-dir>/<driver>-reg.sock``."""
+        return self.kubelet.registry_dir / f"{self.driver_name}-reg.sock"
+
+    @property
+    def dra_socket(self) -> Path:
+        """``<plugin-dir>/dra.sock``: the DRAPlugin and health services."""
+        return self.kubelet.plugin_dir / "dra.sock"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        """``<plugin-dir>/checkpoint.json``."""
+        return self.kubelet.plugin_dir / "checkpoint.json"
+
+    @property
+    def claims_dir(self) -> Path:
+        """``<plugin-dir>/claims``: per-claim files that CDI specs mount into containers."""
+        return self.kubelet.plugin_dir / "claims"
+
+
+def _env_name(flag: str) -> str:
+    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
+
+
+def _bool(value: str, name: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off", ""}:
+        return False
+    raise SettingsError(f"{name}={value!r} is not a boolean; use true or false")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The driver's command line; every flag's help names its env var."""
+    parser = argparse.ArgumentParser(
+        prog="dra-gpu-driver",
+        description="Reference Kubernetes DRA driver for NVIDIA-style GPUs (real NVML or fakegpu).",
+        epilog=(
+            "Subcommand: 'dra-gpu-driver device-classes [--driver-name NAME]' prints the driver's "
+            "DeviceClass manifests and exits. Every flag --x-y can also be set by the env var DRA_GPU_X_Y; "
+            "flags win."
+        ),
+    )
+
+    def add(flag: str, help_text: str, **kwargs: object) -> None:
+        parser.add_argument(flag, help=f"{help_text} (env {_env_name(flag)})", **kwargs)  # type: ignore[arg-type]
+
+    add("--driver-name", f"DRA driver name (default {DEFAULT_DRIVER_NAME})", metavar="NAME")
+    add("--node-name", "the node this driver serves; required (default: env NODE_NAME)", metavar="NAME")
+    add(
+        "--kubeconfig", "kubeconfig for API access (default: env KUBECONFIG, else in-cluster)", metavar="PATH"
+    )
+    add(
+        "--registry-dir",
+        "kubelet plugin registry dir, where <driver>-reg.sock goes "
+        "(default /var/lib/kubelet/plugins_registry)",
+        metavar="DIR",
+    )
+    add(
+        "--plugin-dir",
+        "driver dir for dra.sock and the checkpoint (default /var/lib/kubelet/plugins/<driver>)",
+        metavar="DIR",
+    )
+    add("--cdi-dir", "where CDI specs are written (default /var/run/cdi)", metavar="DIR")
+    add(
+        "--backend",
+        "GPU backend: nvml (real pynvml) or fake (fakegpu) (default nvml)",
+        choices=["nvml", "fake"],
+    )
+    add("--fake-profile", "fakegpu machine profile for --backend fake, e.g. dgx-h100", metavar="NAME")
+    add(
+        "--fake-state-dir",
+        "fakegpu state dir for --backend fake (shared with fault injection)",
+        metavar="DIR",
+    )
+    add(
+        "--device-kinds",
+        "comma list of device kinds to publish: gpu, mig (static MIG devices), "
+        "partitionable-mig (default gpu)",
+        metavar="LIST",
+    )
+    parser.add_argument(
+        "--health",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="NVML event health monitoring: health stream and device taints (default on) "
+        f"(env {_env_name('--health')})",
+    )
+    add(
+        "--ignored-xids",
+        "comma list of XIDs that do not make a device unhealthy (default 13,31,43,45,68,109)",
+        metavar="LIST",
+    )
+    add("--log-format", "log line format: text or json (default text)", choices=["text", "json"])
+    parser.add_argument(
+        "--keep-slices",
+        action="store_true",
+        default=None,
+        help=f"leave ResourceSlices in place on shutdown (env {_env_name('--keep-slices')})",
+    )
+    parser.add_argument(
+        "--testing-break-rule",
+        action="append",
+        default=None,
+        metavar="RULE",
+        help=(
+            "FOR TESTING THE CONFORMANCE SUITE ONLY: break one rule on purpose; repeatable "
+            f"(env {BREAK_RULES_ENV}, comma list). Rules: "
+            + "; ".join(f"{name}: {what}" for name, what in RULES.items())
+        ),
+    )
+    return parser
+
+
+def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Build the settings from a command line and an environment (default: this process's).
+
+    Raises ``SettingsError`` for a missing node name or a bad value.
+    """
+    env = os.environ if environ is None else environ
+    args = build_parser().parse_args(argv)
+
+    def pick(flag: str, default: str | None = None, *fallback_env: str) -> str | None:
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is not None:
+            return str(value)
+        for name in (_env_name(flag), *fallback_env):
+            if env.get(name):
+                return env[name]
+        return default
+
+    driver_name = pick("--driver-name", DEFAULT_DRIVER_NAME) or DEFAULT_DRIVER_NAME
+    node_name = pick("--node-name", None, "NODE_NAME")
+    if not node_name:
+        raise SettingsError("no node name: pass --node-name or set NODE_NAME")
+    kubeconfig = pick("--kubeconfig", None, "KUBECONFIG")
+
+    backend = pick("--backend", "nvml") or "nvml"
+    if backend not in {"nvml", "fake"}:
+        raise SettingsError(f"{_env_name('--backend')}={backend!r}: use nvml or fake")
+    kinds = frozenset(k.strip() for k in (pick("--device-kinds", "gpu") or "").split(",") if k.strip())
+    unknown = sorted(kinds - set(DEVICE_KINDS))
+    if unknown or not kinds:
+        raise SettingsError(
+            f"--device-kinds {sorted(kinds)}: unknown {unknown}; choose from {list(DEVICE_KINDS)}"
+        )
+    fake_state_dir = pick("--fake-state-dir")
+
+    health = args.health
+    if health is None:
+        health = _bool(env.get(_env_name("--health"), "true"), _env_name("--health"))
+    xids_text = pick("--ignored-xids")
+    if xids_text is None:
+        ignored = DEFAULT_IGNORED_XIDS
+    else:
+        try:
+            ignored = frozenset(int(x) for x in xids_text.split(",") if x.strip())
+        except ValueError as e:
+            raise SettingsError(f"--ignored-xids {xids_text!r}: not a comma list of integers") from e
+
+    log_format = pick("--log-format", "text") or "text"
+    if log_format not in {"text", "json"}:
+        raise SettingsError(f"{_env_name('--log-format')}={log_format!r}: use text or json")
+    keep_slices = (
+        True
+        if args.keep_slices
+        else _bool(env.get(_env_name("--keep-slices"), ""), _env_name("--keep-slices"))
+    )
+    if args.testing_break_rule is not None:
+        rules = parse_rules(args.testing_break_rule)
+    else:
+        rules = parse_rules([env.get(BREAK_RULES_ENV, ""), env.get("DRA_GPU_TESTING_BREAK_RULE", "")])
+
+    return Settings(
+        driver_name=driver_name,
+        node_name=node_name,
+        kubeconfig=Path(kubeconfig) if kubeconfig else None,
+        kubelet=KubeletSettings(
+            registry_dir=Path(pick("--registry-dir", "/var/lib/kubelet/plugins_registry") or ""),
+            plugin_dir=Path(pick("--plugin-dir", f"/var/lib/kubelet/plugins/{driver_name}") or ""),
+            cdi_dir=Path(pick("--cdi-dir", "/var/run/cdi") or ""),
+        ),
+        backend=BackendSettings(
+            kind=backend,
+            fake_profile=pick("--fake-profile"),
+            fake_state_dir=Path(fake_state_dir) if fake_state_dir else None,
+            device_kinds=kinds,
+            node_name=node_name,
+        ),
+        health=HealthSettings(enabled=health, ignored_xids=ignored),
+        log_format=log_format,
+        keep_slices=keep_slices,
+        break_rules=rules,
+    )
