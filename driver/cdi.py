@@ -1,0 +1,254 @@
+"""CDI (Container Device Interface) specs: one per prepared claim, validated by the CDI rules.
+
+A spec names one CDI device per prepared device, ``<claim uid>-<device name>``, so two claims
+never share a CDI name. The runtime injects the edits of the devices the kubelet lists for a
+container. What a device gets:
+
+- every backend: ``GPU_DEVICE_<NAME>=<uuid>`` (``NAME``: the device name upper-cased, ``-``
+  and ``.`` as ``_``), the applied config's env (``GPU_SHARING_STRATEGY``, ...), and a read-only
+  mount of a device-info JSON file the driver writes under ``<plugin-dir>/claims/<uid>/``
+  at ``/var/run/dra-gpu/<device>.json``;
+- ``nvml`` backend in addition: ``/dev/nvidia<minor>`` of the (parent) GPU, MIG capability
+  nodes when they can be resolved, and ``/dev/nvidiactl``, ``/dev/nvidia-uvm``,
+  ``/dev/nvidia-uvm-tools`` as common edits. The ``fake`` backend names no device nodes, since
+  a real runtime refuses a spec whose nodes do not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from driver._files import atomic_write, fsync_dir
+from driver.errors import CDIError
+
+__all__ = [
+    "CDI_VERSION",
+    "CONTAINER_INFO_DIR",
+    "VALID_VERSIONS",
+    "CDIDevice",
+    "SpecStore",
+    "env_key",
+    "minimum_version",
+    "validate",
+]
+
+CDI_VERSION = "0.6.0"
+"""The version our specs declare: enough for everything they use (names may start with a digit)."""
+VALID_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
+CONTAINER_INFO_DIR = "/var/run/dra-gpu"
+"""Where device-info files appear inside containers."""
+
+_KIND_PART = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+_DEVICE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
+_HOOK_NAMES = {"prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"}
+_EDIT_KEYS = ("env", "deviceNodes", "mounts", "hooks", "intelRdt", "additionalGids", "netDevices")
+_NVIDIA_COMMON = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def env_key(device_name: str) -> str:
+    """``GPU_DEVICE_<NAME>`` for a device name (``gpu-0`` -> ``GPU_DEVICE_GPU_0``)."""
+    return "GPU_DEVICE_" + re.sub(r"[^A-Za-z0-9]", "_", device_name).upper()
+
+
+def _edits_of(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    edits = [spec.get("containerEdits") or {}]
+    edits += [
+        device.get("containerEdits") or {}
+        for device in spec.get("devices") or []
+        if isinstance(device, Mapping)
+    ]
+    return [e for e in edits if isinstance(e, Mapping)]
+
+
+def minimum_version(spec: Mapping[str, Any]) -> str:
+    """The lowest ``cdiVersion`` that allows every feature the spec uses."""
+    needed = "0.3.0"
+    kind = str(spec.get("kind", ""))
+    if "." in kind.partition("/")[2] or spec.get("annotations"):
+        needed = "0.6.0"
+    for device in spec.get("devices") or []:
+        if isinstance(device, Mapping):
+            name = str(device.get("name", ""))
+            if name[:1].isdigit() and _version(needed) < (0, 5, 0):
+                needed = "0.5.0"
+            if device.get("annotations"):
+                needed = max(needed, "0.6.0", key=_version)
+    for edits in _edits_of(spec):
+        if any(isinstance(n, Mapping) and n.get("hostPath") for n in edits.get("deviceNodes") or []):
+            needed = max(needed, "0.5.0", key=_version)
+        if edits.get("intelRdt") or edits.get("additionalGids"):
+            needed = max(needed, "0.7.0", key=_version)
+        if edits.get("netDevices"):
+            needed = max(needed, "1.1.0", key=_version)
+    return needed
+
+
+def _check_edits(edits: Any, where: str, problems: list[str]) -> bool:
+    """Append rule violations; return whether the edits are non-empty."""
+    if not isinstance(edits, Mapping):
+        problems.append(f"{where}: containerEdits must be an object")
+        return False
+    for i, entry in enumerate(edits.get("env") or []):
+        if not isinstance(entry, str) or "=" not in entry or entry.startswith("="):
+            problems.append(f"{where}.env[{i}]: {entry!r} is not KEY=VALUE")
+    for i, node in enumerate(edits.get("deviceNodes") or []):
+        if not isinstance(node, Mapping) or not node.get("path"):
+            problems.append(f"{where}.deviceNodes[{i}]: path is required")
+            continue
+        if node.get("type", "") not in {"", "b", "c", "u", "p"}:
+            problems.append(f"{where}.deviceNodes[{i}]: type {node.get('type')!r} is not one of b, c, u, p")
+        if not set(str(node.get("permissions", ""))) <= set("rwm"):
+            problems.append(
+                f"{where}.deviceNodes[{i}]: permissions {node.get('permissions')!r} not within 'rwm'"
+            )
+    for i, mount in enumerate(edits.get("mounts") or []):
+        if not isinstance(mount, Mapping) or not mount.get("hostPath") or not mount.get("containerPath"):
+            problems.append(f"{where}.mounts[{i}]: hostPath and containerPath are required")
+    for i, hook in enumerate(edits.get("hooks") or []):
+        if not isinstance(hook, Mapping) or hook.get("hookName") not in _HOOK_NAMES:
+            problems.append(f"{where}.hooks[{i}]: unknown hookName")
+        elif not str(hook.get("path", "")).startswith("/"):
+            problems.append(f"{where}.hooks[{i}]: path must be absolute")
+    return any(edits.get(key) for key in _EDIT_KEYS)
+
+
+def validate(spec: Mapping[str, Any]) -> None:
+    """Check a spec against the CDI rules; raise ``CDIError`` listing every violation."""
+    problems: list[str] = []
+    version = spec.get("cdiVersion")
+    if version not in VALID_VERSIONS:
+        problems.append(f"cdiVersion {version!r} is not one of {', '.join(VALID_VERSIONS)}")
+    else:
+        needed = minimum_version(spec)
+        if _version(str(version)) < _version(needed):
+            problems.append(f"cdiVersion {version} is below {needed}, which the spec's features need")
+    vendor, slash, klass = str(spec.get("kind", "")).partition("/")
+    if not slash or not _KIND_PART.match(vendor) or not _KIND_PART.match(klass):
+        problems.append(f"kind {spec.get('kind')!r} is not vendor/class")
+    devices = spec.get("devices")
+    if not isinstance(devices, Sequence) or not devices:
+        problems.append("devices: at least one device is required")
+        devices = []
+    seen: set[str] = set()
+    for i, device in enumerate(devices):
+        if not isinstance(device, Mapping):
+            problems.append(f"devices[{i}]: must be an object")
+            continue
+        name = str(device.get("name", ""))
+        if not _DEVICE_NAME.match(name):
+            problems.append(f"devices[{i}]: name {name!r} is not valid")
+        if name in seen:
+            problems.append(f"devices[{i}]: name {name!r} is not unique")
+        seen.add(name)
+        if not _check_edits(device.get("containerEdits", {}), f"devices[{i}]", problems):
+            problems.append(f"devices[{i}]: containerEdits must not be empty")
+    if "containerEdits" in spec:
+        _check_edits(spec["containerEdits"], "containerEdits", problems)
+    if problems:
+        raise CDIError("invalid CDI spec: " + "; ".join(problems))
+
+
+@dataclass(frozen=True)
+class CDIDevice:
+    """What a CDI device for one prepared device carries."""
+
+    device_name: str
+    """The driver's device name (``gpu-0``)."""
+    uuid: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra env vars (the applied config)."""
+    info_file: Path | None = None
+    """Host path of the device-info file to mount, if any."""
+    device_nodes: Sequence[str] = ()
+    """Host device nodes to inject (``nvml`` backend only)."""
+
+
+class SpecStore:
+    """Reads and writes one CDI spec file per claim in the CDI directory."""
+
+    def __init__(self, cdi_dir: Path, driver_name: str, *, nvml: bool = False, broken: bool = False) -> None:
+        self.cdi_dir = cdi_dir
+        self.driver_name = driver_name
+        self.kind = f"k8s.{driver_name}/gpu"
+        self.nvml = nvml
+        self.broken = broken
+        """Write specs that break the rules (``--testing-break-rule invalid-cdi-spec``)."""
+
+    def path(self, claim_uid: str) -> Path:
+        """The spec file of a claim."""
+        return self.cdi_dir / f"{self.driver_name}-{claim_uid}.json"
+
+    def cdi_name(self, claim_uid: str, device_name: str) -> str:
+        """The CDI device name: claim UID and device name, unique across claims."""
+        return f"{claim_uid}-{device_name}"
+
+    def cdi_id(self, claim_uid: str, device_name: str) -> str:
+        """The fully qualified CDI device ID the kubelet hands to the runtime."""
+        return f"{self.kind}={self.cdi_name(claim_uid, device_name)}"
+
+    def build(self, claim_uid: str, devices: Sequence[CDIDevice]) -> dict[str, Any]:
+        """The spec for a claim's devices (validated unless broken on purpose)."""
+        entries = []
+        for device in devices:
+            env = {env_key(device.device_name): device.uuid, **device.env}
+            edits: dict[str, Any] = {"env": [f"{k}={v}" for k, v in env.items()]}
+            if self.broken:
+                edits["env"].append("GPU_BROKEN_ENTRY")
+            if device.info_file is not None:
+                edits["mounts"] = [
+                    {
+                        "hostPath": str(device.info_file),
+                        "containerPath": f"{CONTAINER_INFO_DIR}/{device.device_name}.json",
+                        "options": ["ro", "nosuid", "nodev", "bind"],
+                    }
+                ]
+            if device.device_nodes:
+                edits["deviceNodes"] = [{"path": p, "permissions": "rw"} for p in device.device_nodes]
+            entries.append({"name": self.cdi_name(claim_uid, device.device_name), "containerEdits": edits})
+        spec: dict[str, Any] = {"cdiVersion": CDI_VERSION, "kind": self.kind, "devices": entries}
+        if self.nvml:
+            common = [p for p in _NVIDIA_COMMON if Path(p).exists()]
+            if common:
+                spec["containerEdits"] = {"deviceNodes": [{"path": p, "permissions": "rw"} for p in common]}
+        if not self.broken:
+            validate(spec)
+        return spec
+
+    def write(self, claim_uid: str, spec: Mapping[str, Any]) -> Path:
+        """Write a claim's spec atomically; returns its path."""
+        path = self.path(claim_uid)
+        atomic_write(path, (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode())
+        return path
+
+    def exists(self, claim_uid: str) -> bool:
+        """Whether the claim's spec file is there (it is gone after a reboot when the dir is a tmpfs)."""
+        return self.path(claim_uid).exists()
+
+    def remove(self, claim_uid: str) -> None:
+        """Delete a claim's spec; a missing one is fine."""
+        path = self.path(claim_uid)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        fsync_dir(path.parent)
+
+    def claim_uids(self) -> set[str]:
+        """UIDs of the claims that have a spec of this driver in the directory."""
+        prefix = f"{self.driver_name}-"
+        if not self.cdi_dir.is_dir():
+            return set()
+        return {
+            p.name[len(prefix) : -len(".json")]
+            for p in self.cdi_dir.iterdir()
+            if p.name.startswith(prefix) and p.name.endswith(".json")
+        }

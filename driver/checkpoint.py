@@ -1,0 +1,149 @@
+"""The driver's checkpoint: what it prepared, for which claim, surviving restarts and reboots.
+
+Unprepare gets only a claim's namespace, UID and name, so everything needed to undo a
+prepare is recorded here. A claim goes ``PrepareStarted`` (written before any side effect)
+-> ``PrepareCompleted`` (written after the CDI spec); a restart finding ``PrepareStarted``
+undoes the partial work. The file carries the boot id: on a new boot the CDI directory (a
+tmpfs) is empty and MIG partitions are gone, so completed claims are restored.
+
+Writes are atomic (temp file, fsync, rename) and the content carries a checksum, so a
+torn or edited file is detected instead of trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from driver._files import atomic_write
+from driver.errors import CheckpointError
+
+__all__ = [
+    "PREPARE_COMPLETED",
+    "PREPARE_STARTED",
+    "BootId",
+    "Checkpoint",
+    "CheckpointStore",
+    "ClaimRecord",
+    "PreparedDevice",
+    "read_boot_id",
+]
+
+PREPARE_STARTED = "PrepareStarted"
+PREPARE_COMPLETED = "PrepareCompleted"
+VERSION = 1
+BootId = str
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+
+
+def read_boot_id(path: Path = BOOT_ID_PATH) -> BootId:
+    """This boot's id (changes on every reboot); empty where the kernel does not offer one."""
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+@dataclass
+class PreparedDevice:
+    """One device prepared for a claim, as answered to the kubelet and needed to undo it."""
+
+    request_names: list[str]
+    pool: str
+    device: str
+    cdi_ids: list[str]
+    kind: str = "gpu"
+    """``gpu``, ``mig`` or ``partition`` (a MIG device created at prepare time)."""
+    uuid: str = ""
+    share_id: str | None = None
+    shareable: bool = False
+    """Whether another claim may have this device prepared at the same time."""
+    partition_uuid: str | None = None
+    """UUID of the MIG device created for a ``partition`` device, to destroy on unprepare."""
+    config: dict[str, Any] | None = None
+    """The applied opaque config, normalized (API form)."""
+
+
+@dataclass
+class ClaimRecord:
+    """A claim the driver started or finished preparing."""
+
+    uid: str
+    namespace: str
+    name: str
+    state: str = PREPARE_STARTED
+    devices: list[PreparedDevice] = field(default_factory=list)
+    spec: dict[str, Any] | None = None
+    """The claim's CDI spec, to rewrite it after a reboot."""
+
+    @property
+    def ref(self) -> str:
+        """``namespace/name (uid)`` for messages."""
+        return f"{self.namespace}/{self.name} ({self.uid})"
+
+
+@dataclass
+class Checkpoint:
+    """The whole checkpoint: the boot it was written in and every known claim by UID."""
+
+    boot_id: BootId = ""
+    claims: dict[str, ClaimRecord] = field(default_factory=dict)
+
+
+def _checksum(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+class CheckpointStore:
+    """Loads and saves the checkpoint file (``<plugin-dir>/checkpoint.json``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> Checkpoint:
+        """The saved checkpoint, or an empty one when there is no file.
+
+        Raises ``CheckpointError`` for a file that is not a valid checkpoint.
+        """
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return Checkpoint()
+        except OSError as e:
+            raise CheckpointError(f"cannot read checkpoint {self.path}: {e}") from e
+        try:
+            data = json.loads(raw)
+            body = data["data"]
+            if data.get("checksum") != _checksum(body):
+                raise CheckpointError(f"checkpoint {self.path} fails its checksum; remove it to start over")
+            if body.get("version") != VERSION:
+                raise CheckpointError(
+                    f"checkpoint {self.path} has version {body.get('version')}, want {VERSION}"
+                )
+            claims = {}
+            for uid, rec in body["claims"].items():
+                devices = [PreparedDevice(**d) for d in rec.pop("devices", [])]
+                claims[uid] = ClaimRecord(devices=devices, **rec)
+            return Checkpoint(boot_id=body.get("bootID", ""), claims=claims)
+        except CheckpointError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CheckpointError(
+                f"checkpoint {self.path} is corrupt ({e!r}); remove it to start over"
+            ) from e
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        """Write the checkpoint atomically."""
+        body = {
+            "version": VERSION,
+            "bootID": checkpoint.boot_id,
+            "claims": {uid: asdict(rec) for uid, rec in sorted(checkpoint.claims.items())},
+        }
+        data = {"data": body, "checksum": _checksum(body)}
+        try:
+            atomic_write(self.path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode(), mode=0o600)
+        except OSError as e:
+            raise CheckpointError(f"cannot write checkpoint {self.path}: {e}") from e
