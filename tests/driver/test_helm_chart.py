@@ -1,0 +1,313 @@
+"""The driver's Helm chart (driver/deploy/helm/dra-gpu-driver), rendered by Helm itself.
+
+Helm's own engine renders the chart, as `helm template` would: the `helm-python-sdk` package of
+the dev extra ships Helm's Go SDK as a shared library, so no `helm` binary is needed. Without it
+this module skips. Each rendered object is then read into the kubernetes client's models and
+written back: a field the API does not know is lost on the way and fails the comparison, and a
+missing required field fails the reading. The example manifests of driver/deploy/examples (the
+ones its README uses) get the same check.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+helm = pytest.importorskip(
+    "helm_python",
+    reason="helm-python-sdk (in the dev extra: pip install -e '.[dev]') renders the chart with Helm's engine",
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "driver" / "deploy" / "helm" / "dra-gpu-driver"
+INTERFACES = ROOT / "docs" / "interfaces.md"
+EXAMPLES = ROOT / "driver" / "deploy" / "examples"
+RELEASE = "dra-gpu-driver"
+NAMESPACE = "dra-system"
+DRIVER = "gpu.dra-conformance.io"
+
+MODELS = {
+    ("v1", "ServiceAccount"): "V1ServiceAccount",
+    ("apps/v1", "DaemonSet"): "V1DaemonSet",
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): "V1ClusterRole",
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "V1ClusterRoleBinding",
+    ("resource.k8s.io/v1", "DeviceClass"): "V1DeviceClass",
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): "V1ValidatingAdmissionPolicy",
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): (
+        "V1ValidatingAdmissionPolicyBinding"
+    ),
+}
+
+VALUE_SETS = {
+    "defaults": None,
+    "nvml": {
+        "backend": "nvml",
+        "health": False,
+        "deviceKinds": ["gpu", "mig", "partitionable-mig"],
+        "logFormat": "json",
+        "runtimeClassName": "nvidia",
+        "nodeSelector": {"nvidia.com/gpu.present": "true"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "imagePullSecrets": [{"name": "registry"}],
+    },
+    "other-driver-name": {"driverName": "accel.example.com", "image": {"tag": "dev"}},
+    "nothing-optional": {"deviceClasses": {"enabled": False}, "admissionPolicy": {"enabled": False}},
+}
+
+
+def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Render the chart as `helm template dra-gpu-driver CHART -n dra-system` does."""
+    with helm.Chart.load(CHART) as chart:
+        manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    objects: list[dict[str, Any]] = []
+    for path in sorted(manifests):
+        if path.endswith(".yaml"):
+            objects.extend(doc for doc in yaml.safe_load_all(manifests[path]) if doc)
+    return objects
+
+
+def of_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [obj for obj in objects if obj["kind"] == kind]
+
+
+def only(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (found,) = of_kind(objects, kind)
+    return found
+
+
+def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (driver,) = only(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    return driver
+
+
+def env_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container(objects)["env"]}
+
+
+def documented_flags() -> set[str]:
+    """The driver's flags, from the flag table of docs/interfaces.md."""
+    flags: set[str] = set()
+    for line in INTERFACES.read_text().splitlines():
+        if line.startswith("| `--"):
+            flags.update(re.findall(r"`(--[a-z][a-z-]*)", line.split("|")[1]))
+    return flags
+
+
+def test_chart_lints_clean() -> None:
+    report = helm.lint(CHART, strict=True, namespace=NAMESPACE, kube_version="v1.37.0")
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_every_object_reads_into_the_api_models_unchanged(values: dict[str, Any] | None) -> None:
+    api = client.ApiClient()
+    objects = render(values)
+    assert objects
+    for obj in objects:
+        model = MODELS.get((obj["apiVersion"], obj["kind"]))
+        assert model, f"unexpected object {obj['apiVersion']}/{obj['kind']}"
+        parsed = api.deserialize(json.dumps(obj), model, None)
+        assert api.sanitize_for_serialization(parsed) == obj
+
+
+def test_default_objects() -> None:
+    names = {(obj["kind"], obj["metadata"]["name"]) for obj in render()}
+    assert names == {
+        ("ServiceAccount", RELEASE),
+        ("DaemonSet", RELEASE),
+        ("ClusterRole", RELEASE),
+        ("ClusterRoleBinding", RELEASE),
+        ("DeviceClass", "gpu.dra-conformance.io"),
+        ("DeviceClass", "mig.dra-conformance.io"),
+        ("ValidatingAdmissionPolicy", f"{RELEASE}-resourceslices"),
+        ("ValidatingAdmissionPolicyBinding", f"{RELEASE}-resourceslices"),
+    }
+    for obj in of_kind(render(), "ServiceAccount") + of_kind(render(), "DaemonSet"):
+        assert obj["metadata"]["namespace"] == NAMESPACE
+
+
+def test_optional_objects_can_be_left_out() -> None:
+    kinds = {obj["kind"] for obj in render(VALUE_SETS["nothing-optional"])}
+    assert kinds == {"ServiceAccount", "DaemonSet", "ClusterRole", "ClusterRoleBinding"}
+
+
+def test_daemonset_is_privileged_with_the_kubelet_and_cdi_host_paths() -> None:
+    objects = render()
+    pod = only(objects, "DaemonSet")["spec"]["template"]["spec"]
+    driver = container(objects)
+    assert driver["securityContext"]["privileged"] is True
+    assert pod["serviceAccountName"] == only(objects, "ServiceAccount")["metadata"]["name"]
+
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in driver["volumeMounts"]}
+    # Each host path is mounted at the same path, where the driver's defaults look.
+    assert mounts == host_paths
+    assert set(host_paths.values()) == {
+        "/var/lib/kubelet/plugins_registry",
+        "/var/lib/kubelet/plugins",
+        "/var/run/cdi",
+        "/var/lib/dra-gpu-driver/fakegpu",
+    }
+    assert driver["readinessProbe"]["exec"]["command"] == [
+        "test",
+        "-S",
+        f"/var/lib/kubelet/plugins_registry/{DRIVER}-reg.sock",
+    ]
+
+
+def test_daemonset_passes_the_node_name_and_settings_the_driver_documents() -> None:
+    objects = render(VALUE_SETS["nvml"])
+    env = env_of(objects)
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+
+    flags = documented_flags()
+    assert "--driver-name" in flags  # the table was found
+    for name in env:
+        if name.startswith("DRA_GPU_"):
+            flag = "--" + name.removeprefix("DRA_GPU_").lower().replace("_", "-")
+            assert flag in flags, f"{name} is no DRA_GPU_* variable of docs/interfaces.md"
+    for arg in container(objects)["args"]:
+        assert arg.split("=")[0] in flags
+
+
+def test_fake_backend_settings_reach_the_driver() -> None:
+    objects = render({"fakeProfile": "dgx-a100", "deviceKinds": ["gpu", "mig"], "logFormat": "json"})
+    env = env_of(objects)
+    assert env["DRA_GPU_DRIVER_NAME"] == DRIVER
+    assert env["DRA_GPU_BACKEND"] == "fake"
+    assert env["DRA_GPU_FAKE_PROFILE"] == "dgx-a100"
+    assert env["DRA_GPU_FAKE_STATE_DIR"] == "/var/lib/dra-gpu-driver/fakegpu"
+    assert env["DRA_GPU_DEVICE_KINDS"] == "gpu,mig"
+    assert env["DRA_GPU_LOG_FORMAT"] == "json"
+    assert container(objects)["args"] == ["--health"]
+    assert container(objects)["image"] == "dra-gpu-driver:0.1.0"
+
+
+def test_nvml_backend_has_no_fake_machine() -> None:
+    objects = render(VALUE_SETS["nvml"])
+    pod = only(objects, "DaemonSet")["spec"]["template"]["spec"]
+    env = env_of(objects)
+    assert env["DRA_GPU_BACKEND"] == "nvml"
+    assert not [name for name in env if name.startswith("DRA_GPU_FAKE_")]
+    assert "/var/lib/dra-gpu-driver/fakegpu" not in {v["hostPath"]["path"] for v in pod["volumes"]}
+    assert env["DRA_GPU_DEVICE_KINDS"] == "gpu,mig,partitionable-mig"
+    assert container(objects)["args"] == ["--no-health"]
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["nodeSelector"] == VALUE_SETS["nvml"]["nodeSelector"]
+    assert pod["tolerations"] == VALUE_SETS["nvml"]["tolerations"]
+    assert pod["imagePullSecrets"] == [{"name": "registry"}]
+
+
+def test_rbac_grants_only_what_the_driver_uses() -> None:
+    objects = render()
+    grants = {
+        (group, resource, verb)
+        for rule in only(objects, "ClusterRole")["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    slice_verbs = ["get", "list", "watch", "create", "update", "patch", "delete"]
+    assert grants == {
+        ("resource.k8s.io", "resourceclaims", "get"),
+        ("", "nodes", "get"),
+        *{("resource.k8s.io", "resourceslices", verb) for verb in slice_verbs},
+        ("", "events", "create"),
+        ("events.k8s.io", "events", "create"),
+    }
+    binding = only(objects, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == only(objects, "ClusterRole")["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RELEASE, "namespace": NAMESPACE}]
+
+
+@pytest.mark.parametrize(
+    ("driver_name", "domain"),
+    [(DRIVER, "dra-conformance.io"), ("accel.example.com", "accel.example.com")],
+)
+def test_device_classes_select_the_driver_devices_by_type(driver_name: str, domain: str) -> None:
+    classes = {
+        obj["metadata"]["name"]: obj["spec"]["selectors"]
+        for obj in of_kind(render({"driverName": driver_name}), "DeviceClass")
+    }
+    assert classes == {
+        f"{kind}.{domain}": [
+            {
+                "cel": {
+                    "expression": f'device.driver == "{driver_name}" && '
+                    f'device.attributes["{driver_name}"].type == "{kind}"'
+                }
+            }
+        ]
+        for kind in ("gpu", "mig")
+    }
+
+
+def test_admission_policy_keeps_the_driver_to_its_own_node() -> None:
+    objects = render()
+    policy = only(objects, "ValidatingAdmissionPolicy")
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+            "resources": ["resourceslices"],
+        }
+    ]
+    (condition,) = spec["matchConditions"]
+    assert condition["expression"] == (
+        f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:{RELEASE}"'
+    )
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    assert "request.userInfo.extra[?'authentication.kubernetes.io/node-name']" in variables["userNodeName"]
+    assert ".spec.?nodeName" in variables["objectNodeName"]
+    assert "oldObject" in variables["objectNodeName"]  # a DELETE has no object, only oldObject
+    validations = [v["expression"] for v in spec["validations"]]
+    assert "variables.userNodeName != ''" in validations
+    assert "variables.userNodeName == variables.objectNodeName" in validations
+
+    binding = only(objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"backend": "cuda"}, "/backend"),
+        ({"deviceKinds": ["gpu", "vgpu"]}, "/deviceKinds/1"),
+        ({"deviceKinds": []}, "/deviceKinds"),
+        ({"health": "yes"}, "/health"),
+        ({"logFormat": "xml"}, "/logFormat"),
+        ({"driverName": "Not A Name"}, "/driverName"),
+    ],
+)
+def test_values_schema_rejects_what_the_driver_would(values: dict[str, Any], complaint: str) -> None:
+    with pytest.raises(helm.HelmValuesError, match=re.escape(complaint)):
+        render(values)
+
+
+def test_example_pod_reads_into_the_api_models_and_uses_a_chart_class() -> None:
+    api = client.ApiClient()
+    example = list(yaml.safe_load_all((EXAMPLES / "gpu-pod.yaml").read_text()))
+    models = {"ResourceClaimTemplate": "V1ResourceClaimTemplate", "Pod": "V1Pod"}
+    for obj in example:
+        parsed = api.deserialize(json.dumps(obj), models[obj["kind"]], None)
+        assert api.sanitize_for_serialization(parsed) == obj
+    (template,) = of_kind(example, "ResourceClaimTemplate")
+    classes = {obj["metadata"]["name"] for obj in of_kind(render(), "DeviceClass")}
+    for request in template["spec"]["spec"]["devices"]["requests"]:
+        assert request["exactly"]["deviceClassName"] in classes
+
+
+def test_example_kind_cluster_has_workers_for_the_driver() -> None:
+    cluster = yaml.safe_load((EXAMPLES / "kind.yaml").read_text())
+    assert cluster["kind"] == "Cluster"
+    assert [node["role"] for node in cluster["nodes"]].count("worker") >= 1
