@@ -19,6 +19,8 @@ import pytest
 import yaml
 from kubernetes import client
 
+from driver import settings as driver_settings
+
 helm = pytest.importorskip(
     "helm_python",
     reason="helm-python-sdk (in the dev extra: pip install -e '.[dev]') renders the chart with Helm's engine",
@@ -175,6 +177,37 @@ def test_daemonset_passes_the_node_name_and_settings_the_driver_documents() -> N
             assert flag in flags, f"{name} is no DRA_GPU_* variable of docs/interfaces.md"
     for arg in container(objects)["args"]:
         assert arg.split("=")[0] in flags
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_driver_reads_the_daemonset_as_meant(values: dict[str, Any] | None) -> None:
+    """The driver's own settings parser, given the container's args and env, agrees with the chart."""
+    objects = render(values)
+    driver = container(objects)
+    env = {e["name"]: e["value"] for e in driver["env"] if "value" in e}
+    env["NODE_NAME"] = "node-a"  # what the downward API gives
+    settings = driver_settings.from_args(driver["args"], env)
+    merged = {**(yaml.safe_load((CHART / "values.yaml").read_text())), **(values or {})}
+
+    assert settings.node_name == "node-a"
+    assert settings.kubeconfig is None  # in-cluster
+    assert settings.driver_name == merged["driverName"]
+    assert settings.backend.kind == merged["backend"]
+    assert settings.backend.device_kinds == frozenset(merged["deviceKinds"])
+    assert settings.health.enabled is merged["health"]
+    assert settings.log_format == merged["logFormat"]
+    assert not settings.keep_slices
+    assert not settings.break_rules
+
+    mounted = {Path(m["mountPath"]) for m in driver["volumeMounts"]}
+    used = [settings.kubelet.registry_dir, settings.kubelet.plugin_dir, settings.kubelet.cdi_dir]
+    if merged["backend"] == "fake":
+        assert settings.backend.fake_profile == merged["fakeProfile"]
+        assert settings.backend.fake_state_dir == Path(merged["fakeStateDir"])
+        used.append(settings.backend.fake_state_dir)
+    for path in used:
+        assert any(path == m or m in path.parents for m in mounted), f"{path} is not on a host path"
+    assert driver["readinessProbe"]["exec"]["command"][-1] == str(settings.registration_socket)
 
 
 def test_fake_backend_settings_reach_the_driver() -> None:
