@@ -157,7 +157,8 @@ def build_etcd(dest: Path, progress: Progress = print, module_version: str = ETC
     with tempfile.TemporaryDirectory(prefix="etcd-wrap-") as tmp:
         work = Path(tmp)
         (work / "go.mod").write_text(
-            f"module dra-conformance.local/etcdwrap\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 {module_version}\n"
+            "module dra-conformance.local/etcdwrap\n\ngo 1.24\n\n"
+            f"require go.etcd.io/etcd/server/v3 {module_version}\n"
         )
         (work / "main.go").write_text(
             'package main\n\nimport (\n\t"os"\n\n\t"go.etcd.io/etcd/server/v3/etcdmain"\n)\n\n'

@@ -1,0 +1,130 @@
+"""The interface every cluster backend implements, and what a container sees.
+
+A test never asks which tier it runs on: it asks the :class:`Cluster` for what it
+needs. A backend that cannot do something raises
+:class:`~clusters.errors.CapabilityMissing`, and the test skips with that reason.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ClassVar
+
+from clusters.errors import CapabilityMissing
+
+__all__ = ["Cluster", "ContainerView", "PodRef", "pod_key"]
+
+PodRef = Any
+"""A pod: a ``"namespace/name"`` string, a ``V1Pod``-like object, or a pod dict."""
+
+
+def pod_key(pod: PodRef) -> tuple[str, str]:
+    """Return ``(namespace, name)`` of a pod given as a string, object or dict."""
+    if isinstance(pod, str):
+        namespace, sep, name = pod.partition("/")
+        if not sep or not namespace or not name:
+            raise ValueError(f"pod reference {pod!r} is not of the form 'namespace/name'")
+        return namespace, name
+    if isinstance(pod, Mapping):
+        meta = pod["metadata"]
+        return str(meta["namespace"]), str(meta["name"])
+    return str(pod.metadata.namespace), str(pod.metadata.name)
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    """What one running container sees of its devices: env, device nodes, mounts, CDI ids."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment variables the CDI edits set."""
+    device_nodes: list[dict[str, Any]] = field(default_factory=list)
+    """CDI ``deviceNodes`` entries (``path``, ``type``, ...)."""
+    mounts: list[dict[str, Any]] = field(default_factory=list)
+    """CDI ``mounts`` entries (``hostPath``, ``containerPath``, ...)."""
+    cdi_devices: list[str] = field(default_factory=list)
+    """Fully qualified CDI device names (``vendor/class=name``) injected into the container."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ContainerView:
+        """Build a view from the JSON form the node agent writes (docs/interfaces.md)."""
+        return cls(
+            env={str(k): str(v) for k, v in dict(data.get("env") or {}).items()},
+            device_nodes=[dict(d) for d in data.get("device_nodes") or []],
+            mounts=[dict(m) for m in data.get("mounts") or []],
+            cdi_devices=[str(d) for d in data.get("cdi_devices") or []],
+        )
+
+    @classmethod
+    def from_file(cls, path: Path) -> ContainerView:
+        """Read a view from a JSON file."""
+        return cls.from_dict(json.loads(path.read_text()))
+
+
+class Cluster(abc.ABC):
+    """A Kubernetes cluster the suite runs against.
+
+    Usable as a context manager: leaving the ``with`` block calls :meth:`stop`.
+    """
+
+    backend: ClassVar[str] = "abstract"
+    """Short backend name (``local``, ``kind``, ``k3s``, ``external``) used in messages."""
+
+    _api_client: Any = None
+
+    @property
+    @abc.abstractmethod
+    def kubeconfig(self) -> Path:
+        """Absolute path of an admin kubeconfig for this cluster."""
+
+    def api_client(self) -> Any:
+        """A ``kubernetes.client.ApiClient`` for :attr:`kubeconfig` (created once, then reused)."""
+        if self._api_client is None:
+            from kubernetes import config
+
+            self._api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=str(self.kubeconfig)
+            )
+        return self._api_client
+
+    @abc.abstractmethod
+    def nodes(self) -> list[str]:
+        """Names of the nodes where the driver under test runs."""
+
+    def start_driver(self, node: str, command: Sequence[str]) -> None:
+        """(Re)start the driver on ``node`` with ``command`` instead of the current one."""
+        raise CapabilityMissing(self.backend, "start a driver with a custom command")
+
+    def restart_driver(self, node: str) -> None:
+        """Stop the driver on ``node`` and start it again with the same command."""
+        raise CapabilityMissing(self.backend, "restart the driver")
+
+    def restart_kubelet(self, node: str) -> None:
+        """Restart the kubelet (or the node agent playing it) on ``node``."""
+        raise CapabilityMissing(self.backend, "restart the kubelet")
+
+    def container_view(self, pod: PodRef, container: str) -> ContainerView:
+        """What ``container`` of ``pod`` sees of its devices."""
+        raise CapabilityMissing(self.backend, "show what a container sees")
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Release the cluster (stop what this object started). Safe to call twice."""
+
+    def close_client(self) -> None:
+        """Close the cached API client, if any."""
+        if self._api_client is not None:
+            self._api_client.close()
+            self._api_client = None
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,61 @@
+"""Errors of the cluster backends.
+
+The hierarchy::
+
+    ClusterError                  root: anything a cluster backend raises on purpose
+    ├── CapabilityMissing         the backend cannot do this (tests skip with the message)
+    ├── BinariesError             control-plane binaries cannot be found, fetched or built
+    │   └── ChecksumMismatch      a download did not match its published checksum
+    ├── ControlPlaneError         a component failed to start or did not become ready
+    ├── NodeError                 a node agent or driver process failed
+    └── ClusterStateError         no running cluster where one was expected (CLI, fixtures)
+
+Every message names the offending value and, where there is one, what to do.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BinariesError",
+    "CapabilityMissing",
+    "ChecksumMismatch",
+    "ClusterError",
+    "ClusterStateError",
+    "ControlPlaneError",
+    "NodeError",
+]
+
+
+class ClusterError(Exception):
+    """Root of the errors the cluster backends raise."""
+
+
+class CapabilityMissing(ClusterError):
+    """The backend cannot do what was asked; a test that needs it skips with this message."""
+
+    def __init__(self, backend: str, capability: str, reason: str = "") -> None:
+        self.backend = backend
+        self.capability = capability
+        self.reason = reason
+        message = f"cluster backend {backend!r} cannot {capability}"
+        super().__init__(f"{message}: {reason}" if reason else message)
+
+
+class BinariesError(ClusterError):
+    """The control-plane binaries could not be found, downloaded or built."""
+
+
+class ChecksumMismatch(BinariesError):
+    """A downloaded file did not match its published SHA-256 checksum."""
+
+
+class ControlPlaneError(ClusterError):
+    """A control-plane component failed to start, exited, or did not become ready in time."""
+
+
+class NodeError(ClusterError):
+    """A fake node's agent or driver process failed to start or to become ready."""
+
+
+class ClusterStateError(ClusterError):
+    """No running cluster was found where one was expected (state dir missing or stale)."""

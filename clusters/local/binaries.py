@@ -1,0 +1,311 @@
+"""Find the control-plane binaries: a given directory, the cache, release downloads, or a Go build.
+
+Resolution order (first that works wins):
+
+1. ``BinariesSettings.bin_dir`` (flag ``--bin-dir`` or ``DRAC_BIN_DIR``), used as is;
+2. the cache, ``<cache_root>/<version>/`` holding the four binaries and a ``stamp.json``;
+3. the release downloads: ``<release_url>/v<ver>/bin/linux/<arch>/<name>`` with ``<name>.sha256``
+   beside it, and etcd's release tarball checked against the release's ``SHA256SUMS``;
+4. a build from Go modules (:mod:`clusters.local.gobuild`) when ``go`` is on PATH.
+
+Steps 3 and 4 fill a temporary directory beside the cache entry and rename it into place
+only when everything is there and verified, so the cache never holds a partial version.
+A file lock per version keeps concurrent processes (pytest-xdist workers) from fetching or
+building the same version twice: the second waits and then finds the cache filled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from clusters.errors import BinariesError, ChecksumMismatch
+from clusters.local import gobuild
+from clusters.local.settings import BinariesSettings
+
+__all__ = [
+    "COMPONENTS",
+    "KUBE_COMPONENTS",
+    "STAMP",
+    "Binaries",
+    "download_release",
+    "read_stamp",
+    "resolve",
+    "store_in_cache",
+]
+
+log = logging.getLogger(__name__)
+
+KUBE_COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+"""The Kubernetes binaries the local control plane runs."""
+COMPONENTS = ("etcd", *KUBE_COMPONENTS)
+"""Every binary the local control plane runs."""
+STAMP = "stamp.json"
+"""Metadata file of a complete cache entry: version, source, timings."""
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """A directory holding all control-plane binaries of one Kubernetes version."""
+
+    directory: Path
+    """Where the binaries are."""
+    version: str
+    """Kubernetes version ``X.Y.Z``."""
+    source: str
+    """How they were found: ``dir``, ``cache``, ``download`` or ``build``."""
+
+    def path(self, name: str) -> Path:
+        """Path of one binary (one of :data:`COMPONENTS`)."""
+        if name not in COMPONENTS:
+            raise KeyError(f"unknown control-plane binary {name!r}; known: {COMPONENTS}")
+        return self.directory / name
+
+
+def _missing(directory: Path) -> list[str]:
+    return [n for n in COMPONENTS if not os.access(directory / n, os.X_OK) or not (directory / n).is_file()]
+
+
+def read_stamp(directory: Path) -> dict[str, Any] | None:
+    """The stamp of a cache entry, or None when the entry is absent or incomplete."""
+    try:
+        stamp = json.loads((directory / STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(stamp, dict) or _missing(directory):
+        return None
+    return stamp
+
+
+def _log_progress(message: str) -> None:
+    log.info("%s", message)
+
+
+def resolve(settings: BinariesSettings, progress: Progress = _log_progress) -> Binaries:
+    """Find (or fetch, or build) the binaries for ``settings.k8s_version``.
+
+    Raises :class:`BinariesError` naming what to install or set when nothing works.
+    """
+    version = settings.k8s_version
+    if settings.bin_dir is not None:
+        missing = _missing(settings.bin_dir)
+        if missing:
+            raise BinariesError(
+                f"binary directory {settings.bin_dir} lacks executable {', '.join(missing)}; "
+                f"put all of {', '.join(COMPONENTS)} there, or unset --bin-dir / DRAC_BIN_DIR"
+            )
+        return Binaries(settings.bin_dir, version, "dir")
+    cache_dir = settings.cache_dir
+    if read_stamp(cache_dir) is not None:
+        return Binaries(cache_dir, version, "cache")
+    settings.cache_root.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(settings.cache_root / f".{version}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        progress(f"waiting for another process that is fetching or building into {cache_dir}")
+        lock.acquire()
+    try:
+        if read_stamp(cache_dir) is not None:  # filled while we waited
+            return Binaries(cache_dir, version, "cache")
+        failures: list[str] = []
+        if settings.download:
+            try:
+                _fill(settings, progress, "download", lambda tmp: download_release(settings, tmp, progress))
+                return Binaries(cache_dir, version, "download")
+            except BinariesError as e:
+                failures.append(f"download: {e}")
+                progress(f"release download failed ({e}); trying the next way")
+        if settings.build and shutil.which("go"):
+            try:
+                _fill(settings, progress, "build", lambda tmp: _go_build(settings, tmp, progress))
+                return Binaries(cache_dir, version, "build")
+            except (gobuild.GoBuildError, OSError) as e:
+                failures.append(f"go build: {e}")
+        elif settings.build:
+            failures.append("go build: 'go' is not on PATH")
+        detail = "\n  ".join(failures) or "downloads and builds are both turned off"
+        raise BinariesError(
+            f"no control-plane binaries for Kubernetes {version}:\n  {detail}\n"
+            "Do one of: pass --bin-dir DIR (or set DRAC_BIN_DIR) to a directory with "
+            f"{', '.join(COMPONENTS)}; allow downloads (unset DRAC_NO_DOWNLOAD, or point "
+            "DRAC_RELEASE_URL / DRAC_ETCD_RELEASE_URL at a mirror); "
+            "or install Go 1.24+ (https://go.dev/doc/install) so they can be built from Go modules"
+        )
+    finally:
+        lock.release()
+
+
+def _fill(settings: BinariesSettings, progress: Progress, source: str, fetch: Callable[[Path], None]) -> None:
+    """Run ``fetch`` into a temp dir beside the cache entry, stamp it, rename it into place."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{settings.k8s_version}.tmp-", dir=settings.cache_root))
+    try:
+        start = time.monotonic()
+        fetch(tmp)
+        missing = _missing(tmp)
+        if missing:
+            raise BinariesError(f"{source} produced no {', '.join(missing)} in {tmp}")
+        seconds = time.monotonic() - start
+        _write_stamp(tmp, settings, source, seconds)
+        if settings.cache_dir.exists():  # an incomplete leftover (no stamp): we hold the lock
+            shutil.rmtree(settings.cache_dir)
+        os.replace(tmp, settings.cache_dir)
+        progress(
+            f"binaries for Kubernetes {settings.k8s_version} ({source}, {seconds:.0f} s) "
+            f"in {settings.cache_dir}"
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write_stamp(directory: Path, settings: BinariesSettings, source: str, seconds: float) -> None:
+    stamp = {
+        "k8s_version": settings.k8s_version,
+        "etcd_version": settings.etcd_version,
+        "arch": settings.arch,
+        "source": source,
+        "seconds": round(seconds, 1),
+        "created": time.time(),
+    }
+    (directory / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+
+
+def store_in_cache(
+    settings: BinariesSettings, source_dir: Path, *, source: str = "build", seconds: float = 0.0
+) -> Path:
+    """Copy a directory of binaries (e.g. from a separate build) into the cache for the version."""
+    missing = _missing(source_dir)
+    if missing:
+        raise BinariesError(f"{source_dir} lacks executable {', '.join(missing)}")
+    settings.cache_root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(settings.cache_root / f".{settings.k8s_version}.lock")):
+        if read_stamp(settings.cache_dir) is not None:
+            return settings.cache_dir
+
+        def copy(tmp: Path) -> None:
+            for name in COMPONENTS:
+                shutil.copy2(source_dir / name, tmp / name)
+
+        _fill(settings, _log_progress, source, copy)
+        stamp = json.loads((settings.cache_dir / STAMP).read_text())
+        stamp["seconds"] = round(seconds, 1)
+        (settings.cache_dir / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+    return settings.cache_dir
+
+
+def _go_build(settings: BinariesSettings, dest: Path, progress: Progress) -> None:
+    progress(
+        f"building Kubernetes {settings.k8s_version} and etcd {settings.etcd_version} from Go modules "
+        "(30-60 min on 2 cores the first time; later runs use the cache)"
+    )
+    gobuild.build_etcd(dest, progress, module_version=f"v{settings.etcd_version}")
+    gobuild.build_kubernetes(settings.k8s_version, dest, progress)
+
+
+# --- downloads --------------------------------------------------------------------------------
+
+
+def download_release(settings: BinariesSettings, dest: Path, progress: Progress = _log_progress) -> None:
+    """Download and verify all four binaries into ``dest`` (which the caller cleans up on failure)."""
+    base = f"{settings.release_url}/v{settings.k8s_version}/bin/linux/{settings.arch}"
+    for name in KUBE_COMPONENTS:
+        url = f"{base}/{name}"
+        expected = _parse_sha256(_fetch_text(f"{url}.sha256", settings), name, url)
+        target = dest / name
+        _download(url, target, expected, settings, progress)
+        target.chmod(0o755)
+    etcd_v = settings.etcd_version
+    tarball = f"etcd-v{etcd_v}-linux-{settings.arch}.tar.gz"
+    etcd_base = f"{settings.etcd_release_url}/v{etcd_v}"
+    sums_url = f"{etcd_base}/SHA256SUMS"
+    expected = _parse_sha256(_fetch_text(sums_url, settings), tarball, sums_url)
+    archive = dest / tarball
+    _download(f"{etcd_base}/{tarball}", archive, expected, settings, progress)
+    member = f"etcd-v{etcd_v}-linux-{settings.arch}/etcd"
+    with tarfile.open(archive) as tar:
+        try:
+            info = tar.getmember(member)
+        except KeyError as e:
+            raise BinariesError(f"{tarball} has no {member}") from e
+        src = tar.extractfile(info)
+        if src is None:
+            raise BinariesError(f"{member} in {tarball} is not a regular file")
+        with src, open(dest / "etcd", "wb") as out:
+            shutil.copyfileobj(src, out)
+    (dest / "etcd").chmod(0o755)
+    archive.unlink()
+
+
+def _parse_sha256(text: str, name: str, url: str) -> str:
+    """The checksum for ``name`` from a bare ``.sha256`` file or a ``SHA256SUMS`` listing."""
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    if len(lines) == 1 and len(lines[0]) == 1:
+        digest = lines[0][0]
+    else:
+        found = [parts[0] for parts in lines if len(parts) >= 2 and parts[-1].lstrip("*./") == name]
+        if not found:
+            raise BinariesError(f"checksum list {url} has no entry for {name}")
+        digest = found[0]
+    digest = digest.lower()
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise BinariesError(f"checksum file {url} does not hold a SHA-256 digest: {text[:80]!r}")
+    return digest
+
+
+def _open(url: str, settings: BinariesSettings) -> Any:
+    try:
+        return urllib.request.urlopen(url, timeout=settings.download_timeout)
+    except urllib.error.HTTPError as e:
+        raise BinariesError(f"GET {url}: HTTP {e.code} {e.reason}") from e
+    except (urllib.error.URLError, OSError) as e:
+        raise BinariesError(f"GET {url}: {getattr(e, 'reason', e)}") from e
+
+
+def _fetch_text(url: str, settings: BinariesSettings) -> str:
+    with _open(url, settings) as resp:
+        return str(resp.read(1 << 20).decode("utf-8", "replace"))
+
+
+def _download(url: str, target: Path, sha256: str, settings: BinariesSettings, progress: Progress) -> None:
+    digest = hashlib.sha256()
+    done = 0
+    last_note = time.monotonic()
+    with _open(url, settings) as resp, open(target, "wb") as out:
+        total = int(resp.headers.get("Content-Length") or 0)
+        progress(f"downloading {url}" + (f" ({total / 1e6:.0f} MB)" if total else ""))
+        while True:
+            try:
+                chunk = resp.read(1 << 20)
+            except OSError as e:
+                raise BinariesError(f"GET {url}: {e} after {done} bytes") from e
+            if not chunk:
+                break
+            digest.update(chunk)
+            out.write(chunk)
+            done += len(chunk)
+            if time.monotonic() - last_note > 5:
+                share = f" ({100 * done / total:.0f}%)" if total else ""
+                progress(f"  {target.name}: {done / 1e6:.0f} MB{share}")
+                last_note = time.monotonic()
+    if digest.hexdigest() != sha256:
+        target.unlink(missing_ok=True)
+        raise ChecksumMismatch(
+            f"{url}: SHA-256 {digest.hexdigest()} does not match the published {sha256}; "
+            "the file was discarded (a broken mirror or proxy? check DRAC_RELEASE_URL)"
+        )

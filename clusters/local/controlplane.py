@@ -1,0 +1,329 @@
+"""etcd, kube-apiserver, kube-scheduler and kube-controller-manager as local processes.
+
+``ControlPlane(binaries, root).start()`` generates certificates and kubeconfigs under
+``root``, starts the four components (each in its own process group, logging to
+``root/logs/<component>.log``), and returns once each one answers its health check.
+:meth:`ControlPlane.stop` stops them in reverse order; nothing is left running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import logging
+import re
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clusters.errors import ControlPlaneError
+from clusters.local import features, pki
+from clusters.local.binaries import Binaries
+from clusters.local.processes import ManagedProcess
+
+__all__ = ["ControlPlane", "ControlPlaneConfig", "free_port"]
+
+log = logging.getLogger(__name__)
+
+SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_IP = "10.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class ControlPlaneConfig:
+    """What the control plane enables; filled from the binaries' ``--help`` by default."""
+
+    feature_gates: dict[str, bool] | None = None
+    """Gates for every component; None: every DRA gate that is alpha or beta in this version."""
+    runtime_config: tuple[str, ...] = features.RUNTIME_CONFIG_CANDIDATES
+    """API group versions to serve besides the defaults (dropped when the server does not know one)."""
+    controllers: tuple[str, ...] = features.WANTED_CONTROLLERS
+    """kube-controller-manager controllers (either spelling; those the binary lacks are skipped)."""
+    ready_timeout: float = 120.0
+    """Seconds each component may take to become healthy."""
+    extra_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Extra flags per component name."""
+
+
+class ControlPlane:
+    """A running (or stopped) local control plane."""
+
+    def __init__(self, binaries: Binaries, root: Path, config: ControlPlaneConfig | None = None) -> None:
+        self.binaries = binaries
+        """The binaries it runs."""
+        self.root = root
+        """Where its certificates, kubeconfigs, data and logs go."""
+        self.config = config or ControlPlaneConfig()
+        self.processes: dict[str, ManagedProcess] = {}
+        """Running components by name."""
+        self.feature_gates: dict[str, bool] = {}
+        """The gates passed to every component (known after :meth:`start`)."""
+        self.runtime_config: list[str] = []
+        """The API versions served in addition to the defaults (known after :meth:`start`)."""
+        self.controllers: list[str] = []
+        """The controllers kube-controller-manager runs (known after :meth:`start`)."""
+        self.apiserver_port = 0
+        """kube-apiserver's secure port."""
+        self._pki: pki.ClusterPKI | None = None
+        self._argv: dict[str, list[str]] = {}
+        self._health: dict[str, Callable[[], bool]] = {}
+
+    @property
+    def server(self) -> str:
+        """The API server URL."""
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        """Admin kubeconfig (``system:masters``)."""
+        return self.root / "kubeconfig"
+
+    @property
+    def pki(self) -> pki.ClusterPKI:
+        """Certificates and keys (after :meth:`start`)."""
+        if self._pki is None:
+            raise ControlPlaneError("the control plane has not been started")
+        return self._pki
+
+    def log_path(self, component: str) -> Path:
+        """The log file of a component."""
+        return self.root / "logs" / f"{component}.log"
+
+    # --- start -------------------------------------------------------------------------------
+
+    def start(self) -> ControlPlane:
+        """Start every component and wait until each is healthy; returns self."""
+        started = time.monotonic()
+        try:
+            self._prepare()
+            for name in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"):
+                self._start_component(name)
+        except BaseException:
+            self.stop()
+            raise
+        log.info("control plane up in %.1f s at %s", time.monotonic() - started, self.server)
+        return self
+
+    def _prepare(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        b = self.binaries
+        helps = {name: features.read_help(b.path(name)) for name in features_binaries()}
+        gates = [features.parse_feature_gates(text) for text in helps.values()]
+        if self.config.feature_gates is None:
+            self.feature_gates = features.dra_gates(gates)
+        else:
+            self.feature_gates = dict(self.config.feature_gates)
+        available, _off = features.parse_controllers(helps["kube-controller-manager"])
+        self.controllers = features.choose_controllers(available, self.config.controllers)
+        if not self.controllers:
+            raise ControlPlaneError(
+                f"could not read the controller list from {b.path('kube-controller-manager')} --help"
+            )
+        self.runtime_config = list(self.config.runtime_config)
+        self._pki = pki.generate(self.root / "pki", service_ip=SERVICE_IP)
+        etcd_client, etcd_peer = free_port(), free_port()
+        self.apiserver_port = free_port()
+        gate_flag = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))
+        p = self._pki
+        pki.write_kubeconfig(self.kubeconfig, self.server, p.ca.cert, p.admin)
+        kubeconfigs = {
+            name: pki.write_kubeconfig(
+                self.root / "kubeconfigs" / f"{name}.kubeconfig",
+                self.server,
+                p.ca.cert,
+                p.clients[name],
+                name,
+            )
+            for name in ("kube-scheduler", "kube-controller-manager")
+        }
+        etcd_url = f"http://127.0.0.1:{etcd_client}"
+        peer_url = f"http://127.0.0.1:{etcd_peer}"
+        self._argv["etcd"] = [
+            str(b.path("etcd")),
+            "--name=default",
+            f"--data-dir={self.root / 'etcd'}",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=default={peer_url}",
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+        ]
+        self._health["etcd"] = lambda: _http_ok(f"{etcd_url}/health", None, b'"health":"true"')
+        self._argv["kube-apiserver"] = [
+            str(b.path("kube-apiserver")),
+            f"--etcd-servers={etcd_url}",
+            f"--secure-port={self.apiserver_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--cert-dir={self.root / 'apiserver'}",
+            f"--tls-cert-file={p.serving.cert}",
+            f"--tls-private-key-file={p.serving.key}",
+            f"--client-ca-file={p.ca.cert}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={p.service_account_pub}",
+            f"--service-account-signing-key-file={p.service_account_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=Node,RBAC",
+            "--allow-privileged=true",
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+            f"--feature-gates={gate_flag}",
+        ]
+        admin_ctx = _client_context(p.ca.cert, p.admin)
+        self._health["kube-apiserver"] = lambda: _http_ok(f"{self.server}/readyz", admin_ctx, b"ok")
+        for name in ("kube-scheduler", "kube-controller-manager"):
+            port = free_port()
+            argv = [
+                str(b.path(name)),
+                f"--kubeconfig={kubeconfigs[name]}",
+                f"--authentication-kubeconfig={kubeconfigs[name]}",
+                f"--authorization-kubeconfig={kubeconfigs[name]}",
+                f"--secure-port={port}",
+                "--bind-address=127.0.0.1",
+                f"--cert-dir={self.root / name}",
+                "--leader-elect=false",
+                "--profiling=false",
+                f"--feature-gates={gate_flag}",
+            ]
+            if name == "kube-controller-manager":
+                argv += [
+                    f"--service-account-private-key-file={p.service_account_key}",
+                    f"--root-ca-file={p.ca.cert}",
+                    "--use-service-account-credentials=true",
+                    f"--controllers={','.join(self.controllers)}",
+                ]
+            self._argv[name] = argv
+            insecure = ssl.create_default_context()
+            insecure.check_hostname = False
+            insecure.verify_mode = ssl.CERT_NONE
+            url = f"https://127.0.0.1:{port}/healthz"
+            self._health[name] = lambda url=url, ctx=insecure: _http_ok(url, ctx, b"ok")  # type: ignore[misc]
+
+    def _component_argv(self, name: str) -> list[str]:
+        argv = list(self._argv[name])
+        if name == "kube-apiserver" and self.runtime_config:
+            argv.append("--runtime-config=" + ",".join(f"{gv}=true" for gv in self.runtime_config))
+        return argv + list(self.config.extra_args.get(name, ()))
+
+    def _start_component(self, name: str) -> None:
+        for _attempt in range(len(features.RUNTIME_CONFIG_CANDIDATES) + 1):
+            proc = ManagedProcess(name, self._component_argv(name), self.log_path(name)).start()
+            self.processes[name] = proc
+            try:
+                self._wait_healthy(name, proc)
+                return
+            except ControlPlaneError:
+                unknown = self._unknown_runtime_config(proc) if name == "kube-apiserver" else None
+                proc.stop()
+                if not unknown:
+                    raise
+                log.info("kube-apiserver does not serve %s; starting it without", unknown)
+                self.runtime_config.remove(unknown)
+        raise ControlPlaneError(f"{name} did not start; see {self.log_path(name)}")
+
+    def _unknown_runtime_config(self, proc: ManagedProcess) -> str | None:
+        text = proc.tail(60)
+        for gv in self.runtime_config:
+            if gv in text and re.search(r"runtime-config|not been registered|unknown api", text, re.I):
+                return gv
+        return None
+
+    def _wait_healthy(self, name: str, proc: ManagedProcess) -> None:
+        deadline = time.monotonic() + self.config.ready_timeout
+        check = self._health[name]
+        while time.monotonic() < deadline:
+            if not proc.alive():
+                raise ControlPlaneError(
+                    f"{name} exited with status {proc.returncode} while starting; "
+                    f"log {proc.log_path}:\n{proc.tail(25)}"
+                )
+            if check():
+                log.debug("%s healthy", name)
+                return
+            time.sleep(0.2)
+        raise ControlPlaneError(
+            f"{name} not healthy after {self.config.ready_timeout:.0f} s; "
+            f"log {proc.log_path}:\n{proc.tail(25)}"
+        )
+
+    # --- running -----------------------------------------------------------------------------
+
+    def restart(self, name: str) -> None:
+        """Stop one component and start it again with the same flags (ports and data kept)."""
+        proc = self.processes.get(name)
+        if proc is None:
+            raise ControlPlaneError(f"unknown component {name!r}; running: {sorted(self.processes)}")
+        proc.stop()
+        self.processes[name] = ManagedProcess(name, self._component_argv(name), self.log_path(name)).start()
+        self._wait_healthy(name, self.processes[name])
+
+    def healthy(self) -> dict[str, bool]:
+        """Whether each component is running and answers its health check."""
+        return {name: proc.alive() and self._health[name]() for name, proc in self.processes.items()}
+
+    def rss_bytes(self) -> dict[str, int]:
+        """Resident memory of each running component."""
+        out = {}
+        for name, proc in self.processes.items():
+            if proc.pid is not None and proc.alive():
+                out[name] = rss_of(proc.pid)
+        return out
+
+    def stop(self) -> None:
+        """Stop every component (reverse start order). Idempotent."""
+        for name in reversed(list(self.processes)):
+            self.processes[name].stop()
+        self.processes.clear()
+
+
+def features_binaries() -> tuple[str, ...]:
+    """The binaries whose feature gates must agree."""
+    return ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+
+
+def rss_of(pid: int) -> int:
+    """Resident set size of a process in bytes (0 if it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _client_context(ca: Path, client: pki.CertPair) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    ctx.load_cert_chain(str(client.cert), str(client.key))
+    return ctx
+
+
+def _http_ok(url: str, ctx: ssl.SSLContext | None, expect: bytes) -> bool:
+    host_port = url.split("/")[2]
+    path = "/" + url.split("/", 3)[3]
+    host, _, port = host_port.partition(":")
+    conn: http.client.HTTPConnection
+    if ctx is None:
+        conn = http.client.HTTPConnection(host, int(port), timeout=2)
+    else:
+        conn = http.client.HTTPSConnection(host, int(port), timeout=2, context=ctx)
+    with contextlib.closing(conn):
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            body = resp.read()
+        except (OSError, http.client.HTTPException):
+            return False
+    return resp.status == 200 and expect in body

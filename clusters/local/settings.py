@@ -1,0 +1,155 @@
+"""Settings of the local tier: one object, built in one place from flags and env vars.
+
+``LocalSettings.from_env(os.environ)`` reads the environment once; callers (the CLI,
+the pytest plugin) then override fields from their flags with ``dataclasses.replace``
+and pass the object down. Nothing deeper reads ``os.environ``.
+
+Environment variables:
+
+``DRAC_K8S_VERSION``        Kubernetes version (default 1.37.2)
+``DRAC_BIN_DIR``            directory holding etcd, kube-apiserver, kube-scheduler, kube-controller-manager
+``XDG_CACHE_HOME``          cache root (binaries go to ``$XDG_CACHE_HOME/dra-conformance/k8s/<version>``)
+``DRAC_RELEASE_URL``        base URL of Kubernetes releases (``<base>/v<ver>/bin/linux/<arch>/<name>``)
+``DRAC_ETCD_RELEASE_URL``   base URL of etcd releases (``<base>/v<ver>/etcd-v<ver>-linux-<arch>.tar.gz``)
+``DRAC_NO_DOWNLOAD``        ``1``: never download binaries
+``DRAC_NO_BUILD``           ``1``: never build binaries with ``go``
+``DRAC_NODES``              number of fake nodes (default 1)
+``DRAC_WORK_DIR``           where per-cluster temp roots go (default ``/tmp``; keep it short)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "DEFAULT_K8S_VERSION",
+    "ETCD_VERSION",
+    "BinariesSettings",
+    "LocalSettings",
+    "normalize_version",
+]
+
+DEFAULT_K8S_VERSION = "1.37.2"
+"""Default Kubernetes version of the local tier."""
+
+ETCD_VERSION = "3.6.16"
+"""etcd version downloaded or built (Kubernetes 1.34-1.37 accept 3.6)."""
+
+DEFAULT_PATCH = {"1.34": "1.34.4", "1.35": "1.35.4", "1.36": "1.36.3", "1.37": DEFAULT_K8S_VERSION}
+"""Patch used when only ``MAJOR.MINOR`` is given."""
+
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def normalize_version(version: str) -> str:
+    """Return ``X.Y.Z`` for ``vX.Y.Z``, ``X.Y.Z`` or ``X.Y`` (a known minor gets its default patch)."""
+    v = version.strip().removeprefix("v")
+    parts = v.split(".")
+    if len(parts) == 2 and v in DEFAULT_PATCH:
+        return DEFAULT_PATCH[v]
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"Kubernetes version {version!r} is not of the form 1.37.2 (or 1.37)")
+    return v
+
+
+def _arch() -> str:
+    machine = platform.machine().lower()
+    return {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, machine)
+
+
+@dataclass(frozen=True)
+class BinariesSettings:
+    """Where the control-plane binaries come from."""
+
+    k8s_version: str = DEFAULT_K8S_VERSION
+    """Kubernetes version ``X.Y.Z``."""
+    bin_dir: Path | None = None
+    """A directory with all four binaries; used as is, never written to."""
+    cache_root: Path = field(default_factory=lambda: Path.home() / ".cache" / "dra-conformance" / "k8s")
+    """Cache of resolved binaries, one directory per version."""
+    release_url: str = "https://dl.k8s.io/release"
+    """Base URL of Kubernetes release binaries."""
+    etcd_release_url: str = "https://github.com/etcd-io/etcd/releases/download"
+    """Base URL of etcd release tarballs."""
+    etcd_version: str = ETCD_VERSION
+    """etcd version to download or build."""
+    arch: str = field(default_factory=_arch)
+    """Release architecture (``amd64``, ``arm64``)."""
+    download: bool = True
+    """Try the release downloads."""
+    build: bool = True
+    """Try a build from Go modules when ``go`` is on PATH."""
+    download_timeout: float = 30.0
+    """Seconds without progress before a download is given up."""
+
+    @property
+    def cache_dir(self) -> Path:
+        """The cache directory of :attr:`k8s_version`."""
+        return self.cache_root / self.k8s_version
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """Everything a local cluster needs to know."""
+
+    binaries: BinariesSettings = field(default_factory=BinariesSettings)
+    """Where binaries come from."""
+    nodes: int = 1
+    """Number of fake nodes."""
+    driver_command: tuple[str, ...] | None = None
+    """Driver command per node (placeholders ``{node}``, ``{root}``, ``{kubeconfig}``); None: the reference
+    driver on a fakegpu profile; an empty tuple: no driver."""
+    driver_name: str = "gpu.dra-conformance.io"
+    """DRA driver name (where the driver's plugin dir goes)."""
+    agent: bool = True
+    """Start a node agent per node (off: Node objects only exist if something else makes them)."""
+    work_dir: Path = Path("/tmp")
+    """Parent of the short per-cluster root (``<work_dir>/drac-XXXX``)."""
+    ready_timeout: float = 120.0
+    """Seconds to wait for each component, node or driver to become ready."""
+    slice_timeout: float = 120.0
+    """Seconds to wait for every node's ResourceSlices after the drivers start."""
+
+    @property
+    def k8s_version(self) -> str:
+        """Kubernetes version ``X.Y.Z``."""
+        return self.binaries.k8s_version
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> LocalSettings:
+        """Build settings from environment variables (see the module docstring)."""
+        cache_home = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+        binaries = BinariesSettings(cache_root=cache_home / "dra-conformance" / "k8s")
+        changes: dict[str, object] = {}
+        if env.get("DRAC_K8S_VERSION"):
+            changes["k8s_version"] = normalize_version(env["DRAC_K8S_VERSION"])
+        if env.get("DRAC_BIN_DIR"):
+            changes["bin_dir"] = Path(env["DRAC_BIN_DIR"]).expanduser()
+        if env.get("DRAC_RELEASE_URL"):
+            changes["release_url"] = env["DRAC_RELEASE_URL"].rstrip("/")
+        if env.get("DRAC_ETCD_RELEASE_URL"):
+            changes["etcd_release_url"] = env["DRAC_ETCD_RELEASE_URL"].rstrip("/")
+        if env.get("DRAC_NO_DOWNLOAD", "").lower() in _TRUE:
+            changes["download"] = False
+        if env.get("DRAC_NO_BUILD", "").lower() in _TRUE:
+            changes["build"] = False
+        settings = cls(binaries=dataclasses.replace(binaries, **changes))  # type: ignore[arg-type]
+        if env.get("DRAC_NODES"):
+            settings = dataclasses.replace(settings, nodes=int(env["DRAC_NODES"]))
+        if env.get("DRAC_WORK_DIR"):
+            settings = dataclasses.replace(settings, work_dir=Path(env["DRAC_WORK_DIR"]))
+        return settings
+
+    def with_version(self, version: str) -> LocalSettings:
+        """A copy for another Kubernetes version."""
+        return dataclasses.replace(
+            self, binaries=dataclasses.replace(self.binaries, k8s_version=normalize_version(version))
+        )
+
+    def with_bin_dir(self, bin_dir: Path | None) -> LocalSettings:
+        """A copy that takes binaries from ``bin_dir``."""
+        return dataclasses.replace(self, binaries=dataclasses.replace(self.binaries, bin_dir=bin_dir))

@@ -1,0 +1,202 @@
+"""Binary resolution: given dir, cache, release downloads (against a local HTTP server), errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import http.server
+import io
+import tarfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clusters.errors import BinariesError
+from clusters.local import binaries
+from clusters.local.settings import BinariesSettings, LocalSettings
+
+VERSION = "1.37.2"
+ETCD = "3.6.16"
+
+
+def _script(text: str) -> bytes:
+    return f"#!/bin/sh\necho {text}\n".encode()
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclasses.dataclass
+class Mirror:
+    root: Path
+    url: str
+    requests: list[str]
+
+
+@pytest.fixture
+def mirror(tmp_path: Path) -> Iterator[Mirror]:
+    """A local HTTP server laid out like the release hosts, with fake binaries."""
+    root = tmp_path / "mirror"
+    kube = root / "k8s" / f"v{VERSION}" / "bin" / "linux" / "amd64"
+    kube.mkdir(parents=True)
+    for name in binaries.KUBE_COMPONENTS:
+        data = _script(name)
+        (kube / name).write_bytes(data)
+        (kube / f"{name}.sha256").write_text(_sha(data))
+    etcd_dir = root / "etcd" / f"v{ETCD}"
+    etcd_dir.mkdir(parents=True)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = _script("etcd")
+        info = tarfile.TarInfo(f"etcd-v{ETCD}-linux-amd64/etcd")
+        info.size = len(data)
+        info.mode = 0o755
+        tar.addfile(info, io.BytesIO(data))
+    tarball = buf.getvalue()
+    (etcd_dir / f"etcd-v{ETCD}-linux-amd64.tar.gz").write_bytes(tarball)
+    (etcd_dir / "SHA256SUMS").write_text(
+        f"{'0' * 64}  etcd-v{ETCD}-darwin-arm64.zip\n{_sha(tarball)}  etcd-v{ETCD}-linux-amd64.tar.gz\n"
+    )
+    seen: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)  # type: ignore[arg-type]
+
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            super().do_GET()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Mirror(root, f"http://127.0.0.1:{server.server_address[1]}", seen)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def _settings(tmp_path: Path, mirror: Mirror) -> BinariesSettings:
+    return BinariesSettings(
+        k8s_version=VERSION,
+        cache_root=tmp_path / "cache",
+        release_url=f"{mirror.url}/k8s",
+        etcd_release_url=f"{mirror.url}/etcd",
+        etcd_version=ETCD,
+        arch="amd64",
+        build=False,
+        download_timeout=5,
+    )
+
+
+def test_download_verifies_and_fills_the_cache(tmp_path: Path, mirror: Mirror) -> None:
+    settings = _settings(tmp_path, mirror)
+    found = binaries.resolve(settings, progress=lambda _m: None)
+    assert found.source == "download"
+    assert found.directory == settings.cache_dir
+    for name in binaries.COMPONENTS:
+        assert found.path(name).read_bytes() == _script(name)
+    stamp = binaries.read_stamp(found.directory)
+    assert stamp is not None
+    assert stamp["source"] == "download"
+    assert stamp["k8s_version"] == VERSION
+    # the second time it comes from the cache, without a request
+    count = len(mirror.requests)
+    again = binaries.resolve(settings, progress=lambda _m: None)
+    assert again.source == "cache"
+    assert len(mirror.requests) == count
+
+
+@pytest.mark.parametrize("corrupt", ["kube-scheduler.sha256", "SHA256SUMS"])
+def test_wrong_checksum_is_refused_and_nothing_stays(tmp_path: Path, mirror: Mirror, corrupt: str) -> None:
+    target = next(mirror.root.rglob(corrupt))
+    if corrupt == "SHA256SUMS":
+        target.write_text(f"{'ab' * 32}  etcd-v{ETCD}-linux-amd64.tar.gz\n")
+    else:
+        target.write_text(_sha(b"something else"))
+    settings = _settings(tmp_path, mirror)
+    with pytest.raises(BinariesError, match="does not match the published"):
+        binaries.resolve(settings, progress=lambda _m: None)
+    left = sorted(p.name for p in settings.cache_root.iterdir())
+    assert left == [f".{VERSION}.lock"], f"cache holds leftovers: {left}"
+
+
+def test_missing_artifact_names_the_url(tmp_path: Path, mirror: Mirror) -> None:
+    next(mirror.root.rglob("kube-apiserver")).unlink()
+    with pytest.raises(BinariesError, match=r"kube-apiserver: HTTP 404"):
+        binaries.resolve(_settings(tmp_path, mirror), progress=lambda _m: None)
+
+
+def test_concurrent_resolves_download_once(tmp_path: Path, mirror: Mirror) -> None:
+    settings = _settings(tmp_path, mirror)
+    results: list[binaries.Binaries] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(binaries.resolve(settings, progress=lambda _m: None)))
+        for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.source for r in results) == ["cache", "cache", "download"]
+    assert sum(p.endswith("/kube-apiserver") for p in mirror.requests) == 1
+
+
+def test_nothing_works_says_what_to_do(tmp_path: Path) -> None:
+    settings = BinariesSettings(
+        k8s_version=VERSION,
+        cache_root=tmp_path / "cache",
+        release_url="http://127.0.0.1:9/none",
+        etcd_release_url="http://127.0.0.1:9/none",
+        build=False,
+        download_timeout=2,
+    )
+    with pytest.raises(BinariesError) as info:
+        binaries.resolve(settings, progress=lambda _m: None)
+    message = str(info.value)
+    assert "--bin-dir" in message
+    assert "DRAC_BIN_DIR" in message
+    assert "Go" in message
+
+
+def test_bin_dir_is_used_as_is_and_checked(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in binaries.COMPONENTS[:-1]:
+        (bin_dir / name).write_bytes(_script(name))
+        (bin_dir / name).chmod(0o755)
+    settings = BinariesSettings(k8s_version=VERSION, bin_dir=bin_dir, cache_root=tmp_path / "cache")
+    with pytest.raises(BinariesError, match="kube-controller-manager"):
+        binaries.resolve(settings)
+    (bin_dir / "kube-controller-manager").write_bytes(b"#!/bin/sh\n")
+    (bin_dir / "kube-controller-manager").chmod(0o755)
+    found = binaries.resolve(settings)
+    assert (found.source, found.directory) == ("dir", bin_dir)
+
+
+def test_settings_from_env() -> None:
+    s = LocalSettings.from_env(
+        {
+            "XDG_CACHE_HOME": "/x/cache",
+            "DRAC_K8S_VERSION": "1.36",
+            "DRAC_BIN_DIR": "/opt/k8s",
+            "DRAC_NO_DOWNLOAD": "1",
+            "DRAC_NODES": "3",
+        }
+    )
+    assert s.binaries.cache_dir == Path("/x/cache/dra-conformance/k8s/1.36.3")
+    assert s.binaries.bin_dir == Path("/opt/k8s")
+    assert not s.binaries.download
+    assert s.binaries.build
+    assert s.nodes == 3
+    default = LocalSettings.from_env({})
+    assert default.k8s_version == "1.37.2"
+    assert default.binaries.cache_root.parts[-3:] == (".cache", "dra-conformance", "k8s")
