@@ -76,8 +76,7 @@ class ClaimRecord:
     name: str
     state: str = PREPARE_STARTED
     devices: list[PreparedDevice] = field(default_factory=list)
-    spec: dict[str, Any] | None = None
-    """The claim's CDI spec, to rewrite it after a reboot."""
+    """Everything needed to rebuild the claim's CDI spec after a reboot, and to undo it."""
 
     @property
     def ref(self) -> str:

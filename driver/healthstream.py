@@ -1,0 +1,156 @@
+"""The DRAResourceHealth services (``v1`` and ``v1alpha1``): device health streamed to the kubelet.
+
+Each message is the complete list of the driver's devices; a new one is sent whenever the
+health monitor reports a change. The monitor is reached through ``HealthSource``, so the
+stream can be tested without NVML.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Protocol
+
+from draproto import health_v1_pb2, health_v1alpha1_pb2
+
+__all__ = ["DeviceHealth", "HealthService", "HealthSource", "StaticHealth"]
+
+log = logging.getLogger(__name__)
+
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+UNKNOWN = "Unknown"
+
+
+@dataclass(frozen=True)
+class DeviceHealth:
+    """The health of one published device, as the stream reports it."""
+
+    status: str
+    """``Healthy``, ``Unhealthy`` or ``Unknown``."""
+    message: str = ""
+    updated: float = 0.0
+    """Unix time of the last change."""
+
+
+class HealthSource(Protocol):
+    """What the health stream needs from the health monitor."""
+
+    def snapshot(self) -> Mapping[str, DeviceHealth]:
+        """Health of every device by device name."""
+        ...
+
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` after every change; returns a function that unsubscribes."""
+        ...
+
+
+class StaticHealth:
+    """A ``HealthSource`` whose states are set by hand: tests, and the fallback without a monitor."""
+
+    def __init__(self, devices: Mapping[str, DeviceHealth] | None = None) -> None:
+        self._states = dict(devices or {})
+        self._callbacks: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    def set(self, device: str, status: str, message: str = "") -> None:
+        """Change one device's health and notify subscribers."""
+        with self._lock:
+            self._states[device] = DeviceHealth(status, message, time.time())
+            callbacks = list(self._callbacks)
+        for callback in callbacks:
+            callback()
+
+    def snapshot(self) -> Mapping[str, DeviceHealth]:
+        with self._lock:
+            return dict(self._states)
+
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        with self._lock:
+            self._callbacks.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._callbacks:
+                    self._callbacks.remove(callback)
+
+        return unsubscribe
+
+
+_STOP = object()
+
+
+class HealthService:
+    """One ``DRAResourceHealth`` servicer for a given protocol version (pb2 module)."""
+
+    def __init__(
+        self,
+        pb2: ModuleType,
+        source: HealthSource,
+        pool_name: str,
+        stopping: threading.Event,
+        *,
+        silent: bool = False,
+        timeout_seconds: int = 0,
+    ) -> None:
+        self._pb2 = pb2
+        self._source = source
+        self._pool = pool_name
+        self._stopping = stopping
+        self._silent = silent
+        self._timeout = timeout_seconds
+
+    def _message(self) -> Any:
+        pb2 = self._pb2
+        codes = {HEALTHY: pb2.HEALTHY, UNHEALTHY: pb2.UNHEALTHY}
+        devices = [
+            pb2.DeviceHealth(
+                device=pb2.DeviceIdentifier(pool_name=self._pool, device_name=name),
+                health=codes.get(state.status, pb2.UNKNOWN),
+                last_updated_time=int(state.updated or time.time()),
+                health_check_timeout_seconds=self._timeout,
+                message=state.message,
+            )
+            for name, state in sorted(self._source.snapshot().items())
+        ]
+        return pb2.NodeWatchResourcesResponse(devices=devices)
+
+    def NodeWatchResources(self, request: Any, context: Any) -> Iterator[Any]:
+        """Send the full device list now and after each change, until the client or server stops."""
+        events: queue.Queue[object] = queue.Queue()
+        context.add_callback(lambda: events.put(_STOP))
+        unsubscribe = self._source.subscribe(lambda: events.put(None))
+        log.info("health stream opened", extra={"version": self._pb2.__name__.rsplit(".", 1)[-1]})
+        try:
+            if not self._silent:
+                yield self._message()
+            while not self._stopping.is_set() and context.is_active():
+                try:
+                    item = events.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                if item is _STOP:
+                    break
+                while not events.empty():  # coalesce bursts into one message
+                    if events.get_nowait() is _STOP:
+                        return
+                if not self._silent:
+                    yield self._message()
+        finally:
+            unsubscribe()
+            log.info("health stream closed")
+
+
+def services(
+    source: HealthSource, pool_name: str, stopping: threading.Event, *, silent: bool = False
+) -> tuple[HealthService, HealthService]:
+    """The ``v1`` and ``v1alpha1`` servicers over one source."""
+    return (
+        HealthService(health_v1_pb2, source, pool_name, stopping, silent=silent),
+        HealthService(health_v1alpha1_pb2, source, pool_name, stopping, silent=silent),
+    )

@@ -1,0 +1,207 @@
+"""The kubelet plugin: registration and DRA services over unix sockets.
+
+Two gRPC servers, as the kubelet expects them:
+
+- ``<registry-dir>/<driver>-reg.sock``: ``pluginregistration.Registration`` (``GetInfo``,
+  ``NotifyRegistrationStatus``). The kubelet finds it by watching the directory.
+- ``<plugin-dir>/dra.sock``: ``DRAPlugin`` ``v1`` and ``v1beta1`` (same logic, ``v1beta1``
+  lacks ``share_id``), and, with health on, ``DRAResourceHealth`` ``v1`` and ``v1alpha1``.
+
+The DRA socket is up before the registration socket appears, so a kubelet that sees the
+plugin can call it at once. Stopping removes the registration socket first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent import futures
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import grpc
+
+import draproto
+from draproto import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+    health_v1_pb2_grpc,
+    health_v1alpha1_pb2_grpc,
+    registration_pb2,
+    registration_pb2_grpc,
+)
+from driver.checkpoint import PreparedDevice
+from driver.errors import PrepareError
+from driver.healthstream import HealthSource, services
+from driver.settings import Settings
+from driver.state import ClaimRef, DeviceState
+
+__all__ = ["PluginServer", "supported_versions"]
+
+log = logging.getLogger(__name__)
+
+WRONG_POOL_SUFFIX = "-wrong"
+
+
+def supported_versions(settings: Settings) -> list[str]:
+    """``PluginInfo.supported_versions``: DRA v1 first; health versions only with health on."""
+    versions = [draproto.DRA_V1, draproto.DRA_V1BETA1]
+    if settings.health.enabled:
+        versions += [draproto.HEALTH_V1, draproto.HEALTH_V1ALPHA1]
+    return versions
+
+
+class _Registration:
+    def __init__(self, settings: Settings, registered: threading.Event) -> None:
+        self._settings = settings
+        self._registered = registered
+
+    def GetInfo(self, request: Any, context: Any) -> Any:
+        return registration_pb2.PluginInfo(
+            type=draproto.DRA_PLUGIN_TYPE,
+            name=self._settings.driver_name,
+            endpoint=str(self._settings.dra_socket.absolute()),
+            supported_versions=supported_versions(self._settings),
+        )
+
+    def NotifyRegistrationStatus(self, request: Any, context: Any) -> Any:
+        if request.plugin_registered:
+            log.info("registered with the kubelet", extra={"driver": self._settings.driver_name})
+            self._registered.set()
+        else:
+            log.error("the kubelet refused the registration", extra={"error": request.error})
+            self._registered.clear()
+        return registration_pb2.RegistrationStatusResponse()
+
+
+class _DRAPlugin:
+    """One DRAPlugin servicer for a protocol version; the logic lives in ``DeviceState``."""
+
+    def __init__(self, pb2: ModuleType, state: DeviceState, settings: Settings) -> None:
+        self._pb2 = pb2
+        self._state = state
+        self._settings = settings
+        self._share_ids = pb2 is dra_v1_pb2
+
+    def _batch(self, claims: Sequence[Any]) -> list[Any]:
+        if self._settings.breaks("drop-claim-from-batch") and len(claims) >= 2:
+            return list(claims[:-1])
+        return list(claims)
+
+    def _device(self, device: PreparedDevice) -> Any:
+        pool = device.pool + (WRONG_POOL_SUFFIX if self._settings.breaks("wrong-pool-name") else "")
+        fields: dict[str, Any] = {
+            "request_names": device.request_names,
+            "pool_name": pool,
+            "device_name": device.device,
+            "cdi_device_ids": device.cdi_ids,
+        }
+        if self._share_ids and device.share_id:
+            fields["share_id"] = device.share_id
+        return self._pb2.Device(**fields)
+
+    def NodePrepareResources(self, request: Any, context: Any) -> Any:
+        pb2 = self._pb2
+        response = pb2.NodePrepareResourcesResponse()
+        for claim in self._batch(request.claims):
+            ref = ClaimRef(namespace=claim.namespace, uid=claim.uid, name=claim.name)
+            entry = response.claims[claim.uid]
+            try:
+                entry.devices.extend(self._device(d) for d in self._state.prepare(ref))
+            except PrepareError as e:
+                log.warning("prepare failed", extra={"claim": ref.uid, "error": str(e)})
+                entry.error = str(e)
+            except Exception as e:
+                log.exception("prepare failed unexpectedly", extra={"claim": ref.uid})
+                entry.error = f"claim {ref}: internal driver error: {e!r}"
+        return response
+
+    def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
+        pb2 = self._pb2
+        response = pb2.NodeUnprepareResourcesResponse()
+        for claim in self._batch(request.claims):
+            ref = ClaimRef(namespace=claim.namespace, uid=claim.uid, name=claim.name)
+            entry = response.claims[claim.uid]
+            try:
+                self._state.unprepare(ref)
+            except PrepareError as e:
+                log.warning("unprepare failed", extra={"claim": ref.uid, "error": str(e)})
+                entry.error = str(e)
+            except Exception as e:
+                log.exception("unprepare failed unexpectedly", extra={"claim": ref.uid})
+                entry.error = f"claim {ref}: internal driver error: {e!r}"
+        return response
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+class PluginServer:
+    """Both gRPC servers of the kubelet plugin; ``start()`` then ``stop()``."""
+
+    def __init__(
+        self, settings: Settings, state: DeviceState, health: HealthSource | None = None, *, workers: int = 16
+    ) -> None:
+        self.settings = settings
+        self.state = state
+        self.health = health
+        self.registered = threading.Event()
+        """Set once the kubelet confirmed the registration."""
+        self._stopping = threading.Event()
+        self._workers = workers
+        self._dra: grpc.Server | None = None
+        self._reg: grpc.Server | None = None
+
+    def _server(self, path: Path) -> grpc.Server:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _unlink(path)  # a stale socket of a previous run would make bind fail
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="grpc"))
+        server.add_insecure_port(f"unix://{path.absolute()}")
+        return server
+
+    def start(self) -> None:
+        """Serve the DRA socket, then the registration socket (readiness)."""
+        settings = self.settings
+        dra = self._server(settings.dra_socket)
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAPlugin(dra_v1_pb2, self.state, settings), dra)
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
+            _DRAPlugin(dra_v1beta1_pb2, self.state, settings), dra
+        )
+        if settings.health.enabled and self.health is not None:
+            v1, v1alpha1 = services(
+                self.health, settings.pool_name, self._stopping, silent=settings.breaks("no-health")
+            )
+            health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(v1, dra)
+            health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(v1alpha1, dra)
+        dra.start()
+        self._dra = dra
+        reg = self._server(settings.registration_socket)
+        registration_pb2_grpc.add_RegistrationServicer_to_server(
+            _Registration(settings, self.registered), reg
+        )
+        reg.start()
+        self._reg = reg
+        log.info(
+            "kubelet plugin serving",
+            extra={"registration": str(settings.registration_socket), "endpoint": str(settings.dra_socket)},
+        )
+
+    def stop(self, grace: float = 2.0) -> None:
+        """Stop both servers and remove their sockets; registration goes first."""
+        self._stopping.set()
+        if self._reg is not None:
+            self._reg.stop(grace).wait()
+            self._reg = None
+        _unlink(self.settings.registration_socket)
+        if self._dra is not None:
+            self._dra.stop(grace).wait()
+            self._dra = None
+        _unlink(self.settings.dra_socket)
+        log.info("kubelet plugin stopped")
