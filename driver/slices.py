@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from driver.devices import DeviceInfo, Inventory, Version
+from driver.health import Fault
 
 __all__ = [
     "MAX_COUNTER_SETS_PER_SLICE",
@@ -42,6 +43,7 @@ __all__ = [
     "build_slices",
     "device_body",
     "slice_name",
+    "taints_from_faults",
 ]
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,14 @@ class DeviceTaint:
             stamp = datetime.fromtimestamp(int(self.time_added), tz=UTC)
             out["timeAdded"] = stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
         return out
+
+
+def taints_from_faults(faults: Mapping[str, Fault], driver_name: str) -> dict[str, list[DeviceTaint]]:
+    """One taint per unhealthy device: key ``<driver>/unhealthy``, the reason as value, the fault's effect."""
+    return {
+        name: [DeviceTaint(f"{driver_name}/unhealthy", fault.reason, fault.severity, fault.since)]
+        for name, fault in faults.items()
+    }
 
 
 def _attribute(value: object) -> Body:

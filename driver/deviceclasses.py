@@ -1,0 +1,59 @@
+"""The driver's DeviceClasses, named the way NVIDIA names its own.
+
+For a driver name ``gpu.<domain>`` (default ``gpu.dra-conformance.io``) the classes are
+``gpu.<domain>`` (whole GPUs) and ``mig.<domain>`` (MIG devices, existing or
+partitionable); a driver name without a leading ``gpu.`` is the domain itself. Each
+class selects the driver's devices by their ``type`` attribute. The Helm chart makes the
+same classes (``templates/deviceclasses.yaml``); ``python -m driver device-classes``
+prints these.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+__all__ = ["DEVICE_TYPES", "class_domain", "class_name", "device_classes", "render"]
+
+DEVICE_TYPES = ("gpu", "mig")
+"""The values of the ``type`` attribute, one DeviceClass each."""
+
+
+def class_domain(driver_name: str) -> str:
+    """The domain the class names share: ``gpu.example.com`` -> ``example.com``."""
+    return driver_name.removeprefix("gpu.")
+
+
+def class_name(driver_name: str, device_type: str) -> str:
+    """The DeviceClass for one device type: ``mig`` of ``gpu.example.com`` -> ``mig.example.com``."""
+    return f"{device_type}.{class_domain(driver_name)}"
+
+
+def device_classes(driver_name: str) -> list[dict[str, Any]]:
+    """The DeviceClass objects (``resource.k8s.io/v1``) as dicts, GPU class first."""
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": class_name(driver_name, device_type)},
+            "spec": {
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": (
+                                f'device.driver == "{driver_name}" && '
+                                f'device.attributes["{driver_name}"].type == "{device_type}"'
+                            )
+                        }
+                    }
+                ]
+            },
+        }
+        for device_type in DEVICE_TYPES
+    ]
+
+
+def render(driver_name: str) -> str:
+    """The DeviceClasses as multi-document YAML, each document starting with ``---``."""
+    return yaml.safe_dump_all(device_classes(driver_name), explicit_start=True, sort_keys=False, width=1000)
