@@ -1,0 +1,559 @@
+"""Running the pods bound to the node, as the kubelet's pod workers and DRA manager do.
+
+``sync(uid)`` brings one pod one step closer to what it should be and returns
+when to look at it again (None: only on the next event or resync):
+
+- new pod: resolve its claims, wait until each is allocated and reserved for
+  it, prepare the unprepared ones (one call per driver, batched), resolve each
+  container's CDI devices into a ContainerView file, set the status Running;
+- running pod: finish it when its run time is up (Succeeded), refresh health;
+- finished pod: release its claims;
+- deleted pod (``deletionTimestamp``): stop, release its claims (unprepare the
+  ones no other pod on the node uses), remove its views, delete it for good.
+
+Failures keep the pod where it is, with a Warning event, and back off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+from clusters.local.agent import cdi, claims
+from clusters.local.agent.checkpoint import Checkpoint, ClaimInfo
+from clusters.local.agent.claims import ClaimRef
+from clusters.local.agent.errors import CDIError, ClaimNotReady, KubeError, PluginError, PrepareError
+from clusters.local.agent.health import HealthCache
+from clusters.local.agent.kube import Kube
+from clusters.local.agent.plugins import PluginManager
+from clusters.local.agent.prepare import prepare, unprepare
+from clusters.local.agent.settings import Settings
+from clusters.local.agent.status import PodRun, pod_ip, pod_status
+from clusters.local.agent.timeutil import parse, rfc3339
+from clusters.local.agent.workqueue import WorkQueue
+
+__all__ = ["FAILED_PREPARE", "RUN_SECONDS_ANNOTATION", "PodManager"]
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+RUN_SECONDS_ANNOTATION = "dra-conformance.io/run-seconds"
+FAILED_PREPARE = "FailedPrepareDynamicResources"
+FAILED_UNPREPARE = "FailedUnprepareDynamicResources"
+FAILED_CDI = "Failed"
+TERMINAL = ("Succeeded", "Failed")
+EVENT_REPEAT_SECONDS = 30.0
+
+
+def _key(pod: Obj) -> tuple[str, str, str]:
+    md = pod["metadata"]
+    return md["namespace"], md["name"], md["uid"]
+
+
+class PodManager:
+    """The state of the node's pods and the logic that moves them along."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        kube: Kube,
+        plugins: PluginManager,
+        checkpoint: Checkpoint,
+        health: HealthCache,
+    ) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.plugins = plugins
+        self.checkpoint = checkpoint
+        self.health = health
+        self.queue: WorkQueue[str] = WorkQueue()
+        self._lock = threading.RLock()
+        self._cache: dict[str, Obj] = {}
+        self._runs: dict[str, PodRun] = {}
+        self._prepared: set[str] = set()
+        self._failures: dict[str, int] = {}
+        self._unprepare_since: dict[str, float] = {}
+        self._claim_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._events: dict[tuple[str, str], tuple[str, float]] = {}
+        self.synced = False
+        """Set once the first pod list arrived; orphaned claims are only judged after that."""
+
+    # -- feeding the cache
+
+    def replace_all(self, pods: list[Obj]) -> None:
+        """A full list of the node's pods: replace the cache and enqueue everything."""
+        with self._lock:
+            old = set(self._cache)
+            self._cache = {p["metadata"]["uid"]: p for p in pods}
+            keys = old | set(self._cache) | set(self._runs)
+            self.synced = True
+        for uid in keys:
+            self.queue.add(uid)
+
+    def upsert(self, pod: Obj) -> None:
+        """A pod was added or changed."""
+        uid = pod["metadata"]["uid"]
+        with self._lock:
+            self._cache[uid] = pod
+        self.queue.add(uid)
+
+    def remove(self, pod: Obj) -> None:
+        """A pod is gone from the API server."""
+        uid = pod["metadata"]["uid"]
+        with self._lock:
+            self._cache.pop(uid, None)
+        self.queue.add(uid)
+
+    def enqueue_all(self) -> None:
+        """Look at every known pod again (resync)."""
+        with self._lock:
+            keys = set(self._cache) | set(self._runs)
+        for uid in keys:
+            self.queue.add(uid)
+
+    def on_health_change(self, driver: str) -> None:
+        """A driver's device health changed: refresh the status of pods using its devices."""
+        with self._lock:
+            runs = list(self._runs.values())
+        for run in runs:
+            for claim_uid in run.claims.values():
+                info = self.checkpoint.get(claim_uid)
+                if info is not None and driver in info.drivers:
+                    self.queue.add(run.uid)
+                    break
+
+    def pod(self, uid: str) -> Obj | None:
+        """The cached pod."""
+        with self._lock:
+            return self._cache.get(uid)
+
+    # -- the step
+
+    def sync(self, uid: str) -> float | None:
+        """One step for pod ``uid``; the delay until the next look, or None."""
+        pod = self.pod(uid)
+        if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            return self._teardown(uid, pod)
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in TERMINAL:
+            return self._release_terminal(uid)
+        run = self._runs.get(uid)
+        if run is None:
+            return self._start(pod)
+        return self._refresh(pod, run)
+
+    def _backoff(self, uid: str) -> float:
+        n = self._failures.get(uid, 0)
+        self._failures[uid] = n + 1
+        return float(min(self.settings.retry_initial_seconds * 2**n, self.settings.retry_max_seconds))
+
+    # -- starting
+
+    def _start(self, pod: Obj) -> float | None:
+        ns, name, uid = _key(pod)
+        fields = {"node": self.settings.node_name, "pod": f"{ns}/{name}", "pod_uid": uid}
+        try:
+            pod_claims = claims.pod_claims(pod)
+            by_pod_claim: dict[str, Obj] = {}
+            for pc in pod_claims:
+                claim = self.kube.get_claim(ns, pc.claim_name)
+                if claim is None:
+                    raise ClaimNotReady(f"ResourceClaim {ns}/{pc.claim_name} not found")
+                claims.check_claim(claim, pod)
+                by_pod_claim[pc.pod_claim_name] = claim
+            self._prepare_pod(pod, by_pod_claim)
+        except (ClaimNotReady, PluginError) as e:
+            delay = self._backoff(uid)
+            log.warning("pod not started", extra={**fields, "error": str(e), "retry_in": delay})
+            self._event(pod, FAILED_PREPARE, f"Failed to prepare dynamic resources: {e}")
+            return delay
+        try:
+            edits = self._container_edits(pod, by_pod_claim)
+        except CDIError as e:
+            delay = self._backoff(uid)
+            log.warning("CDI resolution failed", extra={**fields, "error": str(e), "retry_in": delay})
+            self._event(pod, FAILED_CDI, f"Error: CDI device injection failed: {e}")
+            return delay
+        for container, view in edits.items():
+            self._write_view(ns, name, container, view.to_json())
+        old_status = pod.get("status") or {}
+        start_time = parse(old_status.get("startTime")) or time.time()
+        started_at = start_time
+        for cs in old_status.get("containerStatuses") or []:
+            started_at = parse(((cs.get("state") or {}).get("running") or {}).get("startedAt")) or started_at
+        run = PodRun(
+            uid=uid,
+            namespace=ns,
+            name=name,
+            start_time=start_time,
+            started_at=started_at,
+            ip=pod_ip(uid),
+            run_seconds=self._run_seconds(pod),
+            claims={pc: c["metadata"]["uid"] for pc, c in by_pod_claim.items()},
+        )
+        with self._lock:
+            self._runs[uid] = run
+        self._failures.pop(uid, None)
+        log.info("pod running", extra={**fields, "claims": sorted(run.claims.values())})
+        return self._refresh(pod, run)
+
+    def _run_seconds(self, pod: Obj) -> float | None:
+        value = ((pod.get("metadata") or {}).get("annotations") or {}).get(RUN_SECONDS_ANNOTATION)
+        if value is None:
+            return None
+        try:
+            return max(float(value), 0.0)
+        except ValueError:
+            self._event(
+                pod, "InvalidAnnotation", f"{RUN_SECONDS_ANNOTATION}={value!r} is not a number of seconds"
+            )
+            return None
+
+    @contextlib.contextmanager
+    def _locked(self, claim_uids: list[str]) -> Iterator[None]:
+        with self._lock:
+            locks = [self._claim_locks[u] for u in sorted(set(claim_uids))]
+        with contextlib.ExitStack() as stack:
+            for lock in locks:
+                stack.enter_context(lock)
+            yield
+
+    def _prepare_pod(self, pod: Obj, by_pod_claim: dict[str, Obj]) -> None:
+        ns, _, pod_uid = _key(pod)
+        claim_objs = {c["metadata"]["uid"]: c for c in by_pod_claim.values()}
+        with self._locked(list(claim_objs)):
+            by_driver: dict[str, list[ClaimRef]] = defaultdict(list)
+            todo: list[str] = []
+            for cuid, claim in claim_objs.items():
+                drivers = claims.claim_drivers(claim)
+                info = self.checkpoint.get(cuid)
+                if cuid in self._prepared and info is not None:
+                    self.checkpoint.add_pod(cuid, pod_uid)
+                    continue
+                if info is None:
+                    # recorded before the call, so an unprepare is owed even if the answer is lost
+                    info = ClaimInfo(cuid, ns, claim["metadata"]["name"], drivers, [], {pod_uid})
+                    self.checkpoint.put(info)
+                else:
+                    self.checkpoint.add_pod(cuid, pod_uid)
+                todo.append(cuid)
+                ref = ClaimRef(ns, cuid, claim["metadata"]["name"])
+                for d in drivers:
+                    by_driver[d].append(ref)
+            devices: dict[str, list[Any]] = defaultdict(list)
+            failed: set[str] = set()
+            errors: list[str] = []
+            for driver, refs in sorted(by_driver.items()):
+                try:
+                    answer = prepare(self.plugins.client(driver), refs)
+                except PluginError as e:
+                    errors.append(str(e))
+                    failed.update(r.uid for r in refs)
+                    continue
+                for cuid, devs in answer.items():
+                    devices[cuid].extend(devs)
+            for cuid in todo:
+                if cuid in failed:
+                    continue
+                info = self.checkpoint.get(cuid)
+                assert info is not None
+                info.devices = devices.get(cuid, [])
+                self.checkpoint.put(info)
+                self._prepared.add(cuid)
+                log.info(
+                    "claim prepared",
+                    extra={"node": self.settings.node_name, "claim_uid": cuid, "drivers": info.drivers},
+                )
+            if errors:
+                raise PrepareError("; ".join(errors))
+
+    def _container_edits(self, pod: Obj, by_pod_claim: dict[str, Obj]) -> dict[str, cdi.ContainerEdits]:
+        spec = pod.get("spec") or {}
+        ids: dict[str, list[str]] = {
+            c["name"]: [] for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
+        }
+        for container, _init, pod_claim, request in claims.container_claim_refs(pod):
+            claim = by_pod_claim.get(pod_claim)
+            if claim is None:
+                continue
+            info = self.checkpoint.get(claim["metadata"]["uid"])
+            if info is None:
+                continue
+            for i in info.cdi_ids(request):
+                if i not in ids[container]:
+                    ids[container].append(i)
+        out = {}
+        for container, device_ids in ids.items():
+            try:
+                out[container] = cdi.resolve(device_ids, [self.settings.cdi_dir])
+            except CDIError as e:
+                raise CDIError(f"container {container}: {e}") from e
+        return out
+
+    # -- running
+
+    def _resources(self, pod: Obj, run: PodRun) -> dict[str, list[Obj]]:
+        out: dict[str, list[Obj]] = defaultdict(list)
+        now = time.time()
+        for container, _init, pod_claim, request in claims.container_claim_refs(pod):
+            cuid = run.claims.get(pod_claim)
+            info = self.checkpoint.get(cuid) if cuid else None
+            if info is None:
+                continue
+            name = f"claim:{pod_claim}" + (f"/{request}" if request else "")
+            resources = [
+                {
+                    "resourceID": f"{d.driver}/{d.pool}/{d.device}",
+                    "health": self.health.get(d.driver, d.pool, d.device, now),
+                }
+                for d in info.devices
+                if d.serves(request)
+            ]
+            if resources:
+                out[container].append({"name": name, "resources": resources})
+        return out
+
+    def _refresh(self, pod: Obj, run: PodRun) -> float | None:
+        next_look: float | None = None
+        if run.finished_at is None and run.run_seconds is not None:
+            left = run.started_at + run.run_seconds - time.time()
+            if left <= 0:
+                run.finished_at = time.time()
+                log.info(
+                    "pod finished",
+                    extra={"node": self.settings.node_name, "pod": f"{run.namespace}/{run.name}"},
+                )
+            else:
+                next_look = left
+        try:
+            self._write_status(pod, run)
+        except KubeError as e:
+            if e.status == 404:
+                return None
+            log.warning(
+                "pod status update failed", extra={"pod": f"{run.namespace}/{run.name}", "error": str(e)}
+            )
+            return self._backoff(run.uid)
+        if run.finished_at is not None:
+            return self._release_terminal(run.uid)
+        return next_look
+
+    def _write_status(self, pod: Obj, run: PodRun) -> None:
+        for _ in range(5):
+            status = pod_status(pod, run, self._resources(pod, run))
+            if status == run.last_status or status == pod.get("status"):
+                run.last_status = status
+                return
+            body = dict(pod)
+            body["status"] = status
+            try:
+                updated = self.kube.update_pod_status(body)
+            except KubeError as e:
+                if e.status != 409:
+                    raise
+                fresh = self.kube.get_pod(run.namespace, run.name)
+                if fresh is None or fresh["metadata"]["uid"] != run.uid:
+                    raise KubeError("pod is gone", 404) from e
+                pod = fresh
+                continue
+            run.last_status = status
+            with self._lock:
+                if run.uid in self._cache:
+                    self._cache[run.uid] = updated
+            return
+        raise KubeError(f"pod {run.namespace}/{run.name}: status kept conflicting", 409)
+
+    # -- releasing
+
+    def _pod_holds_claims(self, uid: str) -> bool:
+        with self._lock:
+            pod = self._cache.get(uid)
+        if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            return False
+        return (pod.get("status") or {}).get("phase") not in TERMINAL
+
+    def _release(self, pod_uid: str) -> None:
+        """Drop ``pod_uid`` from its claims and unprepare those no other pod uses; PrepareError on failure."""
+        mine = [info.uid for info in self.checkpoint.claims() if pod_uid in info.pods]
+        if not mine:
+            return
+        with self._locked(mine):
+            by_driver: dict[str, list[ClaimRef]] = defaultdict(list)
+            todo: list[str] = []
+            for cuid in mine:
+                info = self.checkpoint.get(cuid)
+                if info is None:
+                    continue
+                if any(p != pod_uid and self._pod_holds_claims(p) for p in info.pods):
+                    self.checkpoint.remove_pod(cuid, pod_uid)
+                    continue
+                todo.append(cuid)
+                for d in info.drivers:
+                    by_driver[d].append(ClaimRef(info.namespace, cuid, info.name))
+            failed, errors = self._unprepare(by_driver)
+            for cuid in todo:
+                if cuid not in failed:
+                    self.checkpoint.delete(cuid)
+                    self._prepared.discard(cuid)
+                    log.info("claim unprepared", extra={"node": self.settings.node_name, "claim_uid": cuid})
+            if errors:
+                raise PrepareError("; ".join(errors))
+
+    def _unprepare(self, by_driver: dict[str, list[ClaimRef]]) -> tuple[set[str], list[str]]:
+        failed: set[str] = set()
+        errors: list[str] = []
+        for driver, refs in sorted(by_driver.items()):
+            try:
+                unprepare(self.plugins.client(driver), refs)
+            except PluginError as e:
+                errors.append(str(e))
+                failed.update(r.uid for r in refs)
+        return failed, errors
+
+    def _release_terminal(self, uid: str) -> float | None:
+        try:
+            self._release(uid)
+        except PluginError as e:
+            log.warning(
+                "unprepare failed", extra={"node": self.settings.node_name, "pod_uid": uid, "error": str(e)}
+            )
+            return self._backoff(uid)
+        self._failures.pop(uid, None)
+        return None
+
+    def _teardown(self, uid: str, pod: Obj | None) -> float | None:
+        with self._lock:
+            run = self._runs.get(uid)
+        fields = {"node": self.settings.node_name, "pod_uid": uid}
+        try:
+            self._release(uid)
+        except PluginError as e:
+            since = self._unprepare_since.setdefault(uid, time.monotonic())
+            if time.monotonic() - since < self.settings.unprepare_give_up_seconds:
+                log.warning("unprepare failed; pod stays terminating", extra={**fields, "error": str(e)})
+                return self._backoff(uid)
+            log.error("unprepare keeps failing; removing the pod anyway", extra={**fields, "error": str(e)})
+            if pod is not None:
+                self._event(pod, FAILED_UNPREPARE, f"Failed to unprepare dynamic resources, giving up: {e}")
+            for info in self.checkpoint.claims():
+                self.checkpoint.remove_pod(info.uid, uid)  # the orphan sweep keeps trying
+        if pod is not None:
+            ns, name, _ = _key(pod)
+        elif run is not None:
+            ns, name = run.namespace, run.name
+        else:
+            ns = name = ""
+        if ns:
+            self._remove_views(ns, name)
+        if pod is not None:
+            try:
+                self.kube.delete_pod(ns, name, uid)
+                log.info("pod deleted", extra={**fields, "pod": f"{ns}/{name}"})
+            except KubeError as e:
+                log.warning("final pod delete failed", extra={**fields, "error": str(e)})
+                return self._backoff(uid)
+        with self._lock:
+            self._runs.pop(uid, None)
+            self._failures.pop(uid, None)
+            self._unprepare_since.pop(uid, None)
+            for key in [k for k in self._events if k[0] == uid]:
+                del self._events[key]
+        return None
+
+    def sweep_orphans(self) -> None:
+        """Unprepare checkpointed claims whose pods are all gone (e.g. deleted while the agent was down)."""
+        if not self.synced:
+            return
+        with self._lock:
+            live = {u for u in self._cache if self._pod_holds_claims(u)} | set(self._runs)
+        for info in self.checkpoint.claims():
+            if info.pods & live:
+                continue
+            with self._locked([info.uid]):
+                fresh = self.checkpoint.get(info.uid)
+                if fresh is None or fresh.pods & live:
+                    continue
+                if not all(self.plugins.registered(d) for d in fresh.drivers):
+                    continue
+                ref = ClaimRef(fresh.namespace, fresh.uid, fresh.name)
+                failed, errors = self._unprepare({d: [ref] for d in fresh.drivers})
+                if failed:
+                    log.warning(
+                        "orphan unprepare failed", extra={"claim_uid": fresh.uid, "error": "; ".join(errors)}
+                    )
+                    continue
+                self.checkpoint.delete(fresh.uid)
+                self._prepared.discard(fresh.uid)
+                log.info(
+                    "orphaned claim unprepared",
+                    extra={"node": self.settings.node_name, "claim_uid": fresh.uid},
+                )
+
+    # -- views and events
+
+    def _view_path(self, ns: str, pod: str, container: str) -> str:
+        return os.path.join(self.settings.containers_dir, f"{ns}_{pod}_{container}.json")
+
+    def _write_view(self, ns: str, pod: str, container: str, view: Obj) -> None:
+        path = self._view_path(ns, pod, container)
+        os.makedirs(self.settings.containers_dir, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.settings.containers_dir, prefix=".view.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(view, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+
+    def _remove_views(self, ns: str, pod: str) -> None:
+        prefix = f"{ns}_{pod}_"
+        try:
+            names = os.listdir(self.settings.containers_dir)
+        except FileNotFoundError:
+            return
+        for n in names:
+            if n.startswith(prefix) and n.endswith(".json"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.settings.containers_dir, n))
+
+    def _event(self, pod: Obj, reason: str, message: str, kind: str = "Warning") -> None:
+        ns, name, uid = _key(pod)
+        now = time.monotonic()
+        last = self._events.get((uid, reason))
+        if last is not None and last[0] == message and now - last[1] < EVENT_REPEAT_SECONDS:
+            return
+        self._events[(uid, reason)] = (message, now)
+        stamp = rfc3339()
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": ns},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": name,
+                "namespace": ns,
+                "uid": uid,
+                "resourceVersion": pod["metadata"].get("resourceVersion", ""),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": "kubelet", "host": self.settings.node_name},
+            "reportingComponent": "kubelet",
+            "reportingInstance": self.settings.node_name,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self.kube.create_event(ns, event)
+        except Exception as e:
+            log.warning(
+                "event not recorded", extra={"pod": f"{ns}/{name}", "reason": reason, "error": str(e)}
+            )
