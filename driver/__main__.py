@@ -1,0 +1,193 @@
+"""``python -m driver`` / ``dra-gpu-driver``: the reference DRA driver process.
+
+``dra-gpu-driver [flags]`` runs the driver until SIGTERM or SIGINT (see ``--help`` and
+``driver.settings``); ``dra-gpu-driver device-classes [--driver-name NAME]`` prints the
+DeviceClass manifests and exits. Logging handlers are configured here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from types import FrameType
+from typing import Any
+
+from driver.errors import DriverError, SettingsError
+from driver.settings import DEFAULT_DRIVER_NAME, Settings, from_args
+
+__all__ = ["main", "run"]
+
+log = logging.getLogger("driver")
+
+_RECORD_FIELDS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+def _extras(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in vars(record).items() if k not in _RECORD_FIELDS and not k.startswith("_")}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, msg and the record's structured fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+            **_extras(record),
+        }
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """``time level logger: msg key=value ...``."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extras = " ".join(f"{k}={v}" for k, v in _extras(record).items())
+        return f"{line} {extras}" if extras else line
+
+
+def configure_logging(log_format: str, level: int = logging.INFO) -> None:
+    """Send log lines to stderr in the chosen format."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def _api_client(settings: Settings) -> Any:
+    from kubernetes import client
+    from kubernetes import config as kube_config
+
+    config: Any = kube_config  # untyped module
+    if settings.kubeconfig is not None:
+        return config.new_client_from_config(config_file=str(settings.kubeconfig))
+    configuration = client.Configuration()
+    config.load_incluster_config(client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+def _taints(faults: Mapping[str, Any], driver_name: str) -> dict[str, list[Any]]:
+    """Device taints from the health monitor's faults: ``<driver>/unhealthy=<reason>:<effect>``."""
+    from driver.slices import DeviceTaint
+
+    return {
+        name: [
+            DeviceTaint(key=f"{driver_name}/unhealthy", value=f.reason, effect=f.severity, time_added=f.since)
+        ]
+        for name, f in faults.items()
+    }
+
+
+def run(settings: Settings, stop: threading.Event) -> int:
+    """Run the driver until ``stop`` is set; returns the exit code."""
+    from driver import devices
+    from driver.claims import ApiClaimSource
+    from driver.health import HealthMonitor
+    from driver.plugin import PluginServer
+    from driver.slices import KubeSliceStore, SlicePublisher
+    from driver.state import DeviceState
+
+    if settings.backend.kind == "fake":
+        import fakegpu
+
+        install: Any = fakegpu.__dict__["install"]  # fakegpu's public API (docs/interfaces.md)
+        install(
+            settings.backend.fake_profile,
+            state_dir=settings.backend.fake_state_dir,
+            node_name=settings.node_name,
+        )
+    inventory = devices.discover(settings.backend.device_kinds)
+    api = _api_client(settings)
+    state = DeviceState(settings, inventory, ApiClaimSource(api))
+    state.restore()
+    monitor = HealthMonitor.from_settings(inventory, settings)
+    publisher = SlicePublisher(
+        KubeSliceStore(api),
+        driver_name=settings.driver_name,
+        node_name=settings.node_name,
+        pool_name=settings.pool_name,
+        keep=settings.keep_slices,
+        breaks=settings.breaks,
+    )
+    publisher.update(inventory=inventory, taints=_taints(monitor.faults(), settings.driver_name))
+    monitor.subscribe(lambda: publisher.update(taints=_taints(monitor.faults(), settings.driver_name)))
+    server = PluginServer(settings, state, monitor if settings.health.enabled else None)
+    publisher.start()
+    monitor.start()
+    server.start()
+    log.info(
+        "driver running",
+        extra={"driver": settings.driver_name, "node": settings.node_name, "devices": len(inventory),
+               "backend": settings.backend.kind, "breaks": sorted(settings.break_rules)},
+    )  # fmt: skip
+    try:
+        stop.wait()
+    finally:
+        log.info("shutting down")
+        server.stop()
+        monitor.stop()
+        publisher.stop()
+    return 0
+
+
+def _device_classes(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="dra-gpu-driver device-classes", description="Print the driver's DeviceClass manifests (YAML)."
+    )
+    parser.add_argument(
+        "--driver-name",
+        default=os.environ.get("DRA_GPU_DRIVER_NAME") or DEFAULT_DRIVER_NAME,
+        help=f"DRA driver name (default {DEFAULT_DRIVER_NAME}; env DRA_GPU_DRIVER_NAME)",
+    )
+    args = parser.parse_args(argv)
+    from driver import deviceclasses
+
+    sys.stdout.write(deviceclasses.render(args.driver_name))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m driver`` and ``dra-gpu-driver``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["device-classes"]:
+        return _device_classes(args[1:])
+    try:
+        settings = from_args(args)
+    except SettingsError as e:
+        print(f"dra-gpu-driver: error: {e}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_format)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal received", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        return run(settings, stop)
+    except DriverError as e:
+        log.error("driver failed: %s", e)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
