@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -280,6 +282,21 @@ def test_device_classes_select_the_driver_devices_by_type(driver_name: str, doma
         ]
         for kind in ("gpu", "mig")
     }
+
+
+@pytest.mark.parametrize("driver_name", [DRIVER, "accel.example.com"])
+def test_device_classes_equal_what_the_driver_program_prints(driver_name: str) -> None:
+    printed = subprocess.run(
+        [sys.executable, "-m", "driver", "device-classes", "--driver-name", driver_name],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    ).stdout
+    from_chart = of_kind(render({"driverName": driver_name}), "DeviceClass")
+    for obj in from_chart:
+        del obj["metadata"]["labels"]  # the chart's release labels; the rest must be equal
+    assert from_chart == list(yaml.safe_load_all(printed))
 
 
 def test_admission_policy_keeps_the_driver_to_its_own_node() -> None:
