@@ -120,6 +120,8 @@ class DeviceState:
         )
         self.store = CheckpointStore(settings.checkpoint_path)
         self._checkpoint = self.store.load()
+        self._rebooted = self._checkpoint.boot_id != self.boot_id
+        self._checkpoint.boot_id = self.boot_id  # every save from now on is of this boot
         self._lock = threading.Lock()
         self._claim_locks: dict[str, threading.Lock] = {}
         self._claim_locks_guard = threading.Lock()
@@ -135,9 +137,9 @@ class DeviceState:
         """Start-up recovery: undo partial prepares; after a reboot, rebuild completed claims."""
         with self._lock:
             records = list(self._checkpoint.claims.values())
-            rebooted = self._checkpoint.boot_id != self.boot_id
+            rebooted = self._rebooted
         for record in records:
-            ctx = {"claim": record.uid, "namespace": record.namespace, "name": record.name}
+            ctx = {"claim": record.uid, "namespace": record.namespace, "claim_name": record.name}
             if record.state != PREPARE_COMPLETED:
                 log.warning("cleaning up a prepare that did not complete", extra=ctx)
                 try:
@@ -161,7 +163,7 @@ class DeviceState:
             log.info("removing a CDI spec no claim owns", extra={"claim": uid})
             self.specs.remove(uid)
         with self._lock:
-            self._checkpoint.boot_id = self.boot_id
+            self._rebooted = False
             self.store.save(self._checkpoint)
 
     def prepare(self, ref: ClaimRef) -> list[PreparedDevice]:
@@ -209,7 +211,7 @@ class DeviceState:
                 extra={
                     "claim": ref.uid,
                     "namespace": ref.namespace,
-                    "name": ref.name,
+                    "claim_name": ref.name,
                     "devices": [d.device for d in record.devices],
                 },
             )
@@ -231,7 +233,8 @@ class DeviceState:
                 raise PrepareError(f"claim {ref}: {e}") from e
             self._forget(ref.uid)
             log.info(
-                "claim unprepared", extra={"claim": ref.uid, "namespace": ref.namespace, "name": ref.name}
+                "claim unprepared",
+                extra={"claim": ref.uid, "namespace": ref.namespace, "claim_name": ref.name},
             )
 
     # --- steps --------------------------------------------------------------------------------

@@ -1,0 +1,269 @@
+"""Prepare and unprepare logic: configs, sharing, partitions, checkpoint, restart recovery."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from drvkit import DRIVER, Node, make_claim, opaque, result
+
+from driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, CheckpointStore, ClaimRecord, PreparedDevice
+from driver.errors import ClaimError, DeviceConflict, PrepareError
+from driver.state import ClaimRef
+
+
+def ref(claim: dict) -> ClaimRef:
+    meta = claim["metadata"]
+    return ClaimRef(namespace=meta["namespace"], uid=meta["uid"], name=meta["name"])
+
+
+def spec_of(node: Node, claim: dict) -> dict:
+    return json.loads(
+        (node.settings.kubelet.cdi_dir / f"{DRIVER}-{claim['metadata']['uid']}.json").read_text()
+    )
+
+
+def env_of(node: Node, claim: dict, index: int = 0) -> dict[str, str]:
+    entries = spec_of(node, claim)["devices"][index]["containerEdits"]["env"]
+    return dict(e.split("=", 1) for e in entries)
+
+
+TS_LONG = {
+    "apiVersion": "gpu.dra-conformance.io/v1",
+    "kind": "GpuConfig",
+    "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
+}
+MPS = {
+    "apiVersion": "gpu.dra-conformance.io/v1",
+    "kind": "GpuConfig",
+    "sharing": {
+        "strategy": "MPS",
+        "mpsConfig": {"defaultActiveThreadPercentage": 40, "defaultPinnedDeviceMemoryLimit": "1Gi"},
+    },
+}
+
+
+def test_prepare_writes_env_mount_and_device_info(node: Node) -> None:
+    state = node.state()
+    claim = node.put(make_claim("c", [result("gpu", "gpu-2")]))
+    (device,) = state.prepare(ref(claim))
+    uid = claim["metadata"]["uid"]
+    env = env_of(node, claim)
+    assert env["GPU_DEVICE_GPU_2"] == node.inventory["gpu-2"].uuid
+    assert "GPU_SHARING_STRATEGY" not in env
+    edits = spec_of(node, claim)["devices"][0]["containerEdits"]
+    assert "deviceNodes" not in edits  # fake backend: no device nodes that do not exist
+    (mount,) = edits["mounts"]
+    assert mount["containerPath"] == "/var/run/dra-gpu/gpu-2.json"
+    info = json.loads(Path(mount["hostPath"]).read_text())
+    assert info["claim"]["uid"] == uid and info["uuid"] == node.inventory["gpu-2"].uuid
+    assert device.cdi_ids == [f"k8s.{DRIVER}/gpu={uid}-gpu-2"]
+
+
+def test_claim_config_wins_over_class_config(node: Node) -> None:
+    state = node.state()
+    configs = [opaque(MPS, source="FromClass"), opaque(TS_LONG, source="FromClaim")]
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")], list(reversed(configs))))
+    state.prepare(ref(claim))
+    env = env_of(node, claim)
+    assert env["GPU_SHARING_STRATEGY"] == "TimeSlicing"
+    assert env["GPU_TIMESLICE_INTERVAL"] == "Long"
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in env
+
+
+def test_mps_config_shows_in_env(node: Node) -> None:
+    state = node.state()
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")], [opaque(MPS)]))
+    state.prepare(ref(claim))
+    env = env_of(node, claim)
+    assert env["GPU_SHARING_STRATEGY"] == "MPS"
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].endswith("=1024M")
+
+
+def test_config_for_one_request_only(node: Node) -> None:
+    state = node.state()
+    claim = node.put(
+        make_claim("c", [result("a", "gpu-0"), result("b/sub1", "gpu-1")], [opaque(TS_LONG, requests=["b"])])
+    )
+    state.prepare(ref(claim))
+    assert "GPU_SHARING_STRATEGY" not in env_of(node, claim, 0)
+    assert env_of(node, claim, 1)["GPU_SHARING_STRATEGY"] == "TimeSlicing"
+
+
+def test_invalid_config_is_a_per_claim_error_naming_the_field(node: Node) -> None:
+    state = node.state()
+    bad = {**TS_LONG, "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Forever"}}}
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")], [opaque(bad)]))
+    with pytest.raises(PrepareError) as err:
+        state.prepare(ref(claim))
+    assert "sharing.timeSlicingConfig.interval" in str(err.value)
+    assert "default/c" in str(err.value)
+    assert state.prepared() == {}
+    assert not list(node.settings.kubelet.cdi_dir.glob("*.json"))
+
+
+def test_gpu_config_on_a_partition_is_refused(node: Node) -> None:
+    state = node.state()
+    claim = node.put(make_claim("c", [result("mig", "gpu-4-part-3g71gb-0")], [opaque(TS_LONG)]))
+    with pytest.raises(PrepareError, match="MigDeviceConfig"):
+        state.prepare(ref(claim))
+
+
+def test_device_held_by_another_claim_is_refused_unless_both_share(node: Node) -> None:
+    state = node.state()
+    a = node.put(make_claim("a", [result("gpu", "gpu-0")]))
+    b = node.put(make_claim("b", [result("gpu", "gpu-0")]))
+    state.prepare(ref(a))
+    with pytest.raises(DeviceConflict, match="gpu-0"):
+        state.prepare(ref(b))
+    state.unprepare(ref(a))
+    shared_a = node.put(make_claim("sa", [result("gpu", "gpu-1")], [opaque(TS_LONG)]))
+    shared_b = node.put(make_claim("sb", [result("gpu", "gpu-1")], [opaque(TS_LONG)]))
+    state.prepare(ref(shared_a))
+    state.prepare(ref(shared_b))
+
+
+def test_consumable_capacity_shares_prepare_side_by_side(node: Node) -> None:
+    state = node.state()
+    a = node.put(make_claim("a", [result("gpu", "gpu-0", shareID="11111111-0000-0000-0000-000000000000")]))
+    b = node.put(make_claim("b", [result("gpu", "gpu-0", shareID="22222222-0000-0000-0000-000000000000")]))
+    (da,) = state.prepare(ref(a))
+    (db,) = state.prepare(ref(b))
+    assert da.share_id != db.share_id
+    assert da.cdi_ids != db.cdi_ids
+
+
+def test_claim_errors(node: Node) -> None:
+    state = node.state()
+    claim = make_claim("c", [result("gpu", "gpu-0")])
+    with pytest.raises(ClaimError, match="not found"):
+        state.prepare(ref(claim))
+    node.put({**claim, "metadata": {**claim["metadata"], "uid": "other"}})
+    with pytest.raises(ClaimError, match="re-created"):
+        state.prepare(ref(claim))
+    node.put({**claim, "status": {}})
+    with pytest.raises(ClaimError, match="not allocated"):
+        state.prepare(ref(claim))
+    node.put(
+        make_claim("c", [{**result("gpu", "gpu-0"), "driver": "other.io"}], uid=claim["metadata"]["uid"])
+    )
+    with pytest.raises(ClaimError, match="no device of driver"):
+        state.prepare(ref(claim))
+
+
+def test_other_drivers_results_are_left_alone(node: Node) -> None:
+    state = node.state()
+    other = {"request": "nic", "driver": "nic.example.com", "pool": "x", "device": "eth0"}
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0"), other]))
+    devices = state.prepare(ref(claim))
+    assert [d.device for d in devices] == ["gpu-0"]
+
+
+def test_partition_is_created_on_prepare_and_destroyed_on_unprepare(node: Node) -> None:
+    state = node.state()
+    claim = node.put(make_claim("c", [result("mig", "gpu-4-part-3g71gb-4")]))
+    (device,) = state.prepare(ref(claim))
+    mig_uuid = node.partitioner.live["gpu-4-part-3g71gb-4"]
+    assert device.uuid == mig_uuid
+    assert env_of(node, claim)["GPU_DEVICE_GPU_4_PART_3G71GB_4"] == mig_uuid
+    state.unprepare(ref(claim))
+    assert node.partitioner.live == {}
+
+
+def test_partition_failure_undoes_and_reports(node: Node) -> None:
+    state = node.state()
+    node.partitioner.fail = "overlaps an existing GPU instance"
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0"), result("mig", "gpu-4-part-3g71gb-0")]))
+    with pytest.raises(PrepareError) as err:
+        state.prepare(ref(claim))
+    assert "gpu-4-part-3g71gb-0" in str(err.value) and "overlaps" in str(err.value)
+    assert state.prepared() == {}
+    assert not list(node.settings.kubelet.cdi_dir.glob("*.json"))
+    node.partitioner.fail = None
+    state.prepare(ref(claim))  # the kubelet's retry succeeds
+
+
+def test_checkpoint_records_completed_claims(node: Node) -> None:
+    state = node.state()
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
+    state.prepare(ref(claim))
+    saved = CheckpointStore(node.settings.checkpoint_path).load()
+    record = saved.claims[claim["metadata"]["uid"]]
+    assert record.state == PREPARE_COMPLETED
+    assert saved.boot_id == node.boot_id
+    assert record.devices[0].device == "gpu-0"
+
+
+def test_restart_answers_prepare_from_the_checkpoint(node: Node) -> None:
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
+    first = node.state().prepare(ref(claim))
+    node.claims.delete("default", "c")  # the API is not asked again
+    restarted = node.state()
+    restarted.restore()
+    assert restarted.prepare(ref(claim)) == first
+    restarted.unprepare(ref(claim))
+    assert restarted.prepared() == {}
+
+
+def test_restart_cleans_up_a_partial_prepare(node: Node) -> None:
+    uid = "1d2e3f40-0000-0000-0000-000000000000"
+    store = CheckpointStore(node.settings.checkpoint_path)
+    from driver.checkpoint import Checkpoint
+
+    partial = ClaimRecord(
+        uid=uid, namespace="default", name="c", state=PREPARE_STARTED,
+        devices=[PreparedDevice(request_names=["m"], pool="node-a", device="gpu-4-part-3g71gb-0", cdi_ids=[],
+                                kind="partition")],
+    )  # fmt: skip
+    store.save(Checkpoint(boot_id=node.boot_id, claims={uid: partial}))
+    node.partitioner.live["gpu-4-part-3g71gb-0"] = "MIG-left-over"
+    stray = node.settings.kubelet.cdi_dir / f"{DRIVER}-{uid}.json"
+    stray.parent.mkdir(parents=True)
+    stray.write_text("{}")
+    orphan = node.settings.kubelet.cdi_dir / f"{DRIVER}-orphan.json"
+    orphan.write_text("{}")
+    state = node.state()
+    state.restore()
+    assert state.prepared() == {}
+    assert node.partitioner.live == {}
+    assert not stray.exists() and not orphan.exists()
+    assert store.load().claims == {}
+
+
+def test_reboot_rewrites_lost_cdi_specs(node: Node) -> None:
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0"), result("m", "gpu-4-part-3g71gb-0")]))
+    node.state().prepare(ref(claim))
+    before = spec_of(node, claim)
+    # a reboot: the tmpfs CDI dir is empty and MIG partitions are gone
+    for path in node.settings.kubelet.cdi_dir.iterdir():
+        path.unlink()
+    node.partitioner.live.clear()
+    node.boot_id = "boot-2"
+    state = node.state()
+    state.restore()
+    after = spec_of(node, claim)
+    assert [d["name"] for d in after["devices"]] == [d["name"] for d in before["devices"]]
+    assert "gpu-4-part-3g71gb-0" in node.partitioner.live
+    assert CheckpointStore(node.settings.checkpoint_path).load().boot_id == "boot-2"
+
+
+def test_prepare_rewrites_a_spec_deleted_behind_its_back(node: Node) -> None:
+    state = node.state()
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
+    state.prepare(ref(claim))
+    path = node.settings.kubelet.cdi_dir / f"{DRIVER}-{claim['metadata']['uid']}.json"
+    path.unlink()
+    state.prepare(ref(claim))
+    assert path.exists()
+
+
+def test_nvml_backend_adds_device_nodes(node: Node) -> None:
+    node.settings = replace(node.settings, backend=replace(node.settings.backend, kind="nvml"))
+    state = node.state()
+    claim = node.put(make_claim("c", [result("gpu", "gpu-3")]))
+    state.prepare(ref(claim))
+    nodes = [n["path"] for n in spec_of(node, claim)["devices"][0]["containerEdits"]["deviceNodes"]]
+    assert nodes == ["/dev/nvidia3"]
