@@ -1,0 +1,36 @@
+"""Errors raised by fakegpu's Python API (never by the fake NVML symbols, which return codes).
+
+Hierarchy::
+
+    FakeGpuError                 root: catch this to catch everything below
+    ├── ProfileError             a profile is unknown, malformed or describes an impossible layout
+    ├── StateError               a state directory is unreadable or holds a different machine
+    ├── UnknownGpuError          a GPU index or UUID names no GPU of the machine
+    └── MigError                 a MIG request the machine refuses (carries the NVML return code)
+"""
+
+from __future__ import annotations
+
+
+class FakeGpuError(Exception):
+    """Root of every error fakegpu raises."""
+
+
+class ProfileError(FakeGpuError):
+    """A machine profile is unknown, malformed, or describes an impossible MIG layout."""
+
+
+class StateError(FakeGpuError):
+    """A state directory cannot be used: unreadable, corrupt, or holding another machine."""
+
+
+class UnknownGpuError(FakeGpuError, LookupError):
+    """A GPU reference (index or UUID) names no GPU of the machine."""
+
+
+class MigError(FakeGpuError):
+    """A MIG operation was refused; ``code`` is the NVML return code the fake library answers."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code

@@ -1,0 +1,108 @@
+"""Plugging a fake machine into the real ``pynvml`` module, and taking it out again."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ._lib import FakeNvmlLibrary
+from ._machine import FakeMachine
+from ._profiles import Profile
+
+log = logging.getLogger(__name__)
+
+ENV_PROFILE = "FAKEGPU_PROFILE"
+ENV_STATE_DIR = "FAKEGPU_STATE_DIR"
+ENV_NODE_NAME = "FAKEGPU_NODE_NAME"
+DEFAULT_PROFILE = "dgx-h100"
+
+
+class _Slot:
+    """What is installed now, and what pynvml had before."""
+
+    active: FakeNvmlLibrary | None = None
+    saved: Any = None
+
+
+_lock = threading.Lock()
+_slot = _Slot()
+
+
+def _pynvml() -> Any:
+    import pynvml
+
+    return pynvml
+
+
+def install(
+    machine: str | Path | Profile | FakeMachine | None = None,
+    *,
+    state_dir: str | Path | None = None,
+    node_name: str | None = None,
+) -> FakeMachine:
+    """Make the real ``pynvml`` module see a fake machine; returns the machine.
+
+    ``machine`` is a profile name (``"dgx-h100"``), a path to a profile YAML, a loaded
+    :class:`Profile` or a :class:`FakeMachine`. With ``machine`` None the profile comes from
+    ``FAKEGPU_PROFILE`` (default ``dgx-h100``); with ``state_dir``/``node_name`` None they come
+    from ``FAKEGPU_STATE_DIR``/``FAKEGPU_NODE_NAME``. A state directory that already holds a
+    machine is attached to, never reset. Installing again replaces the previous fake.
+    Callers still call ``pynvml.nvmlInit()`` as on real hardware.
+    """
+    if machine is None:
+        machine = os.environ.get(ENV_PROFILE) or DEFAULT_PROFILE
+    if state_dir is None:
+        state_dir = os.environ.get(ENV_STATE_DIR) or None
+    if node_name is None:
+        node_name = os.environ.get(ENV_NODE_NAME) or None
+    if not isinstance(machine, FakeMachine):
+        machine = FakeMachine(machine, state_dir=state_dir, node_name=node_name)
+    pynvml = _pynvml()
+    lib = FakeNvmlLibrary(machine)
+    with _lock, pynvml.libLoadLock:
+        if _slot.active is None:
+            _slot.saved = pynvml.nvmlLib
+        pynvml.nvmlLib = lib
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        _slot.active = lib
+    log.debug("fakegpu installed: profile %s, state dir %s", machine.profile_name, machine.state_dir)
+    return machine
+
+
+def uninstall() -> None:
+    """Give ``pynvml`` back the library it had before :func:`install` (a no-op when not installed)."""
+    pynvml = _pynvml()
+    with _lock, pynvml.libLoadLock:
+        if _slot.active is None:
+            return
+        pynvml.nvmlLib = _slot.saved
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        pynvml._nvmlLib_refcount = 0
+        _slot.active = None
+        _slot.saved = None
+
+
+def current() -> FakeMachine | None:
+    """The installed machine, or None."""
+    lib = _slot.active
+    return lib.machine if lib is not None else None
+
+
+@contextlib.contextmanager
+def installed(
+    machine: str | Path | Profile | FakeMachine | None = None,
+    *,
+    state_dir: str | Path | None = None,
+    node_name: str | None = None,
+) -> Iterator[FakeMachine]:
+    """Context-manager form of :func:`install`: ``with fakegpu.installed("l4x4") as m: ...``."""
+    m = install(machine, state_dir=state_dir, node_name=node_name)
+    try:
+        yield m
+    finally:
+        uninstall()

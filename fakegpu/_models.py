@@ -1,0 +1,304 @@
+"""GPU models the fake knows: identity facts, sizes and, for MIG-capable models, the MIG tables.
+
+The numbers are the ones real drivers report (DESIGN.md, "Model facts" and the MIG tables):
+memory totals are the driver's figures, not the marketing sizes; MIG memory sizes are what
+``nvidia-smi mig -lgip`` prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIB = 1 << 20
+
+ARCH_TURING = 6
+ARCH_AMPERE = 7
+ARCH_ADA = 8
+ARCH_HOPPER = 9
+
+BRAND_TESLA = 2
+BRAND_NVIDIA = 14
+
+
+@dataclass(frozen=True)
+class GiProfile:
+    """One GPU-instance profile of a MIG-capable model."""
+
+    index: int
+    """The NVML_GPU_INSTANCE_PROFILE_* constant callers pass to GetGpuInstanceProfileInfo."""
+    id: int
+    """The driver profile id: what info.id returns and what creation and placements take."""
+    name: str
+    """Short name as nvidia-smi prints it, e.g. ``3g.40gb`` or ``1g.10gb+me``."""
+    slices: int
+    """Compute slices (of 7)."""
+    memory_slices: int
+    """Memory slices (of 8): the placement size."""
+    starts: tuple[int, ...]
+    """Possible placement starts, in memory slices."""
+    instance_count: int
+    """How many instances of this profile fit on an empty GPU."""
+    memory_mib: int
+    multiprocessors: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpegs: int
+    ofas: int
+
+
+@dataclass(frozen=True)
+class Model:
+    """Static facts about one GPU model."""
+
+    key: str
+    """The name profiles use, e.g. ``h100-80gb``."""
+    name: str
+    """What nvmlDeviceGetName answers."""
+    memory_total: int
+    """Bytes, as nvmlDeviceGetMemoryInfo answers ``total``."""
+    compute_capability: tuple[int, int]
+    architecture: int
+    pci_device_id: int
+    pci_subsystem_id: int
+    brand: int
+    multiprocessors: int
+    power_limit_mw: int
+    idle_power_mw: int
+    idle_temperature_c: int
+    reserved_mib: int
+    """Memory the driver reserves on an idle GPU (``used`` in the v1 memory struct)."""
+    board_part_number: str
+    vbios: str
+    gi_profiles: tuple[GiProfile, ...] = ()
+    """MIG GPU-instance profiles; empty when the model has no MIG."""
+    identity_only: bool = False
+    """Integrated GPUs (Jetson): only identity queries answer, everything else NOT_SUPPORTED."""
+
+    @property
+    def mig_capable(self) -> bool:
+        """Whether the model supports MIG at all."""
+        return bool(self.gi_profiles)
+
+    @property
+    def short_memory(self) -> int:
+        """Memory size rounded to GB, as in MIG names."""
+        return round(self.memory_total / 10**9)
+
+
+# (index const, driver id, slices, memory slices, starts, instance count)
+_MIG_SHAPES = (
+    (0, 19, 1, 1, (0, 1, 2, 3, 4, 5, 6), 7),
+    (7, 20, 1, 1, (0, 1, 2, 3, 4, 5, 6), 1),
+    (9, 15, 1, 2, (0, 2, 4, 6), 4),
+    (1, 14, 2, 2, (0, 2, 4), 3),
+    (2, 9, 3, 4, (0, 4), 2),
+    (3, 5, 4, 4, (0,), 1),
+    (4, 0, 7, 8, (0,), 1),
+)
+
+# per driver id: (name, memory MiB, SMs, copy engines, decoders, encoders, jpegs, ofas)
+_MigRow = tuple[str, int, int, int, int, int, int, int]
+
+
+def _mig_table(rows: dict[int, _MigRow]) -> tuple[GiProfile, ...]:
+    out = []
+    for index, pid, slices, mem_slices, starts, count in _MIG_SHAPES:
+        name, mib, sms, ce, dec, enc, jpg, ofa = rows[pid]
+        out.append(
+            GiProfile(index, pid, name, slices, mem_slices, starts, count, mib, sms, ce, dec, enc, jpg, ofa)
+        )
+    return tuple(out)
+
+
+_A100_40 = _mig_table(
+    {
+        19: ("1g.5gb", 4864, 14, 1, 0, 0, 0, 0),
+        20: ("1g.5gb+me", 4864, 14, 1, 1, 0, 1, 1),
+        15: ("1g.10gb", 9856, 14, 1, 1, 0, 0, 0),
+        14: ("2g.10gb", 9856, 28, 2, 1, 0, 0, 0),
+        9: ("3g.20gb", 19968, 42, 3, 2, 0, 0, 0),
+        5: ("4g.20gb", 19968, 56, 4, 2, 0, 0, 0),
+        0: ("7g.40gb", 40192, 98, 7, 5, 0, 1, 1),
+    }
+)
+_A100_80 = _mig_table(
+    {
+        19: ("1g.10gb", 9856, 14, 1, 0, 0, 0, 0),
+        20: ("1g.10gb+me", 9856, 14, 1, 1, 0, 1, 1),
+        15: ("1g.20gb", 19968, 14, 1, 1, 0, 0, 0),
+        14: ("2g.20gb", 19968, 28, 2, 1, 0, 0, 0),
+        9: ("3g.40gb", 40192, 42, 3, 2, 0, 0, 0),
+        5: ("4g.40gb", 40192, 56, 4, 2, 0, 0, 0),
+        0: ("7g.80gb", 80896, 98, 7, 5, 0, 1, 1),
+    }
+)
+_H100_80 = _mig_table(
+    {
+        19: ("1g.10gb", 9984, 16, 1, 1, 0, 1, 0),
+        20: ("1g.10gb+me", 9984, 16, 1, 1, 0, 1, 1),
+        15: ("1g.20gb", 20096, 26, 1, 1, 0, 1, 0),
+        14: ("2g.20gb", 20096, 32, 2, 2, 0, 2, 0),
+        9: ("3g.40gb", 40448, 60, 3, 3, 0, 3, 0),
+        5: ("4g.40gb", 40448, 64, 4, 4, 0, 4, 0),
+        0: ("7g.80gb", 81152, 132, 8, 7, 0, 7, 1),
+    }
+)
+_H200 = _mig_table(
+    {
+        19: ("1g.18gb", 16384, 16, 1, 1, 0, 1, 0),
+        20: ("1g.18gb+me", 16384, 16, 1, 1, 0, 1, 1),
+        15: ("1g.35gb", 33024, 26, 1, 1, 0, 1, 0),
+        14: ("2g.35gb", 33024, 32, 2, 2, 0, 2, 0),
+        9: ("3g.71gb", 71168, 60, 3, 3, 0, 3, 0),
+        5: ("4g.71gb", 71168, 64, 4, 4, 0, 4, 0),
+        0: ("7g.141gb", 143360, 132, 8, 7, 0, 7, 1),
+    }
+)
+
+MODELS: dict[str, Model] = {
+    m.key: m
+    for m in (
+        Model(
+            key="h200",
+            name="NVIDIA H200",
+            memory_total=150754820096,
+            compute_capability=(9, 0),
+            architecture=ARCH_HOPPER,
+            pci_device_id=0x233510DE,
+            pci_subsystem_id=0x18A210DE,
+            brand=BRAND_NVIDIA,
+            multiprocessors=132,
+            power_limit_mw=700000,
+            idle_power_mw=76000,
+            idle_temperature_c=31,
+            reserved_mib=574,
+            board_part_number="692-2G530-0210-000",
+            vbios="96.00.A5.00.01",
+            gi_profiles=_H200,
+        ),
+        Model(
+            key="h100-80gb",
+            name="NVIDIA H100 80GB HBM3",
+            memory_total=85520809984,
+            compute_capability=(9, 0),
+            architecture=ARCH_HOPPER,
+            pci_device_id=0x233010DE,
+            pci_subsystem_id=0x16C110DE,
+            brand=BRAND_NVIDIA,
+            multiprocessors=132,
+            power_limit_mw=700000,
+            idle_power_mw=71000,
+            idle_temperature_c=30,
+            reserved_mib=532,
+            board_part_number="692-2G520-0200-000",
+            vbios="96.00.99.00.01",
+            gi_profiles=_H100_80,
+        ),
+        Model(
+            key="a100-80gb",
+            name="NVIDIA A100-SXM4-80GB",
+            memory_total=85899345920,
+            compute_capability=(8, 0),
+            architecture=ARCH_AMPERE,
+            pci_device_id=0x20B210DE,
+            pci_subsystem_id=0x147F10DE,
+            brand=BRAND_NVIDIA,
+            multiprocessors=108,
+            power_limit_mw=400000,
+            idle_power_mw=62000,
+            idle_temperature_c=29,
+            reserved_mib=618,
+            board_part_number="692-2G506-0210-002",
+            vbios="92.00.45.00.06",
+            gi_profiles=_A100_80,
+        ),
+        Model(
+            key="a100-40gb",
+            name="NVIDIA A100-SXM4-40GB",
+            memory_total=42949672960,
+            compute_capability=(8, 0),
+            architecture=ARCH_AMPERE,
+            pci_device_id=0x20B010DE,
+            pci_subsystem_id=0x134F10DE,
+            brand=BRAND_NVIDIA,
+            multiprocessors=108,
+            power_limit_mw=400000,
+            idle_power_mw=55000,
+            idle_temperature_c=28,
+            reserved_mib=421,
+            board_part_number="692-2G506-0200-003",
+            vbios="92.00.19.00.10",
+            gi_profiles=_A100_40,
+        ),
+        Model(
+            key="l4",
+            name="NVIDIA L4",
+            memory_total=24152899584,
+            compute_capability=(8, 9),
+            architecture=ARCH_ADA,
+            pci_device_id=0x27B810DE,
+            pci_subsystem_id=0x16CA10DE,
+            brand=BRAND_NVIDIA,
+            multiprocessors=58,
+            power_limit_mw=72000,
+            idle_power_mw=16000,
+            idle_temperature_c=36,
+            reserved_mib=453,
+            board_part_number="900-2G193-0000-001",
+            vbios="95.04.29.00.06",
+        ),
+        Model(
+            key="t4",
+            name="Tesla T4",
+            memory_total=16106127360,
+            compute_capability=(7, 5),
+            architecture=ARCH_TURING,
+            pci_device_id=0x1EB810DE,
+            pci_subsystem_id=0x12A210DE,
+            brand=BRAND_TESLA,
+            multiprocessors=40,
+            power_limit_mw=70000,
+            idle_power_mw=9000,
+            idle_temperature_c=34,
+            reserved_mib=257,
+            board_part_number="900-2G183-0000-001",
+            vbios="90.04.96.00.02",
+        ),
+        Model(
+            key="jetson-orin",
+            name="Orin (nvgpu)",
+            memory_total=0,
+            compute_capability=(8, 7),
+            architecture=ARCH_AMPERE,
+            pci_device_id=0,
+            pci_subsystem_id=0,
+            brand=BRAND_NVIDIA,
+            multiprocessors=16,
+            power_limit_mw=0,
+            idle_power_mw=0,
+            idle_temperature_c=0,
+            reserved_mib=0,
+            board_part_number="",
+            vbios="",
+            identity_only=True,
+        ),
+    )
+}
+"""Every known model by profile key."""
+
+
+def gi_profile_by_id(model: Model, profile_id: int) -> GiProfile | None:
+    """The GPU-instance profile with driver id ``profile_id``, or None."""
+    for p in model.gi_profiles:
+        if p.id == profile_id:
+            return p
+    return None
+
+
+def gi_profile_by_name(model: Model, name: str) -> GiProfile | None:
+    """The GPU-instance profile called ``name`` (``3g.40gb``), or None."""
+    for p in model.gi_profiles:
+        if p.name == name:
+            return p
+    return None

@@ -1,0 +1,349 @@
+"""Fake NVML symbols: library init, system queries and per-device queries."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from . import _codes as c
+from . import _mig
+from ._ctypes import Status, handle_out, num, put, put_str, target, text_in
+from ._profiles import mig_uuid
+from ._symbase import MIB, Resolved, SymbolBase
+
+_BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.([0-7]))?$")
+
+MIG_USED_MIB = 13
+"""What an idle MIG device reports as used memory."""
+
+
+def _mig_name(r: Resolved) -> str:
+    p = r.gi_profile
+    assert r.ci is not None
+    if r.ci.size == p.slices:
+        return f"{r.model.name} MIG {p.name}"
+    return f"{r.model.name} MIG {r.ci.size}c.{p.name}"
+
+
+class DeviceSymbols(SymbolBase):
+    """nvmlInit/Shutdown, nvmlSystem*, nvmlDeviceGet* for identity, memory, PCI, health values."""
+
+    initialized = 0
+
+    # -- library -----------------------------------------------------------------------------
+
+    def nvmlInitWithFlags(self, flags: Any = 0) -> int:
+        self.initialized += 1
+        return c.SUCCESS
+
+    def nvmlInit_v2(self) -> int:
+        return self.nvmlInitWithFlags(0)
+
+    def nvmlInit(self) -> int:
+        return self.nvmlInitWithFlags(0)
+
+    def nvmlShutdown(self) -> int:
+        if self.initialized <= 0:
+            return c.ERROR_UNINITIALIZED
+        self.initialized -= 1
+        return c.SUCCESS
+
+    def nvmlErrorString(self, result: Any) -> bytes:
+        code = num(result)
+        return c.ERROR_STRINGS.get(code, f"Unknown Error (code {code})").encode()
+
+    # -- system ------------------------------------------------------------------------------
+
+    def nvmlSystemGetDriverVersion(self, buf: Any, length: Any) -> int:
+        put_str(buf, length, self.store.read().driver_version)
+        return c.SUCCESS
+
+    def nvmlSystemGetNVMLVersion(self, buf: Any, length: Any) -> int:
+        cuda = self.store.read().cuda_driver_version
+        put_str(buf, length, f"{cuda // 1000}.{self.store.read().driver_version}")
+        return c.SUCCESS
+
+    def nvmlSystemGetCudaDriverVersion(self, out: Any) -> int:
+        put(out, self.store.read().cuda_driver_version)
+        return c.SUCCESS
+
+    nvmlSystemGetCudaDriverVersion_v2 = nvmlSystemGetCudaDriverVersion
+
+    # -- enumeration -------------------------------------------------------------------------
+
+    def nvmlDeviceGetCount_v2(self, out: Any) -> int:
+        put(out, len(self.store.read().gpus))
+        return c.SUCCESS
+
+    nvmlDeviceGetCount = nvmlDeviceGetCount_v2
+
+    def nvmlDeviceGetHandleByIndex_v2(self, index: Any, out: Any) -> int:
+        state = self.store.read()
+        i = num(index)
+        if not 0 <= i < len(state.gpus):
+            return c.ERROR_INVALID_ARGUMENT
+        g = self._gpu_at(state, i)
+        handle_out(out, self.device_handle(g))
+        return c.SUCCESS
+
+    nvmlDeviceGetHandleByIndex = nvmlDeviceGetHandleByIndex_v2
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: Any, out: Any) -> int:
+        wanted = text_in(uuid)
+        state = self.store.read()
+        for g in state.gpus:
+            if g.uuid == wanted:
+                if g.lost:
+                    return c.ERROR_GPU_IS_LOST
+                handle_out(out, self.device_handle(g))
+                return c.SUCCESS
+            if wanted.startswith("MIG-"):
+                for gi, ci in _mig.mig_devices(g):
+                    if mig_uuid(g.uuid, gi.id, ci.id, ci.serial) == wanted:
+                        if g.lost:
+                            return c.ERROR_GPU_IS_LOST
+                        handle_out(out, self.mig_handle(g, gi, ci))
+                        return c.SUCCESS
+        return c.ERROR_NOT_FOUND
+
+    def nvmlDeviceGetHandleByPciBusId_v2(self, bus_id: Any, out: Any) -> int:
+        m = _BUS_ID.match(text_in(bus_id).strip())
+        if not m:
+            return c.ERROR_INVALID_ARGUMENT
+        domain, bus, dev = int(m.group(1) or "0", 16), int(m.group(2), 16), int(m.group(3), 16)
+        for g in self.store.read().gpus:
+            if (g.pci_domain, g.pci_bus, 0) == (domain, bus, dev) and not g.model.startswith("jetson"):
+                if g.lost:
+                    return c.ERROR_GPU_IS_LOST
+                handle_out(out, self.device_handle(g))
+                return c.SUCCESS
+        return c.ERROR_NOT_FOUND
+
+    nvmlDeviceGetHandleByPciBusId = nvmlDeviceGetHandleByPciBusId_v2
+
+    # -- identity ----------------------------------------------------------------------------
+
+    def nvmlDeviceGetName(self, handle: Any, buf: Any, length: Any) -> int:
+        r = self.dev(handle)
+        put_str(buf, length, _mig_name(r) if r.is_mig else r.model.name)
+        return c.SUCCESS
+
+    def nvmlDeviceGetUUID(self, handle: Any, buf: Any, length: Any) -> int:
+        r = self.dev(handle)
+        if r.is_mig:
+            assert r.gi is not None and r.ci is not None
+            text = mig_uuid(r.gpu.uuid, r.gi.id, r.ci.id, r.ci.serial)
+        else:
+            text = r.gpu.uuid
+        put_str(buf, length, text)
+        return c.SUCCESS
+
+    def nvmlDeviceGetIndex(self, handle: Any, out: Any) -> int:
+        put(out, self.dev(handle).gpu.index)
+        return c.SUCCESS
+
+    def nvmlDeviceGetMinorNumber(self, handle: Any, out: Any) -> int:
+        put(out, self.full(handle).gpu.minor)
+        return c.SUCCESS
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Any, major: Any, minor: Any) -> int:
+        r = self.dev(handle)
+        put(major, r.model.compute_capability[0])
+        put(minor, r.model.compute_capability[1])
+        return c.SUCCESS
+
+    def nvmlDeviceGetArchitecture(self, handle: Any, out: Any) -> int:
+        put(out, self.dev(handle).model.architecture)
+        return c.SUCCESS
+
+    def nvmlDeviceGetBrand(self, handle: Any, out: Any) -> int:
+        put(out, self.full(handle).model.brand)
+        return c.SUCCESS
+
+    def nvmlDeviceGetSerial(self, handle: Any, buf: Any, length: Any) -> int:
+        put_str(buf, length, self.full(handle).gpu.serial_number)
+        return c.SUCCESS
+
+    def nvmlDeviceGetBoardPartNumber(self, handle: Any, buf: Any, length: Any) -> int:
+        put_str(buf, length, self.full(handle).model.board_part_number)
+        return c.SUCCESS
+
+    def nvmlDeviceGetVbiosVersion(self, handle: Any, buf: Any, length: Any) -> int:
+        put_str(buf, length, self.full(handle).model.vbios)
+        return c.SUCCESS
+
+    def nvmlDeviceGetPciInfo_v3(self, handle: Any, out: Any) -> int:
+        g = self.full(handle).gpu
+        info = target(out)
+        info.busIdLegacy = f"{g.pci_domain:04X}:{g.pci_bus:02X}:00.0".encode()
+        info.busId = f"{g.pci_domain:08X}:{g.pci_bus:02X}:00.0".encode()
+        info.domain = g.pci_domain
+        info.bus = g.pci_bus
+        info.device = 0
+        model = self.full(handle).model
+        info.pciDeviceId = model.pci_device_id
+        info.pciSubSystemId = model.pci_subsystem_id
+        return c.SUCCESS
+
+    nvmlDeviceGetPciInfo_v2 = nvmlDeviceGetPciInfo_v3
+
+    def nvmlDeviceGetAttributes_v2(self, handle: Any, out: Any) -> int:
+        r = self.full(handle)
+        a = target(out)
+        if r.is_mig:
+            p = r.gi_profile
+            assert r.ci is not None
+            share = r.ci.size == p.slices
+            a.multiprocessorCount = (
+                p.multiprocessors if share else r.ci.size * r.model.gi_profiles[0].multiprocessors
+            )
+            a.sharedCopyEngineCount = p.copy_engines
+            a.sharedDecoderCount = p.decoders
+            a.sharedEncoderCount = p.encoders
+            a.sharedJpegCount = p.jpegs
+            a.sharedOfaCount = p.ofas
+            a.gpuInstanceSliceCount = p.slices
+            a.computeInstanceSliceCount = r.ci.size
+            a.memorySizeMB = p.memory_mib
+        else:
+            full = r.model.gi_profiles[-1] if r.model.mig_capable else None
+            a.multiprocessorCount = r.model.multiprocessors
+            a.sharedCopyEngineCount = full.copy_engines if full else 2
+            a.sharedDecoderCount = full.decoders if full else 2
+            a.sharedEncoderCount = full.encoders if full else 1
+            a.sharedJpegCount = full.jpegs if full else 1
+            a.sharedOfaCount = full.ofas if full else 1
+            a.gpuInstanceSliceCount = _mig.COMPUTE_SLICES if full else 0
+            a.computeInstanceSliceCount = _mig.COMPUTE_SLICES if full else 0
+            a.memorySizeMB = r.model.memory_total // MIB
+        return c.SUCCESS
+
+    nvmlDeviceGetAttributes = nvmlDeviceGetAttributes_v2
+
+    # -- memory ------------------------------------------------------------------------------
+
+    def _memory(self, r: Resolved) -> tuple[int, int, int]:
+        """(total, reserved, used-by-processes) in bytes."""
+        if r.is_mig:
+            return r.gi_profile.memory_mib * MIB, 0, MIG_USED_MIB * MIB
+        return r.model.memory_total, r.model.reserved_mib * MIB, 0
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, out: Any) -> int:
+        total, reserved, used = self._memory(self.full(handle))
+        m = target(out)
+        m.total = total
+        m.used = reserved + used
+        m.free = total - reserved - used
+        return c.SUCCESS
+
+    def nvmlDeviceGetMemoryInfo_v2(self, handle: Any, out: Any) -> int:
+        total, reserved, used = self._memory(self.full(handle))
+        m = target(out)
+        m.total = total
+        m.reserved = reserved
+        m.used = used
+        m.free = total - reserved - used
+        return c.SUCCESS
+
+    def nvmlDeviceGetBAR1MemoryInfo(self, handle: Any, out: Any) -> int:
+        r = self.full(handle)
+        total = r.model.memory_total if r.model.memory_total > 32 << 30 else 256 * MIB
+        m = target(out)
+        m.bar1Total, m.bar1Used, m.bar1Free = total, 2 * MIB, total - 2 * MIB
+        return c.SUCCESS
+
+    # -- health values -----------------------------------------------------------------------
+
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: Any, out: Any) -> int:
+        r = self.physical(handle)
+        if num(sensor) != 0:
+            return c.ERROR_INVALID_ARGUMENT
+        put(out, r.model.idle_temperature_c + r.gpu.index % 4)
+        return c.SUCCESS
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Any, out: Any) -> int:
+        r = self.physical(handle)
+        if r.gpu.mig_current:
+            return c.ERROR_NOT_SUPPORTED  # not available per GPU while MIG is on
+        u = target(out)
+        u.gpu = 0
+        u.memory = 0
+        return c.SUCCESS
+
+    def nvmlDeviceGetPowerUsage(self, handle: Any, out: Any) -> int:
+        r = self.physical(handle)
+        put(out, r.model.idle_power_mw + 1000 * (r.gpu.index % 3))
+        return c.SUCCESS
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: Any, out: Any) -> int:
+        put(out, self.physical(handle).model.power_limit_mw)
+        return c.SUCCESS
+
+    nvmlDeviceGetEnforcedPowerLimit = nvmlDeviceGetPowerManagementLimit
+    nvmlDeviceGetPowerManagementDefaultLimit = nvmlDeviceGetPowerManagementLimit
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any, out: Any) -> int:
+        r = self.physical(handle)
+        put(out, 1_000_000 * (100 + r.gpu.index))
+        return c.SUCCESS
+
+    def nvmlDeviceGetPersistenceMode(self, handle: Any, out: Any) -> int:
+        self.physical(handle)
+        put(out, 1)
+        return c.SUCCESS
+
+    def nvmlDeviceGetComputeMode(self, handle: Any, out: Any) -> int:
+        self.full(handle)
+        put(out, 0)  # DEFAULT
+        return c.SUCCESS
+
+    def nvmlDeviceGetPerformanceState(self, handle: Any, out: Any) -> int:
+        self.physical(handle)
+        put(out, 0)
+        return c.SUCCESS
+
+    def nvmlDeviceGetClockInfo(self, handle: Any, clock: Any, out: Any) -> int:
+        self.physical(handle)
+        put(out, {0: 345, 1: 345, 2: 2619, 3: 765}.get(num(clock), 0))
+        return c.SUCCESS
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock: Any, out: Any) -> int:
+        self.physical(handle)
+        put(out, {0: 1980, 1: 1980, 2: 2619, 3: 1545}.get(num(clock), 0))
+        return c.SUCCESS
+
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any, count: Any, infos: Any) -> int:
+        self.full(handle)
+        put(count, 0)
+        return c.SUCCESS
+
+    nvmlDeviceGetGraphicsRunningProcesses_v3 = nvmlDeviceGetComputeRunningProcesses_v3
+    nvmlDeviceGetMPSComputeRunningProcesses_v3 = nvmlDeviceGetComputeRunningProcesses_v3
+
+    # -- ECC ---------------------------------------------------------------------------------
+
+    def nvmlDeviceGetEccMode(self, handle: Any, current: Any, pending: Any) -> int:
+        self.physical(handle)
+        put(current, 1)
+        put(pending, 1)
+        return c.SUCCESS
+
+    def _ecc(self, handle: Any, error_type: Any, counter_type: Any) -> int:
+        g = self.physical(handle).gpu
+        et, ct = num(error_type), num(counter_type)
+        if et not in (0, 1) or ct not in (0, 1):
+            raise Status(c.ERROR_INVALID_ARGUMENT)
+        if ct == 0:
+            return g.ecc_volatile_corrected if et == 0 else g.ecc_volatile_uncorrected
+        return g.ecc_aggregate_corrected if et == 0 else g.ecc_aggregate_uncorrected
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: Any, counter_type: Any, out: Any) -> int:
+        put(out, self._ecc(handle, error_type, counter_type))
+        return c.SUCCESS
+
+    def nvmlDeviceGetMemoryErrorCounter(
+        self, handle: Any, error_type: Any, counter_type: Any, location: Any, out: Any
+    ) -> int:
+        n = self._ecc(handle, error_type, counter_type)
+        put(out, n if num(location) == 2 else 0)  # all injected errors are device memory (DRAM)
+        return c.SUCCESS
