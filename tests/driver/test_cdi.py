@@ -1,0 +1,109 @@
+"""CDI specs: the rules a spec must pass, and the specs the driver writes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from driver.cdi import CDIDevice, SpecStore, env_key, minimum_version, validate
+from driver.errors import CDIError
+
+
+def good() -> dict[str, Any]:
+    return {
+        "cdiVersion": "0.6.0",
+        "kind": "k8s.gpu.example.com/gpu",
+        "devices": [{"name": "0abc-gpu-0", "containerEdits": {"env": ["A=1"]}}],
+    }
+
+
+def _dev(edits: dict[str, Any]) -> dict[str, Any]:
+    return {"devices": [{"name": "a", "containerEdits": edits}]}
+
+
+@pytest.fixture
+def cdi_dir() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="drv"))
+    yield root / "cdi"
+    shutil.rmtree(root)
+
+
+def test_a_good_spec_passes() -> None:
+    validate(good())
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"cdiVersion": "0.9.0"}, "cdiVersion"),
+        ({"cdiVersion": "0.4.0"}, "below 0.5.0"),
+        ({"kind": "gpu"}, "vendor/class"),
+        ({"kind": "1vendor/gpu"}, "vendor/class"),
+        ({"kind": "vendor/gpu-"}, "vendor/class"),
+        ({"devices": []}, "at least one device"),
+        ({"devices": [{"name": "-x", "containerEdits": {"env": ["A=1"]}}]}, "name '-x'"),
+        ({"devices": [{"name": "a/b", "containerEdits": {"env": ["A=1"]}}]}, "name 'a/b'"),
+        ({"devices": [{"name": "a", "containerEdits": {"env": ["A=1"]}}] * 2}, "not unique"),
+        (_dev({}), "must not be empty"),
+        (_dev({"env": ["NOEQUALS"]}), "KEY=VALUE"),
+        (_dev({"deviceNodes": [{"type": "c"}]}), "path is required"),
+        (_dev({"deviceNodes": [{"path": "/d", "type": "x"}]}), "type"),
+        (_dev({"deviceNodes": [{"path": "/d", "permissions": "rx"}]}),
+         "permissions"),
+        (_dev({"mounts": [{"hostPath": "/x"}]}), "containerPath"),
+        (_dev({"hooks": [{"hookName": "boot", "path": "/x"}]}),
+         "hookName"),
+        (_dev({"hooks": [{"hookName": "prestart", "path": "x"}]}),
+         "absolute"),
+    ],
+)  # fmt: skip
+def test_rule_breaks_are_reported(change: dict[str, Any], problem: str) -> None:
+    spec = {**good(), **change}
+    with pytest.raises(CDIError, match="invalid CDI spec") as err:
+        validate(spec)
+    assert problem in str(err.value)
+
+
+def test_minimum_versions_follow_features() -> None:
+    base = {"kind": "v/c", "devices": [{"name": "a", "containerEdits": {"env": ["A=1"]}}]}
+    assert minimum_version(base) == "0.3.0"
+    assert minimum_version({**base, "kind": "v/c.d"}) == "0.6.0"
+    assert minimum_version({**base, "devices": [{"name": "1a"}]}) == "0.5.0"
+    assert minimum_version({**base, "containerEdits": {"additionalGids": [5]}}) == "0.7.0"
+    assert (
+        minimum_version({**base, "containerEdits": {"netDevices": [{"hostInterfaceName": "x"}]}}) == "1.1.0"
+    )
+
+
+def test_store_writes_valid_unique_specs_and_removes_them(cdi_dir: Path) -> None:
+    store = SpecStore(cdi_dir, "gpu.example.com")
+    uid = "9f3e0000-0000-0000-0000-000000000000"
+    spec = store.build(uid, [CDIDevice("gpu-0", "GPU-A", {"X": "1"}), CDIDevice("gpu-1", "GPU-B")])
+    path = store.write(uid, spec)
+    assert path.name.endswith(".json")
+    on_disk = json.loads(path.read_text())
+    validate(on_disk)
+    assert [d["name"] for d in on_disk["devices"]] == [f"{uid}-gpu-0", f"{uid}-gpu-1"]
+    assert "GPU_DEVICE_GPU_0=GPU-A" in on_disk["devices"][0]["containerEdits"]["env"]
+    assert store.cdi_id(uid, "gpu-0") == f"k8s.gpu.example.com/gpu={uid}-gpu-0"
+    assert store.claim_uids() == {uid}
+    store.remove(uid)
+    store.remove(uid)
+    assert not path.exists() and store.claim_uids() == set()
+    assert not list(cdi_dir.iterdir())  # no temp files left behind
+
+
+def test_broken_store_writes_an_invalid_spec(cdi_dir: Path) -> None:
+    spec = SpecStore(cdi_dir, "gpu.example.com", broken=True).build("u1", [CDIDevice("gpu-0", "GPU-A")])
+    with pytest.raises(CDIError, match="KEY=VALUE"):
+        validate(spec)
+
+
+def test_env_key() -> None:
+    assert env_key("gpu-0-part-3g.71gb-4") == "GPU_DEVICE_GPU_0_PART_3G_71GB_4"

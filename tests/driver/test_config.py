@@ -1,0 +1,146 @@
+"""The opaque config API: decoding, normalization, validation messages, selection."""
+
+from __future__ import annotations
+
+import pytest
+
+from driver.config import (
+    API_VERSION,
+    ConfigEntry,
+    DeviceConfig,
+    Sharing,
+    entries_from_allocation,
+    parse,
+    parse_quantity,
+    select,
+)
+from driver.errors import ConfigError
+
+
+def gpu_config(**fields: object) -> dict[str, object]:
+    return {"apiVersion": API_VERSION, "kind": "GpuConfig", **fields}
+
+
+def test_time_slicing_defaults_to_the_default_interval() -> None:
+    config = parse(gpu_config(sharing={"strategy": "TimeSlicing"}))
+    assert config.sharing == Sharing(strategy="TimeSlicing", interval="Default")
+    assert config.env("GPU-1") == {"GPU_SHARING_STRATEGY": "TimeSlicing", "GPU_TIMESLICE_INTERVAL": "Default"}
+    assert config.shareable
+
+
+def test_no_sharing_means_exclusive_and_no_env() -> None:
+    config = parse(gpu_config())
+    assert config == DeviceConfig(kind="GpuConfig")
+    assert config.env("GPU-1") == {}
+    assert not config.shareable
+
+
+def test_mps_env_and_round_trip() -> None:
+    raw = gpu_config(
+        sharing={
+            "strategy": "MPS",
+            "mpsConfig": {"defaultActiveThreadPercentage": 25, "defaultPinnedDeviceMemoryLimit": "512Mi"},
+        }
+    )
+    config = parse(raw)
+    assert config.env("GPU-X") == {
+        "GPU_SHARING_STRATEGY": "MPS",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "GPU-X=512M",
+    }
+    assert parse(config.to_dict()) == config
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"apiVersion": "v1", "kind": "GpuConfig"}, "apiVersion"),
+        ({"apiVersion": API_VERSION, "kind": "TpuConfig"}, "kind"),
+        (gpu_config(extra=1), "extra"),
+        (gpu_config(sharing={"strategy": "Spatial"}), "sharing.strategy"),
+        (gpu_config(sharing={"strategy": "TimeSlicing", "bogus": 1}), "sharing.bogus"),
+        (gpu_config(sharing={"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Eternal"}}),
+         "sharing.timeSlicingConfig.interval"),
+        (gpu_config(sharing={"strategy": "TimeSlicing", "timeSlicingConfig": {"intervall": "Long"}}),
+         "sharing.timeSlicingConfig.intervall"),
+        (gpu_config(sharing={"strategy": "TimeSlicing", "mpsConfig": {}}), "sharing.mpsConfig"),
+        (gpu_config(sharing={"strategy": "MPS", "timeSlicingConfig": {}}), "sharing.timeSlicingConfig"),
+        (gpu_config(sharing={"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 0}}),
+         "sharing.mpsConfig.defaultActiveThreadPercentage"),
+        (gpu_config(sharing={"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": "50"}}),
+         "sharing.mpsConfig.defaultActiveThreadPercentage"),
+        (gpu_config(sharing={"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "lots"}}),
+         "sharing.mpsConfig.defaultPinnedDeviceMemoryLimit"),
+        ({"apiVersion": API_VERSION, "kind": "MigDeviceConfig",
+          "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}},
+         "sharing.timeSlicingConfig"),
+        (gpu_config(sharing="TimeSlicing"), "sharing"),
+    ],
+)  # fmt: skip
+def test_bad_configs_name_the_field(raw: dict[str, object], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse(raw)
+    assert err.value.field == field
+    assert field in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("1Gi", 2**30), ("512M", 512 * 10**6), ("1e3", 1000), (2048, 2048), ("1.5Ki", 1536)],
+)
+def test_quantities(text: object, value: int) -> None:
+    assert parse_quantity(text, "f") == value
+
+
+@pytest.mark.parametrize("text", ["-1Gi", "0", "1Gb", "", True, 1.5])
+def test_bad_quantities(text: object) -> None:
+    with pytest.raises(ConfigError):
+        parse_quantity(text, "f")
+
+
+def _entry(source: str, requests: tuple[str, ...], interval: str, index: int) -> dict[str, object]:
+    return {
+        "source": source,
+        "requests": list(requests),
+        "opaque": {
+            "driver": "d",
+            "parameters": gpu_config(
+                sharing={"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": interval}}
+            ),
+        },
+    }
+
+
+def test_class_before_claim_and_later_wins() -> None:
+    entries = entries_from_allocation(
+        [
+            _entry("FromClaim", (), "Short", 0),
+            _entry("FromClass", (), "Long", 1),
+            _entry("FromClaim", ("gpu",), "Medium", 2),
+            {"source": "FromClaim", "opaque": {"driver": "someone-else", "parameters": {"x": 1}}},
+        ],
+        "d",
+    )
+    assert [e.source for e in entries] == ["FromClass", "FromClaim", "FromClaim"]
+    chosen = select(entries, "gpu/sub0", "gpu")
+    assert chosen is not None and chosen.sharing is not None and chosen.sharing.interval == "Medium"
+    other = select(entries, "other", "gpu")
+    assert other is not None and other.sharing is not None and other.sharing.interval == "Short"
+
+
+def test_invalid_entry_names_its_position() -> None:
+    with pytest.raises(ConfigError, match="#1 \\(FromClaim\\)"):
+        entries_from_allocation(
+            [
+                _entry("FromClass", (), "Long", 0),
+                {"source": "FromClaim", "opaque": {"driver": "d", "parameters": {}}},
+            ],
+            "d",
+        )
+
+
+def test_wrong_kind_for_device() -> None:
+    entries = [ConfigEntry("FromClaim", (), parse(gpu_config()), 0)]
+    with pytest.raises(ConfigError, match="MigDeviceConfig"):
+        select(entries, "r", "mig")
+    assert select([], "r", "mig") is None
