@@ -83,7 +83,22 @@ def test_bad_values(argv: list[str], env: dict[str, str], message: str) -> None:
 
 def test_help_explains_every_flag_and_its_env_var() -> None:
     text = build_parser().format_help()
-    flags = ["--driver-name", "--node-name", "--kubeconfig", "--registry-dir", "--plugin-dir", "--cdi-dir", "--backend", "--fake-profile", "--fake-state-dir", "--device-kinds", "--health", "--log-format", "--keep-slices", "--testing-break-rule"]
+    flags = [
+        "--driver-name",
+        "--node-name",
+        "--kubeconfig",
+        "--registry-dir",
+        "--plugin-dir",
+        "--cdi-dir",
+        "--backend",
+        "--fake-profile",
+        "--fake-state-dir",
+        "--device-kinds",
+        "--health",
+        "--log-format",
+        "--keep-slices",
+        "--testing-break-rule",
+    ]
     for flag in flags:
         assert flag in text
         env = "DRA_GPU_" + flag[2:].replace("-", "_").upper()
