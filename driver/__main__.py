@@ -107,8 +107,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
     if settings.backend.kind == "fake":
         import fakegpu
 
-        install: Any = fakegpu.__dict__["install"]  # fakegpu's public API (docs/interfaces.md)
-        install(
+        fakegpu.install(
             settings.backend.fake_profile,
             state_dir=settings.backend.fake_state_dir,
             node_name=settings.node_name,

@@ -1,0 +1,110 @@
+"""The driver as a process: starts on fakegpu, serves the kubelet plugin, stops cleanly on SIGTERM.
+
+There is no API server here (the kubeconfig points at a closed port): ResourceSlice
+publishing retries in the background, which must not keep the plugin from serving.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from draproto import dra_v1_pb2, dra_v1_pb2_grpc, registration_pb2, registration_pb2_grpc
+
+DRIVER = "gpu.dra-conformance.io"
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:9"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+"""
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="drv"))
+    (path / "kubeconfig").write_text(KUBECONFIG)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _start(root: Path, *extra: str) -> subprocess.Popen[bytes]:
+    args = [
+        sys.executable, "-m", "driver", "--node-name", "n1", "--backend", "fake", "--fake-profile", "l4x4",
+        "--fake-state-dir", str(root / "fake"), "--kubeconfig", str(root / "kubeconfig"),
+        "--registry-dir", str(root / "reg"), "--plugin-dir", str(root / "plugin"),
+        "--cdi-dir", str(root / "cdi"), "--log-format", "json", *extra,
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRA_GPU_", "FAKEGPU_"))}
+    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"driver exited {proc.returncode}: {proc.stderr.read().decode()[-3000:]}")  # type: ignore[union-attr]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} did not appear in {timeout}s")
+        time.sleep(0.05)
+
+
+def test_process_serves_and_stops_cleanly_on_sigterm(root: Path) -> None:
+    proc = _start(root)
+    try:
+        reg = root / "reg" / f"{DRIVER}-reg.sock"
+        _wait_for(reg, proc)
+        with grpc.insecure_channel(f"unix://{reg}") as channel:
+            info = registration_pb2_grpc.RegistrationStub(channel).GetInfo(
+                registration_pb2.InfoRequest(), timeout=10
+            )
+        assert info.name == DRIVER and info.endpoint == str(root / "plugin" / "dra.sock")
+        with grpc.insecure_channel(f"unix://{info.endpoint}") as channel:
+            claim = dra_v1_pb2.Claim(namespace="ns", uid="u-1", name="c")
+            response = dra_v1_pb2_grpc.DRAPluginStub(channel).NodeUnprepareResources(
+                dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[claim]), timeout=10
+            )
+        assert response.claims["u-1"].error == ""
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == 0, stderr.decode()[-3000:]
+        assert not reg.exists()
+        assert not (root / "plugin" / "dra.sock").exists()
+        assert b'"msg": "driver running"' in stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_bad_flags_exit_2() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "driver", "--device-kinds", "tpu", "--node-name", "n"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert b"tpu" in result.stderr
+
+
+def test_device_classes_subcommand() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "driver", "device-classes", "--driver-name", "x.example.com"],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    assert b"kind: DeviceClass" in result.stdout
+    assert b"x.example.com" in result.stdout
