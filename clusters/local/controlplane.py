@@ -75,6 +75,7 @@ class ControlPlane:
         self.apiserver_port = 0
         """kube-apiserver's secure port."""
         self._pki: pki.ClusterPKI | None = None
+        self._known_gates: list[dict[str, features.FeatureGate]] = []
         self._argv: dict[str, list[str]] = {}
         self._health: dict[str, Callable[[], bool]] = {}
 
@@ -119,6 +120,7 @@ class ControlPlane:
         b = self.binaries
         helps = {name: features.read_help(b.path(name)) for name in features_binaries()}
         gates = [features.parse_feature_gates(text) for text in helps.values()]
+        self._known_gates = gates
         if self.config.feature_gates is None:
             self.feature_gates = features.dra_gates(gates)
         else:
@@ -133,7 +135,6 @@ class ControlPlane:
         self._pki = pki.generate(self.root / "pki", service_ip=SERVICE_IP)
         etcd_client, etcd_peer = free_port(), free_port()
         self.apiserver_port = free_port()
-        gate_flag = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))
         p = self._pki
         pki.write_kubeconfig(self.kubeconfig, self.server, p.ca.cert, p.admin)
         kubeconfigs = {
@@ -178,8 +179,10 @@ class ControlPlane:
             "--authorization-mode=Node,RBAC",
             "--allow-privileged=true",
             "--endpoint-reconciler-type=none",
+            # the not-ready taint this plugin puts on new Nodes is lifted by the node-lifecycle
+            # controller, which is off here (fake nodes pause their heartbeats in restart tests)
+            "--disable-admission-plugins=TaintNodesByCondition",
             "--profiling=false",
-            f"--feature-gates={gate_flag}",
         ]
         admin_ctx = _client_context(p.ca.cert, p.admin)
         self._health["kube-apiserver"] = lambda: _http_ok(f"{self.server}/readyz", admin_ctx, b"ok")
@@ -195,7 +198,6 @@ class ControlPlane:
                 f"--cert-dir={self.root / name}",
                 "--leader-elect=false",
                 "--profiling=false",
-                f"--feature-gates={gate_flag}",
             ]
             if name == "kube-controller-manager":
                 argv += [
@@ -213,31 +215,52 @@ class ControlPlane:
 
     def _component_argv(self, name: str) -> list[str]:
         argv = list(self._argv[name])
+        if name != "etcd" and self.feature_gates:
+            gates = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))
+            argv.append(f"--feature-gates={gates}")
         if name == "kube-apiserver" and self.runtime_config:
             argv.append("--runtime-config=" + ",".join(f"{gv}=true" for gv in self.runtime_config))
         return argv + list(self.config.extra_args.get(name, ()))
 
     def _start_component(self, name: str) -> None:
-        for _attempt in range(len(features.RUNTIME_CONFIG_CANDIDATES) + 1):
+        # kube-apiserver validates gates and runtime-config first and exits at once on a
+        # problem; fix what it names (a gate's dependency, an unknown API version) and retry
+        for _attempt in range(12):
             proc = ManagedProcess(name, self._component_argv(name), self.log_path(name)).start()
             self.processes[name] = proc
             try:
                 self._wait_healthy(name, proc)
                 return
             except ControlPlaneError:
-                unknown = self._unknown_runtime_config(proc) if name == "kube-apiserver" else None
+                fixed = self._fix_flags(proc) if name == "kube-apiserver" and not proc.alive() else None
                 proc.stop()
-                if not unknown:
+                if not fixed:
                     raise
-                log.info("kube-apiserver does not serve %s; starting it without", unknown)
-                self.runtime_config.remove(unknown)
+                log.info("kube-apiserver refused its flags; %s", fixed)
         raise ControlPlaneError(f"{name} did not start; see {self.log_path(name)}")
 
-    def _unknown_runtime_config(self, proc: ManagedProcess) -> str | None:
-        text = proc.tail(60)
+    def _fix_flags(self, proc: ManagedProcess) -> str | None:
+        """Adjust gates or runtime-config after the API server refused them; say what changed."""
+        text = proc.tail(60).rsplit("\n--- ", 1)[-1].split("\n", 1)[-1]  # only this run's output
+        dep = re.search(r"(\w+) is enabled, but depends on features that are disabled: \[([^\]]*)\]", text)
+        if dep:
+            gate, needs = dep.group(1), dep.group(2).replace(",", " ").split()
+            known = self._known_gates
+            # only pull in gates of the DRA family: others (e.g. GenericWorkload) need APIs and
+            # components this control plane does not run
+            if all(
+                features.is_dra_gate(n) and all(n in t and t[n].stage in {"ALPHA", "BETA"} for t in known)
+                for n in needs
+            ):
+                for n in needs:
+                    self.feature_gates[n] = True
+                return f"enabling {needs} that {gate} depends on"
+            self.feature_gates.pop(gate, None)
+            return f"leaving {gate} off (it depends on {needs})"
         for gv in self.runtime_config:
-            if gv in text and re.search(r"runtime-config|not been registered|unknown api", text, re.I):
-                return gv
+            if gv in text:
+                self.runtime_config.remove(gv)
+                return f"not serving {gv}"
         return None
 
     def _wait_healthy(self, name: str, proc: ManagedProcess) -> None:

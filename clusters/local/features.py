@@ -20,6 +20,7 @@ __all__ = [
     "FeatureGate",
     "choose_controllers",
     "dra_gates",
+    "is_dra_gate",
     "parse_controllers",
     "parse_feature_gates",
     "read_help",
@@ -75,6 +76,11 @@ def parse_feature_gates(help_text: str) -> dict[str, FeatureGate]:
     }
 
 
+def is_dra_gate(name: str) -> bool:
+    """Whether a gate belongs to DRA (``DRA*`` or one of :data:`EXTRA_GATES`)."""
+    return name.startswith("DRA") or name in EXTRA_GATES
+
+
 def dra_gates(per_binary: Iterable[dict[str, FeatureGate]]) -> dict[str, bool]:
     """The gates to turn on: DRA-related, alpha or beta, and known to every binary."""
     tables = list(per_binary)
@@ -84,7 +90,7 @@ def dra_gates(per_binary: Iterable[dict[str, FeatureGate]]) -> dict[str, bool]:
     chosen = {}
     for name in sorted(common):
         gate = tables[0][name]
-        if (name.startswith("DRA") or name in EXTRA_GATES) and gate.stage in {"ALPHA", "BETA"}:
+        if is_dra_gate(name) and gate.stage in {"ALPHA", "BETA"}:
             chosen[name] = True
     return chosen
 

@@ -15,6 +15,8 @@ Environment variables:
 ``DRAC_NO_BUILD``           ``1``: never build binaries with ``go``
 ``DRAC_NODES``              number of fake nodes (default 1)
 ``DRAC_WORK_DIR``           where per-cluster temp roots go (default ``/tmp``; keep it short)
+``DRAC_STATE_DIR``          where ``cluster up`` records its cluster
+                            (default ``$XDG_STATE_HOME/dra-conformance/cluster``, XDG: ``~/.local/state``)
 """
 
 from __future__ import annotations
@@ -113,6 +115,10 @@ class LocalSettings:
     """Seconds to wait for each component, node or driver to become ready."""
     slice_timeout: float = 120.0
     """Seconds to wait for every node's ResourceSlices after the drivers start."""
+    state_dir: Path = field(
+        default_factory=lambda: Path.home() / ".local" / "state" / "dra-conformance" / "cluster"
+    )
+    """Where a background cluster (``cluster up``) records PIDs, kubeconfig and logs."""
 
     @property
     def k8s_version(self) -> str:
@@ -142,6 +148,11 @@ class LocalSettings:
             settings = dataclasses.replace(settings, nodes=int(env["DRAC_NODES"]))
         if env.get("DRAC_WORK_DIR"):
             settings = dataclasses.replace(settings, work_dir=Path(env["DRAC_WORK_DIR"]))
+        if env.get("DRAC_STATE_DIR"):
+            settings = dataclasses.replace(settings, state_dir=Path(env["DRAC_STATE_DIR"]))
+        elif env.get("XDG_STATE_HOME"):
+            state = Path(env["XDG_STATE_HOME"]) / "dra-conformance" / "cluster"
+            settings = dataclasses.replace(settings, state_dir=state)
         return settings
 
     def with_version(self, version: str) -> LocalSettings:

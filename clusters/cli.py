@@ -1,0 +1,146 @@
+"""``dra-conformance``: the command line.
+
+``dra-conformance cluster up [--nodes N] [--k8s-version V] [--driver-command CMD] [--bin-dir DIR]``
+starts a local cluster in the background and prints ``export KUBECONFIG=<path>`` on a line of
+its own; ``cluster status`` and ``cluster down`` find it with no arguments (its state dir is
+``$XDG_STATE_HOME/dra-conformance/cluster`` unless ``--state-dir`` / ``DRAC_STATE_DIR`` says
+otherwise). ``cluster binaries`` only resolves (downloads or builds) the binaries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from clusters.errors import ClusterError
+from clusters.local import binaries, daemon
+from clusters.local.settings import LocalSettings, normalize_version
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dra-conformance", description="DRA driver conformance harness")
+    top = parser.add_subparsers(dest="command", required=True)
+    cluster = top.add_parser("cluster", help="a local Kubernetes cluster with fake GPU nodes")
+    sub = cluster.add_subparsers(dest="action", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--state-dir", type=Path, help="where the background cluster is recorded")
+
+    up = sub.add_parser("up", help="start a cluster in the background; prints 'export KUBECONFIG=...'")
+    common(up)
+    up.add_argument("--nodes", type=int, help="number of fake nodes (default 1)")
+    up.add_argument("--k8s-version", help="Kubernetes version, e.g. 1.37.2 or 1.36 (default 1.37.2)")
+    up.add_argument(
+        "--driver-command",
+        help="driver command per node (shell words; placeholders {node} {root} {kubeconfig} {driver}); "
+        "'none' for no driver; default: the reference driver on a fake DGX H100",
+    )
+    up.add_argument("--driver-name", help="DRA driver name (default gpu.dra-conformance.io)")
+    up.add_argument("--bin-dir", type=Path, help="directory with etcd and the kube-* binaries")
+    up.add_argument(
+        "--timeout", type=float, default=None, help="seconds to wait for the cluster (default: no limit)"
+    )
+    status = sub.add_parser("status", help="show the background cluster")
+    common(status)
+    status.add_argument("--json", action="store_true", help="print the state as JSON")
+    down = sub.add_parser("down", help="stop the background cluster")
+    common(down)
+    bins = sub.add_parser("binaries", help="find, download or build the control-plane binaries")
+    bins.add_argument("--k8s-version", help="Kubernetes version (default 1.37.2)")
+    bins.add_argument("--bin-dir", type=Path, help="use this directory")
+    return parser
+
+
+def _settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettings:
+    settings = LocalSettings.from_env(env)
+    if getattr(args, "k8s_version", None):
+        settings = settings.with_version(normalize_version(args.k8s_version))
+    if getattr(args, "bin_dir", None):
+        settings = settings.with_bin_dir(args.bin_dir.resolve())
+    changes: dict[str, object] = {}
+    if getattr(args, "state_dir", None):
+        changes["state_dir"] = args.state_dir.resolve()
+    if getattr(args, "nodes", None) is not None:
+        changes["nodes"] = args.nodes
+    if getattr(args, "driver_name", None):
+        changes["driver_name"] = args.driver_name
+    command = getattr(args, "driver_command", None)
+    if command is not None:
+        changes["driver_command"] = () if command.strip().lower() == "none" else tuple(shlex.split(command))
+    return dataclasses.replace(settings, **changes)  # type: ignore[arg-type]
+
+
+def _up(settings: LocalSettings, timeout: float | None) -> int:
+    state = daemon.read_state(settings.state_dir)
+    if state is None:
+        print(f"starting a local cluster (state in {settings.state_dir}) ...", file=sys.stderr, flush=True)
+        state = daemon.launch(settings, settings.state_dir, timeout=timeout, echo=True)
+    else:
+        print(f"a cluster already runs (state in {settings.state_dir})", file=sys.stderr)
+    print(f"nodes: {', '.join(state['nodes']) or '(none)'}; logs under {state['root']}", file=sys.stderr)
+    print(f"export KUBECONFIG={state['kubeconfig']}", flush=True)
+    return 0
+
+
+def _status(settings: LocalSettings, as_json: bool) -> int:
+    state = daemon.read_state(settings.state_dir)
+    if state is None:
+        print(f"no cluster running (state dir {settings.state_dir})", file=sys.stderr)
+        return 1
+    health = daemon.request(settings.state_dir, "status", timeout=30)
+    if as_json:
+        print(json.dumps({**state, "healthy": health["healthy"], "rss": health["rss"]}, indent=2))
+    else:
+        print(f"kubeconfig: {state['kubeconfig']}")
+        print(f"server:     {state['server']}  (Kubernetes {state['k8s_version']})")
+        print(f"root:       {state['root']}")
+        print(f"daemon:     pid {state['daemon_pid']}")
+        pids = dict(state["control_plane"])
+        for name, node in state["nodes"].items():
+            pids[f"agent-{name}"] = node["agent_pid"]
+            pids[f"driver-{name}"] = node["driver_pid"]
+        for name, ok in health["healthy"].items():
+            rss = health["rss"].get(name, 0) / 2**20
+            print(f"  {name:28} pid {pids.get(name)!s:>8}  {'ok' if ok else 'NOT OK':6}  {rss:7.0f} MiB")
+    return 0 if all(health["healthy"].values()) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``dra-conformance``."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    settings = _settings(args, dict(os.environ))
+    try:
+        if args.action == "up":
+            return _up(settings, args.timeout)
+        if args.action == "status":
+            return _status(settings, args.json)
+        if args.action == "down":
+            if daemon.shutdown(settings.state_dir):
+                print("cluster stopped", file=sys.stderr)
+            else:
+                print(f"no cluster running (state dir {settings.state_dir})", file=sys.stderr)
+            return 0
+        if args.action == "binaries":
+            found = binaries.resolve(settings.binaries, lambda m: print(m, file=sys.stderr, flush=True))
+            print(found.directory)
+            return 0
+    except ClusterError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

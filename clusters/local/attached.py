@@ -1,0 +1,98 @@
+"""A local cluster run by a daemon (``cluster up``, or a test session), seen from another process."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from clusters.base import Cluster, ContainerView, PodRef, pod_key
+from clusters.errors import ClusterError, ClusterStateError
+from clusters.local import daemon
+
+__all__ = ["AttachedLocalCluster"]
+
+
+class AttachedLocalCluster(Cluster):
+    """Talks to the daemon that owns a :class:`~clusters.local.cluster.LocalCluster`.
+
+    Restarts go through the daemon (it owns the processes); container views are read from
+    the node roots directly. :meth:`stop` only closes the API client: the cluster stays up
+    (use :meth:`shutdown` to stop it).
+    """
+
+    backend = "local"
+
+    def __init__(self, state_dir: Path, state: dict[str, Any] | None = None) -> None:
+        found = state if state is not None else daemon.read_state(state_dir)
+        if found is None:
+            raise ClusterStateError(
+                f"no running local cluster in {state_dir} (start one with 'dra-conformance cluster up')"
+            )
+        self.state_dir = state_dir
+        """The daemon's state dir."""
+        self.state = found
+        """The daemon's state (PIDs, node roots, kubeconfig) as of attaching."""
+
+    @property
+    def kubeconfig(self) -> Path:
+        """Admin kubeconfig."""
+        return Path(self.state["kubeconfig"])
+
+    @property
+    def k8s_version(self) -> str:
+        """Kubernetes version ``X.Y.Z``."""
+        return str(self.state["k8s_version"])
+
+    def nodes(self) -> list[str]:
+        """Names of the fake nodes."""
+        return list(self.state["nodes"])
+
+    def node_root(self, node: str) -> Path:
+        """The root dir of a node (kubelet dirs, CDI dir, fake GPU state)."""
+        try:
+            return Path(self.state["nodes"][node]["root"])
+        except KeyError:
+            raise ClusterError(f"unknown node {node!r}; nodes: {self.nodes()}") from None
+
+    def start_driver(self, node: str, command: Sequence[str]) -> None:
+        """Replace the driver on ``node`` (placeholders ``{node}``, ``{root}``, ``{kubeconfig}``)."""
+        daemon.request(self.state_dir, "start_driver", node=node, command=list(command))
+
+    def restart_driver(self, node: str, *, crash: bool = False) -> None:
+        """Restart the driver on ``node`` (``crash``: SIGKILL instead of SIGTERM)."""
+        daemon.request(self.state_dir, "restart_driver", node=node, crash=crash)
+
+    def restart_kubelet(self, node: str, *, crash: bool = False) -> None:
+        """Restart the node agent on ``node`` (``crash``: SIGKILL instead of SIGTERM)."""
+        daemon.request(self.state_dir, "restart_kubelet", node=node, crash=crash)
+
+    def restart_component(self, component: str) -> None:
+        """Restart one control-plane component (e.g. ``kube-apiserver``)."""
+        daemon.request(self.state_dir, "restart_component", component=component)
+
+    def container_view(self, pod: PodRef, container: str) -> ContainerView:
+        """Read the view the node agent wrote for a running container."""
+        namespace, name = pod_key(pod)
+        filename = f"{namespace}_{name}_{container}.json"
+        for node in self.nodes():
+            path = self.node_root(node) / "agent" / "containers" / filename
+            if path.exists():
+                return ContainerView.from_file(path)
+        raise ClusterError(
+            f"no container view for {namespace}/{name} container {container!r} on any node "
+            f"(looked for {filename} under each node's agent/containers); is the pod Running?"
+        )
+
+    def status(self) -> dict[str, Any]:
+        """Health of every process and their memory, from the daemon."""
+        return daemon.request(self.state_dir, "status", timeout=30)
+
+    def stop(self) -> None:
+        """Close the API client; the cluster keeps running."""
+        self.close_client()
+
+    def shutdown(self) -> None:
+        """Stop the cluster (the daemon and everything it runs)."""
+        self.close_client()
+        daemon.shutdown(self.state_dir)

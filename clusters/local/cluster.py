@@ -1,0 +1,440 @@
+"""``LocalCluster``: the local control plane plus N fake nodes, each with a node agent and a driver.
+
+Layout under one short temp root (unix socket paths must stay under 108 bytes)::
+
+    /tmp/drac-XXXX/
+        cp/                         control plane: pki, kubeconfig, etcd data, logs
+        n0/                         node root of node-0 (the agent's --root)
+            kubelet/plugins_registry/
+            kubelet/plugins/<driver>/
+            cdi/
+            gpus/                   the fake GPU machine's state (default driver)
+            agent/containers/<ns>_<pod>_<container>.json
+            logs/agent.log, logs/driver.log
+
+The driver is started as a process from a command line, as a vendor's driver would be;
+this module never imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from clusters.base import Cluster, ContainerView, PodRef, pod_key
+from clusters.errors import ClusterError, ControlPlaneError, NodeError
+from clusters.local.binaries import Binaries, resolve
+from clusters.local.controlplane import ControlPlane, ControlPlaneConfig
+from clusters.local.processes import ManagedProcess, install_signal_handlers
+from clusters.local.settings import LocalSettings
+
+__all__ = ["LocalCluster", "LocalNode", "default_driver_command", "expand_command"]
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+def default_driver_command(driver_name: str) -> list[str]:
+    """The reference driver on a fakegpu DGX H100 profile, with placeholders for the node."""
+    return [
+        sys.executable,
+        "-m",
+        "driver",
+        "--driver-name",
+        driver_name,
+        "--backend",
+        "fake",
+        "--fake-profile",
+        "dgx-h100",
+        "--fake-state-dir",
+        "{root}/gpus",
+        "--node-name",
+        "{node}",
+        "--kubeconfig",
+        "{kubeconfig}",
+        "--registry-dir",
+        "{root}/kubelet/plugins_registry",
+        "--plugin-dir",
+        "{root}/kubelet/plugins/{driver}",
+        "--cdi-dir",
+        "{root}/cdi",
+    ]
+
+
+def expand_command(command: Sequence[str], **values: str) -> list[str]:
+    """Fill ``{node}``, ``{root}``, ``{kubeconfig}``, ``{driver}`` placeholders in each argument."""
+    out = []
+    for arg in command:
+        filled = arg
+        for key, value in values.items():
+            filled = filled.replace("{" + key + "}", value)
+        out.append(filled)
+    return out
+
+
+@dataclass
+class LocalNode:
+    """One fake node: its root dir and its processes."""
+
+    name: str
+    """Node name."""
+    root: Path
+    """Node root (the agent's ``--root``)."""
+    agent: ManagedProcess | None = None
+    """The node agent (plays the kubelet)."""
+    driver: ManagedProcess | None = None
+    """The driver under test on this node."""
+    driver_command: tuple[str, ...] = ()
+    """The driver's command line with placeholders filled in (empty: none)."""
+
+    @property
+    def registry_dir(self) -> Path:
+        """Where plugins put their registration sockets."""
+        return self.root / "kubelet" / "plugins_registry"
+
+    @property
+    def containers_dir(self) -> Path:
+        """Where the agent writes container views."""
+        return self.root / "agent" / "containers"
+
+
+class LocalCluster(Cluster):
+    """Control-plane processes and fake nodes on this machine (no Docker, no root)."""
+
+    backend = "local"
+
+    def __init__(self, settings: LocalSettings, progress: Progress | None = None) -> None:
+        self.settings = settings
+        """What to start."""
+        self.progress: Progress = progress or (lambda message: log.info("%s", message))
+        self.root: Path | None = None
+        """The cluster's temp root (after :meth:`start`)."""
+        self.binaries: Binaries | None = None
+        """The binaries in use (after :meth:`start`)."""
+        self.control_plane: ControlPlane | None = None
+        """The control plane (after :meth:`start`)."""
+        self.local_nodes: dict[str, LocalNode] = {}
+        """Fake nodes by name."""
+        self.timings: dict[str, float] = {}
+        """Seconds each start phase took."""
+
+    # --- Cluster ---------------------------------------------------------------------------
+
+    @property
+    def kubeconfig(self) -> Path:
+        """Admin kubeconfig."""
+        if self.control_plane is None:
+            raise ClusterError("the local cluster has not been started")
+        return self.control_plane.kubeconfig
+
+    def nodes(self) -> list[str]:
+        """Names of the fake nodes."""
+        return list(self.local_nodes)
+
+    def start_driver(self, node: str, command: Sequence[str]) -> None:
+        """Replace the driver on ``node`` with ``command`` (placeholders allowed) and wait for it."""
+        n = self._node(node)
+        if n.driver is not None:
+            n.driver.stop()
+        n.driver_command = tuple(self._expand(n, command))
+        n.driver = None
+        if n.driver_command:
+            self._start_driver(n)
+            self._wait_driver_registered(n)
+
+    def restart_driver(self, node: str, *, crash: bool = False) -> None:
+        """Stop (SIGTERM, or SIGKILL when ``crash``) and restart the driver on ``node``."""
+        n = self._node(node)
+        if n.driver is None:
+            raise NodeError(f"no driver runs on node {node}")
+        if crash:
+            n.driver.kill()
+        else:
+            n.driver.stop()
+        self._remove_reg_socket(n)
+        self._start_driver(n)
+        self._wait_driver_registered(n)
+
+    def restart_kubelet(self, node: str, *, crash: bool = False) -> None:
+        """Stop (SIGTERM, or SIGKILL when ``crash``) and restart the node agent on ``node``."""
+        n = self._node(node)
+        if n.agent is None:
+            raise NodeError(f"no node agent runs on node {node}")
+        if crash:
+            n.agent.kill()
+        else:
+            n.agent.stop()
+        self._start_agent(n)
+        self._wait_nodes_ready([n])
+
+    def container_view(self, pod: PodRef, container: str) -> ContainerView:
+        """Read the view the node agent wrote for a running container."""
+        namespace, name = pod_key(pod)
+        filename = f"{namespace}_{name}_{container}.json"
+        for n in self.local_nodes.values():
+            path = n.containers_dir / filename
+            if path.exists():
+                return ContainerView.from_file(path)
+        raise ClusterError(
+            f"no container view for {namespace}/{name} container {container!r} on any node "
+            f"(looked for {filename} under each node's agent/containers); is the pod Running?"
+        )
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> LocalCluster:
+        """Resolve binaries, start the control plane, nodes and drivers; wait until usable."""
+        install_signal_handlers()
+        s = self.settings
+        t0 = time.monotonic()
+        try:
+            self.binaries = resolve(s.binaries, self.progress)
+            self.timings["binaries"] = time.monotonic() - t0
+            s.work_dir.mkdir(parents=True, exist_ok=True)
+            self.root = Path(tempfile.mkdtemp(prefix="drac-", dir=s.work_dir))
+            t = time.monotonic()
+            self.progress(f"starting the control plane (Kubernetes {s.k8s_version}) in {self.root}")
+            self.control_plane = ControlPlane(
+                self.binaries, self.root / "cp", ControlPlaneConfig(ready_timeout=s.ready_timeout)
+            ).start()
+            self.timings["control_plane"] = time.monotonic() - t
+            self._make_nodes()
+            if s.agent and self.local_nodes:
+                t = time.monotonic()
+                for n in self.local_nodes.values():
+                    self._start_agent(n)
+                self._wait_nodes_ready(list(self.local_nodes.values()))
+                self.timings["agents"] = time.monotonic() - t
+            drivers = [n for n in self.local_nodes.values() if n.driver_command]
+            if drivers:
+                t = time.monotonic()
+                if s.driver_command is None:
+                    self._create_device_classes()
+                for n in drivers:
+                    self._start_driver(n)
+                for n in drivers:
+                    self._wait_driver_registered(n)
+                self._wait_slices(drivers)
+                self.timings["drivers"] = time.monotonic() - t
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["total"] = time.monotonic() - t0
+        self.progress(f"cluster ready in {self.timings['total']:.1f} s: {len(self.local_nodes)} node(s)")
+        return self
+
+    def stop(self) -> None:
+        """Stop drivers, agents and the control plane; remove the temp root. Idempotent."""
+        self.close_client()
+        for n in self.local_nodes.values():
+            for proc in (n.driver, n.agent):
+                if proc is not None:
+                    proc.stop()
+        if self.control_plane is not None:
+            self.control_plane.stop()
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _node(self, name: str) -> LocalNode:
+        try:
+            return self.local_nodes[name]
+        except KeyError:
+            raise NodeError(f"unknown node {name!r}; nodes: {sorted(self.local_nodes)}") from None
+
+    def _expand(self, n: LocalNode, command: Sequence[str]) -> list[str]:
+        return expand_command(
+            command,
+            node=n.name,
+            root=str(n.root),
+            kubeconfig=str(self.kubeconfig),
+            driver=self.settings.driver_name,
+        )
+
+    def _make_nodes(self) -> None:
+        assert self.root is not None
+        s = self.settings
+        command = default_driver_command(s.driver_name)
+        if s.driver_command is not None:
+            command = list(s.driver_command)
+        subdirs = ("kubelet/plugins_registry", f"kubelet/plugins/{s.driver_name}", "cdi", "logs", "agent")
+        for i in range(s.nodes):
+            n = LocalNode(f"node-{i}", self.root / f"n{i}")
+            for sub in subdirs:
+                (n.root / sub).mkdir(parents=True, exist_ok=True)
+            n.driver_command = tuple(self._expand(n, command)) if command else ()
+            self.local_nodes[n.name] = n
+
+    def _start_agent(self, n: LocalNode) -> None:
+        argv = [
+            sys.executable,
+            "-m",
+            "clusters.local.agent",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--node-name",
+            n.name,
+            "--root",
+            str(n.root),
+            "--k8s-version",
+            self.settings.k8s_version,
+        ]
+        n.agent = ManagedProcess(f"agent-{n.name}", argv, n.root / "logs" / "agent.log").start()
+
+    def _start_driver(self, n: LocalNode) -> None:
+        log_path = n.root / "logs" / "driver.log"
+        n.driver = ManagedProcess(f"driver-{n.name}", n.driver_command, log_path).start()
+
+    def _reg_socket(self, n: LocalNode) -> Path:
+        return n.registry_dir / f"{self.settings.driver_name}-reg.sock"
+
+    def _remove_reg_socket(self, n: LocalNode) -> None:
+        # a killed driver leaves its socket behind; the restarted one must be seen to create it anew
+        with contextlib.suppress(OSError):
+            self._reg_socket(n).unlink()
+
+    def _wait(
+        self, what: str, check: Callable[[], bool], procs: Sequence[ManagedProcess], timeout: float
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for proc in procs:
+                if not proc.alive():
+                    raise NodeError(
+                        f"{proc.name} exited with status {proc.returncode} while waiting for {what}; "
+                        f"log {proc.log_path}:\n{proc.tail(25)}"
+                    )
+            if check():
+                return
+            time.sleep(0.25)
+        logs = "\n".join(f"--- {p.name} ({p.log_path}):\n{p.tail(15)}" for p in procs)
+        raise NodeError(f"timed out after {timeout:.0f} s waiting for {what}\n{logs}")
+
+    def _wait_driver_registered(self, n: LocalNode) -> None:
+        assert n.driver is not None
+        sock = self._reg_socket(n)
+        self._wait(f"{sock} (driver on {n.name})", sock.exists, [n.driver], self.settings.ready_timeout)
+
+    def _wait_nodes_ready(self, nodes: Sequence[LocalNode]) -> None:
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api_client())
+        names = {n.name for n in nodes}
+
+        def ready() -> bool:
+            ok = set()
+            for item in core.list_node().items:
+                conditions = (item.status.conditions if item.status else None) or []
+                if any(c.type == "Ready" and c.status == "True" for c in conditions) and item.metadata:
+                    ok.add(item.metadata.name)
+            return names <= ok
+
+        procs = [n.agent for n in nodes if n.agent is not None]
+        self._wait(f"nodes {sorted(names)} Ready", ready, procs, self.settings.ready_timeout)
+
+    def _wait_slices(self, nodes: Sequence[LocalNode]) -> None:
+        from kubernetes import client
+
+        api = client.ResourceV1Api(self.api_client())
+        names = {n.name for n in nodes}
+
+        def published() -> bool:
+            have = {s.spec.node_name for s in api.list_resource_slice().items if s.spec.node_name}
+            return names <= have
+
+        procs = [p for n in nodes for p in (n.driver, n.agent) if p is not None]
+        self._wait(f"ResourceSlices of {sorted(names)}", published, procs, self.settings.slice_timeout)
+
+    def _create_device_classes(self) -> None:
+        manifests = device_class_manifests(self.settings.driver_name)
+        create_objects(self.api_client(), manifests)
+
+    def rss_bytes(self) -> dict[str, int]:
+        """Resident memory of every process of the cluster by name."""
+        from clusters.local.controlplane import rss_of
+
+        out = dict(self.control_plane.rss_bytes()) if self.control_plane else {}
+        for n in self.local_nodes.values():
+            for proc in (n.agent, n.driver):
+                if proc is not None and proc.pid is not None and proc.alive():
+                    out[proc.name] = rss_of(proc.pid)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary: kubeconfig, root, processes and their PIDs, node roots."""
+        cp = self.control_plane
+        return {
+            "kubeconfig": str(self.kubeconfig),
+            "server": cp.server if cp else None,
+            "root": str(self.root),
+            "k8s_version": self.settings.k8s_version,
+            "binaries": {"dir": str(self.binaries.directory), "source": self.binaries.source}
+            if self.binaries
+            else None,
+            "feature_gates": cp.feature_gates if cp else {},
+            "runtime_config": cp.runtime_config if cp else [],
+            "controllers": cp.controllers if cp else [],
+            "control_plane": {name: p.pid for name, p in cp.processes.items()} if cp else {},
+            "nodes": {
+                n.name: {
+                    "root": str(n.root),
+                    "agent_pid": n.agent.pid if n.agent else None,
+                    "driver_pid": n.driver.pid if n.driver else None,
+                    "driver_command": list(n.driver_command),
+                }
+                for n in self.local_nodes.values()
+            },
+            "timings": {k: round(v, 2) for k, v in self.timings.items()},
+        }
+
+
+def device_class_manifests(driver_name: str, python: str = sys.executable) -> list[dict[str, Any]]:
+    """The reference driver's DeviceClasses, from ``python -m driver device-classes`` (a process)."""
+    proc = subprocess.run(
+        [python, "-m", "driver", "device-classes", "--driver-name", driver_name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise NodeError(
+            f"'{shlex.join([python, '-m', 'driver', 'device-classes'])}' failed ({proc.returncode}): "
+            f"{proc.stderr.strip()[-2000:]}"
+        )
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def create_objects(api_client: Any, manifests: Sequence[dict[str, Any]]) -> None:
+    """Create each manifest (DeviceClasses and other cluster-scoped kinds); existing ones are replaced."""
+    from kubernetes import dynamic
+    from kubernetes.client.exceptions import ApiException
+
+    dyn = dynamic.DynamicClient(api_client)  # type: ignore[no-untyped-call]
+    for manifest in manifests:
+        resource = dyn.resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"])
+        try:
+            resource.create(body=manifest)
+        except ApiException as e:
+            if e.status != 409:
+                raise ControlPlaneError(
+                    f"creating {manifest['kind']} {manifest['metadata']['name']}: {e.status} {e.reason}"
+                ) from e
+            existing = resource.get(name=manifest["metadata"]["name"])
+            meta = {**manifest["metadata"], "resourceVersion": existing.metadata.resourceVersion}
+            resource.replace(body={**manifest, "metadata": meta})

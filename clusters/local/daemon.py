@@ -1,0 +1,351 @@
+"""A local cluster kept running in the background, and the client side that talks to it.
+
+``launch(settings, state_dir)`` starts ``python -m clusters.local.daemon --state-dir DIR``
+in its own session; the daemon starts a :class:`~clusters.local.cluster.LocalCluster`,
+writes ``DIR/state.json`` (PIDs, kubeconfig, node roots, control socket) and then serves
+a small JSON protocol on a unix socket so other processes (the CLI, pytest-xdist workers)
+can restart drivers and node agents it owns. It stops the cluster on SIGTERM/SIGINT, on
+the ``stop`` request, or when the process given by ``--watch-pid`` is gone (a test run
+that crashed). ``shutdown(state_dir)`` asks it to stop and waits.
+
+Protocol: one JSON object per connection each way: ``{"op": ..., ...}`` ->
+``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. Ops: ``status``,
+``restart_driver``, ``restart_kubelet``, ``start_driver``, ``restart_component``, ``stop``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from clusters.errors import ClusterError, ClusterStateError
+from clusters.local.cluster import LocalCluster
+from clusters.local.processes import install_signal_handlers
+from clusters.local.settings import BinariesSettings, LocalSettings
+
+__all__ = [
+    "STATE_FILE",
+    "launch",
+    "read_state",
+    "request",
+    "settings_from_json",
+    "settings_to_json",
+    "shutdown",
+]
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "state.json"
+"""Written by the daemon once the cluster is ready."""
+ERROR_FILE = "error.txt"
+"""Written by the daemon when the cluster could not start."""
+SETTINGS_FILE = "settings.json"
+"""The settings the daemon starts the cluster with (written by :func:`launch`)."""
+LOG_FILE = "daemon.log"
+"""The daemon's own log (progress, requests)."""
+
+
+def settings_to_json(settings: LocalSettings) -> str:
+    """Serialize settings for the daemon."""
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, Path):
+            return str(value)
+        if isinstance(value, tuple):
+            return list(value)
+        return value
+
+    data = dataclasses.asdict(settings)
+    return json.dumps(
+        {
+            k: ({kk: convert(vv) for kk, vv in v.items()} if isinstance(v, dict) else convert(v))
+            for k, v in data.items()
+        }
+    )
+
+
+def settings_from_json(text: str) -> LocalSettings:
+    """The inverse of :func:`settings_to_json`."""
+    data = json.loads(text)
+    b = data.pop("binaries")
+    for key in ("bin_dir", "cache_root"):
+        if b.get(key) is not None:
+            b[key] = Path(b[key])
+    data["work_dir"] = Path(data["work_dir"])
+    data["state_dir"] = Path(data["state_dir"])
+    if data.get("driver_command") is not None:
+        data["driver_command"] = tuple(data["driver_command"])
+    return LocalSettings(binaries=BinariesSettings(**b), **data)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_state(state_dir: Path) -> dict[str, Any] | None:
+    """The state of the daemon in ``state_dir`` if it runs, else None (stale files are ignored)."""
+    try:
+        state = json.loads((state_dir / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or not _pid_alive(int(state.get("daemon_pid", 0))):
+        return None
+    return state
+
+
+def launch(
+    settings: LocalSettings,
+    state_dir: Path,
+    *,
+    watch_pid: int | None = None,
+    timeout: float | None = None,
+    echo: bool = False,
+) -> dict[str, Any]:
+    """Start a daemon for ``settings`` in ``state_dir`` and wait until its cluster is ready.
+
+    Returns its state. ``timeout`` None waits as long as the daemon lives (a first binary build
+    can take most of an hour). ``echo`` copies the daemon's progress to stderr.
+    """
+    if read_state(state_dir) is not None:
+        raise ClusterStateError(
+            f"a cluster already runs from {state_dir}; use it, or stop it first "
+            "(dra-conformance cluster down)"
+        )
+    state_dir.mkdir(parents=True, exist_ok=True)
+    for name in (STATE_FILE, ERROR_FILE):
+        with contextlib.suppress(FileNotFoundError):
+            (state_dir / name).unlink()
+    (state_dir / SETTINGS_FILE).write_text(settings_to_json(settings))
+    argv = [sys.executable, "-m", "clusters.local.daemon", "--state-dir", str(state_dir.resolve())]
+    if watch_pid is not None:
+        argv += ["--watch-pid", str(watch_pid)]
+    log_path = state_dir / LOG_FILE
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    deadline = None if timeout is None else time.monotonic() + timeout
+    shown = log_path.stat().st_size
+    while True:
+        if echo:
+            shown = _echo_new(log_path, shown)
+        state = read_state(state_dir)
+        if state is not None and state.get("ready"):
+            return state
+        if (state_dir / ERROR_FILE).exists() or proc.poll() is not None:
+            proc.wait()
+            error = (state_dir / ERROR_FILE).read_text() if (state_dir / ERROR_FILE).exists() else ""
+            raise ClusterError(
+                f"the local cluster did not start (daemon exit status {proc.returncode}): "
+                f"{error or _tail(log_path)}\n(daemon log: {log_path})"
+            )
+        if deadline is not None and time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(30)
+            raise ClusterError(f"the local cluster was not ready after {timeout:.0f} s; log {log_path}")
+        time.sleep(0.25)
+
+
+def _echo_new(path: Path, offset: int) -> int:
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+        if data:
+            sys.stderr.write(data.decode("utf-8", "replace"))
+            sys.stderr.flush()
+        return offset + len(data)
+    return offset
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def request(state_dir: Path, op: str, timeout: float = 300.0, **args: Any) -> dict[str, Any]:
+    """Send one request to the daemon of ``state_dir``; returns its answer or raises its error."""
+    state = read_state(state_dir)
+    if state is None:
+        raise ClusterStateError(f"no running local cluster in {state_dir}")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(state["control_socket"])
+            sock.sendall(json.dumps({"op": op, **args}).encode() + b"\n")
+            sock.shutdown(socket.SHUT_WR)
+            data = _read_all(sock)
+        except OSError as e:
+            raise ClusterStateError(
+                f"cannot talk to the cluster daemon at {state['control_socket']}: {e}"
+            ) from e
+    answer = json.loads(data or b"{}")
+    if not answer.get("ok"):
+        raise ClusterError(answer.get("error") or f"the cluster daemon gave no answer to {op!r}")
+    return dict(answer)
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def shutdown(state_dir: Path, timeout: float = 60.0) -> bool:
+    """Stop the daemon of ``state_dir`` and wait for it; False when none was running."""
+    state = read_state(state_dir)
+    if state is None:
+        return False
+    pid = int(state["daemon_pid"])
+    try:
+        request(state_dir, "stop", timeout=10)
+    except ClusterError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.1)
+    if _pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(FileNotFoundError):
+        (state_dir / STATE_FILE).unlink()
+    return True
+
+
+# --- the daemon ---------------------------------------------------------------------------------
+
+
+class _Daemon:
+    def __init__(self, cluster: LocalCluster, state_dir: Path, watch_pid: int | None) -> None:
+        self.cluster = cluster
+        self.state_dir = state_dir
+        self.watch_pid = watch_pid
+        self.stopping = False
+
+    def state(self) -> dict[str, Any]:
+        assert self.cluster.root is not None
+        return {
+            "ready": True,
+            "daemon_pid": os.getpid(),
+            "control_socket": str(self.cluster.root / "ctl.sock"),
+            "settings": json.loads(settings_to_json(self.cluster.settings)),
+            **self.cluster.describe(),
+        }
+
+    def write_state(self) -> None:
+        tmp = self.state_dir / f".{STATE_FILE}.tmp"
+        tmp.write_text(json.dumps(self.state(), indent=2))
+        os.replace(tmp, self.state_dir / STATE_FILE)
+
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        op = req.get("op")
+        c = self.cluster
+        if op == "status":
+            cp = c.control_plane
+            health = cp.healthy() if cp else {}
+            for n in c.local_nodes.values():
+                for proc in (n.agent, n.driver):
+                    if proc is not None:
+                        health[proc.name] = proc.alive()
+            return {"ok": True, "healthy": health, "rss": c.rss_bytes()}
+        if op == "stop":
+            self.stopping = True
+            return {"ok": True}
+        if op == "restart_driver":
+            c.restart_driver(req["node"], crash=bool(req.get("crash")))
+        elif op == "restart_kubelet":
+            c.restart_kubelet(req["node"], crash=bool(req.get("crash")))
+        elif op == "start_driver":
+            c.start_driver(req["node"], list(req["command"]))
+        elif op == "restart_component":
+            assert c.control_plane is not None
+            c.control_plane.restart(req["component"])
+        else:
+            return {"ok": False, "error": f"unknown op {op!r}"}
+        self.write_state()
+        return {"ok": True}
+
+    def serve(self) -> None:
+        assert self.cluster.root is not None
+        path = self.cluster.root / "ctl.sock"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+            server.bind(str(path))
+            server.listen(16)
+            self.write_state()
+            log.info("cluster ready; serving %s", path)
+            while not self.stopping:
+                if self.watch_pid is not None and not _pid_alive(self.watch_pid):
+                    log.info("watched process %s is gone; stopping", self.watch_pid)
+                    return
+                readable, _, _ = select.select([server], [], [], 1.0)
+                if not readable:
+                    continue
+                conn, _ = server.accept()
+                with conn:
+                    conn.settimeout(30)
+                    try:
+                        data = _read_all(conn)
+                        req = json.loads(data)
+                        log.info("request %s", req)
+                        try:
+                            answer = self.handle(req)
+                        except (ClusterError, KeyError, ValueError) as e:
+                            answer = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+                        conn.sendall(json.dumps(answer).encode())
+                    except (OSError, ValueError) as e:
+                        log.warning("bad request: %s", e)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the daemon process."""
+    parser = argparse.ArgumentParser(prog="python -m clusters.local.daemon")
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--watch-pid", type=int, default=None, help="stop when this process is gone")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_signal_handlers()
+    state_dir: Path = args.state_dir
+    settings = settings_from_json((state_dir / SETTINGS_FILE).read_text())
+    cluster = LocalCluster(settings, progress=lambda m: log.info("%s", m))
+    try:
+        try:
+            cluster.start()
+        except Exception as e:
+            (state_dir / ERROR_FILE).write_text(f"{type(e).__name__}: {e}")
+            log.exception("cluster did not start")
+            return 1
+        _Daemon(cluster, state_dir, args.watch_pid).serve()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            (state_dir / STATE_FILE).unlink()
+        cluster.stop()
+        log.info("cluster stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
