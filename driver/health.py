@@ -9,10 +9,11 @@ double-bit ECC errors on every GPU) and, every few seconds, re-checks each GPU:
 - a double-bit ECC error marks every device on the GPU;
 - a GPU that answers ``GPU_IS_LOST`` marks every device on it.
 
-Healing: a lost GPU that answers again, or a GPU whose volatile uncorrected ECC count
-drops back to zero, has been reset, and all its faults clear. An XID is a one-off
-event with no state to re-check, so its fault clears after ``xid_hold_seconds`` of
-quiet on that device (a later XID restarts the clock).
+Healing: a lost GPU that answers again (XID 79 counts as lost), or a GPU whose volatile
+uncorrected ECC count drops back to zero, has been reset, and all its faults clear; an
+ECC fault lasts as long as that counter is non-zero (or ``xid_hold_seconds`` where the GPU
+has no counter). An XID is a one-off event with no state to re-check, so its fault clears
+after ``xid_hold_seconds`` of quiet on that device (a later XID restarts the clock).
 
 The severity of a fault picks the taint effect the slices get: ``NoExecute`` for
 faults that make running work wrong (ECC, lost GPU, XIDs of that class), else
@@ -56,6 +57,9 @@ NO_EXECUTE = "NoExecute"
 
 NO_EXECUTE_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
 """XIDs after which running work cannot be trusted (ECC, row remapping, NVLink, bus, GSP): evict."""
+
+XID_FALLEN_OFF_BUS = 79
+"""The GPU has fallen off the bus: the same as GPU_IS_LOST, and healed the same way."""
 
 _ALL_INSTANCES = 0xFFFFFFFF
 _EVENTS = pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeDoubleBitEccError
@@ -239,6 +243,9 @@ class HealthMonitor:
         if xid in self.ignored_xids:
             log.info("benign XID ignored", extra={"gpu": gpu_uuid, "xid": xid})
             return
+        if xid == XID_FALLEN_OFF_BUS:
+            self.record_lost(gpu_uuid)
+            return
         now = self._clock()
         severity = NO_EXECUTE if xid in NO_EXECUTE_XIDS else NO_SCHEDULE
         targets = self._instance_devices(gpu_uuid, gpu_instance)
@@ -358,6 +365,10 @@ class HealthMonitor:
             self.record_ecc(gpu_uuid, persistent=True)
         elif before > 0:
             self._clear_gpu(gpu_uuid, "volatile ECC counters reset")
+        else:
+            # The counter says no error: an ECC fault from an event was healed before we looked.
+            with self._lock:
+                self._gpu_faults.get(gpu_uuid, {}).pop("ecc-double-bit", None)
 
     # --- the thread -----------------------------------------------------------------------------
 
