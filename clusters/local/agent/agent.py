@@ -104,22 +104,18 @@ class Agent:
                 pods, rv = self.kube.list_pods(node)
                 self.pods.replace_all(pods)
                 delay = 0.5
-                while not self._stop.is_set():
-                    for kind, obj in self.kube.watch_pods(node, rv, WATCH_TIMEOUT_SECONDS):
-                        if self._stop.is_set():
-                            return
-                        md = obj.get("metadata") or {}
-                        if kind == "ERROR":
-                            raise KubeError(
-                                f"pod watch error: {obj.get('message')}", int(obj.get("code") or 0)
-                            )
-                        rv = md.get("resourceVersion", rv)
-                        if kind == "BOOKMARK":
-                            continue
-                        if kind == "DELETED":
-                            self.pods.remove(obj)
-                        else:
-                            self.pods.upsert(obj)
+                # one watch per list: when the server ends it, relist (cheap, and heals anything missed)
+                for kind, obj in self.kube.watch_pods(node, rv, WATCH_TIMEOUT_SECONDS):
+                    if self._stop.is_set():
+                        return
+                    if kind == "ERROR":
+                        raise KubeError(f"pod watch error: {obj.get('message')}", int(obj.get("code") or 0))
+                    if kind == "BOOKMARK":
+                        continue
+                    if kind == "DELETED":
+                        self.pods.remove(obj)
+                    else:
+                        self.pods.upsert(obj)
             except Exception as e:
                 if self._stop.is_set():
                     return

@@ -40,7 +40,8 @@ def _check_keys(call: str, driver: str, claims: Sequence[ClaimRef], answered: se
     for c in claims:
         if c.uid not in answered:
             problems.append(
-                f"claim {c.namespace}/{c.name} (uid {c.uid}) is missing from the {call} response of driver {driver}"
+                f"claim {c.namespace}/{c.name} (uid {c.uid}) is missing from the {call} "
+                f"response of driver {driver}"
             )
     for uid in sorted(answered - asked):
         problems.append(f"the {call} response of driver {driver} names unknown claim uid {uid}")

@@ -1,0 +1,121 @@
+"""The node agent's Node, Lease, ResourceSlice cleanup, command line and threads."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from agent_fakes import FakeKube, FakePlugin, make_claim, make_pod
+
+from clusters.local.agent.agent import Agent
+from clusters.local.agent.node import NodeHeartbeat
+from clusters.local.agent.settings import Settings, parse_args
+from clusters.local.agent.slices import SliceJanitor
+
+NODE = "node-a"
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(dir="/tmp", prefix="agt"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _until(cond: Callable[[], object], timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+def _slice(name: str, driver: str, node: str = NODE) -> dict[str, object]:
+    return {"metadata": {"name": name}, "spec": {"driver": driver, "nodeName": node}}
+
+
+def test_command_line_matches_the_documented_interface(root: Path) -> None:
+    settings, _ = parse_args(
+        ["--kubeconfig", "/k", "--node-name", NODE, "--root", str(root), "--k8s-version", "v1.36.3"]
+    )
+    assert settings.k8s_version == (1, 36)
+    assert settings.slice_grace_seconds == 30
+    assert settings.checkpoint_path == root / "agent" / "checkpoint.json"
+    assert settings.registry_dir == root / "kubelet" / "plugins_registry"
+    with pytest.raises(SystemExit):
+        parse_args(["--node-name", NODE, "--root", str(root), "--k8s-version", "latest"])
+
+
+def test_node_is_created_ready_and_its_lease_renewed(root: Path) -> None:
+    kube = FakeKube()
+    hb = NodeHeartbeat(Settings(node_name=NODE, root=root, labels={"zone": "z1"}), kube)
+    hb.beat()
+    node = kube.nodes[NODE]
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == NODE
+    assert node["metadata"]["labels"]["zone"] == "z1"
+    assert {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"] == "True"
+    assert node["status"]["allocatable"]["pods"] == "110"
+    lease = kube.leases[("kube-node-lease", NODE)]
+    assert lease["spec"]["holderIdentity"] == NODE
+    assert lease["metadata"]["ownerReferences"][0]["uid"] == f"node-uid-{NODE}"
+    first = lease["spec"]["renewTime"]
+    time.sleep(0.01)
+    hb.beat()
+    assert kube.leases[("kube-node-lease", NODE)]["spec"]["renewTime"] > first
+
+
+def test_slices_wiped_at_start_and_after_a_grace_unless_the_driver_returns(root: Path) -> None:
+    kube = FakeKube()
+    kube.slices = [_slice("a", "d1"), _slice("b", "d2"), _slice("c", "d1", node="other")]
+    up = {"d1": False, "d2": False}
+    janitor = SliceJanitor(
+        Settings(node_name=NODE, root=root, slice_grace_seconds=0.2), kube, lambda d: up[d]
+    )
+    janitor.wipe_all()
+    assert [s["metadata"]["name"] for s in kube.slices] == ["c"]  # type: ignore[index]
+    kube.slices += [_slice("a2", "d1"), _slice("b2", "d2")]
+    janitor.driver_gone("d1")
+    janitor.driver_gone("d2")
+    time.sleep(0.05)
+    up["d2"] = True
+    janitor.driver_registered("d2")
+    time.sleep(0.4)
+    assert sorted(s["metadata"]["name"] for s in kube.slices) == ["b2", "c"]  # type: ignore[index]
+    janitor.stop()
+
+
+def test_agent_runs_and_tears_down_a_pod_on_its_threads(root: Path) -> None:
+    settings = Settings(
+        node_name=NODE, root=root, poll_seconds=0.05, resync_seconds=0.2, slice_grace_seconds=0.3
+    )
+    kube = FakeKube()
+    kube.slices = [_slice("stale", "gpu.example.com")]
+    agent = Agent(settings, kube)
+    plugin = FakePlugin(root)
+    try:
+        agent.start()
+        assert kube.slices == []
+        assert NODE in kube.nodes
+        plugin.start()
+        (settings.cdi_dir / "gpu.json").write_text(
+            '{"cdiVersion": "0.6.0", "kind": "example.com/gpu",'
+            ' "devices": [{"name": "dev-u1", "containerEdits": {"env": ["A=1"]}}]}'
+        )
+        kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
+        kube.add_pod(make_pod("p1", "pod-1", claims={"g": "c1"}, containers={"a": [("g", None)]}))
+        _until(lambda: (kube.pod_now("default", "p1") or {}).get("status", {}).get("phase") == "Running")
+        kube.pods[("default", "p1")]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        _until(lambda: kube.deleted_pods == [("default", "p1", "pod-1")])
+        assert plugin.unprepare_calls == [[("default", "u1", "c1")]]
+        kube.slices = [_slice("mine", "gpu.example.com")]
+        plugin.stop()
+        _until(lambda: kube.slices == [])  # deleted after the grace period
+    finally:
+        plugin.stop()
+        agent.stop()
+    assert NODE in kube.nodes  # the Node is the cluster's: it stays
