@@ -20,6 +20,7 @@ from driver.slices import (
     MAX_DEVICES_PER_SLICE,
     MAX_DEVICES_PER_SLICE_WITH_EXTRAS,
     DeviceTaint,
+    KubeSliceStore,
     SlicePublisher,
     StoreConflict,
     build_slices,
@@ -478,3 +479,100 @@ def test_background_publisher_republishes_a_deleted_slice() -> None:
     finally:
         pub.stop()
     assert store.objects == {}
+
+
+# --- against a real kube-apiserver (local control plane) ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def api_client() -> Iterator[Any]:
+    """A kubernetes ApiClient on a fresh local control plane, with Node ``node-a``."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from kubernetes import config
+
+    from clusters.errors import BinariesError
+    from clusters.local.binaries import resolve
+    from clusters.local.controlplane import ControlPlane
+    from clusters.local.settings import BinariesSettings
+
+    try:
+        binaries = resolve(BinariesSettings(download=False, build=False))
+    except BinariesError as e:
+        pytest.skip(f"no control-plane binaries in the cache: {e}")
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="slc"))
+    plane = ControlPlane(binaries, root).start()
+    try:
+        api = config.new_client_from_config(config_file=str(plane.kubeconfig))
+        client.CoreV1Api(api).create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+        yield api
+    finally:
+        plane.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _api_slices(api: Any) -> list[dict[str, Any]]:
+    items, _ = KubeSliceStore(api).list(DRIVER, NODE)
+    return sorted(items, key=lambda s: s["metadata"]["name"])
+
+
+@pytest.mark.cluster
+def test_api_server_takes_a_partitionable_pool_with_taints_and_gets_it_back_after_deletion(
+    api_client: Any,
+) -> None:
+    node_uid = client.CoreV1Api(api_client).read_node(NODE).metadata.uid
+    pub = SlicePublisher(KubeSliceStore(api_client), driver_name=DRIVER, node_name=NODE, resync_seconds=30)
+    taint = DeviceTaint(f"{DRIVER}/unhealthy", "gpu-lost", NO_EXECUTE, time.time())
+    pub.update(partitionable_inventory(8), taints={"gpu-3-part-7g80gb-0": [taint]})
+    assert pub.sync() is True
+    slices = _api_slices(api_client)
+    assert len(slices) == 5
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in slices} == {5}
+    assert {s["spec"]["pool"]["generation"] for s in slices} == {1}
+    assert {s["metadata"]["ownerReferences"][0]["uid"] for s in slices} == {node_uid}
+    tainted = next(d for d in all_devices(slices) if d["name"] == "gpu-3-part-7g80gb-0")
+    assert tainted["taints"][0]["effect"] == "NoExecute"
+    assert pub.sync() is False  # what the server echoes back counts as ours
+    pub.start()
+    try:
+        client.ResourceV1Api(api_client).delete_resource_slice(f"{NODE}-{DRIVER}-2")
+        assert _wait(lambda: {s["spec"]["pool"]["generation"] for s in _api_slices(api_client)} == {2})
+        assert len(_api_slices(api_client)) == 5
+        edited = _api_slices(api_client)[1]
+        edited["spec"]["devices"] = edited["spec"]["devices"][:3]
+        KubeSliceStore(api_client).replace(edited)
+        assert _wait(lambda: {s["spec"]["pool"]["generation"] for s in _api_slices(api_client)} == {3})
+        assert len(all_devices(_api_slices(api_client))) == 8 * 26
+    finally:
+        pub.stop()
+    assert _api_slices(api_client) == []
+
+
+@pytest.mark.cluster
+def test_api_server_refuses_the_oversized_slice_the_switch_makes(api_client: Any) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    pub = SlicePublisher(
+        KubeSliceStore(api_client),
+        driver_name=DRIVER,
+        node_name=NODE,
+        breaks=lambda r: r == "oversized-slice",
+    )
+    pub.update(gpu_inventory(MAX_DEVICES_PER_SLICE + 1))
+    with pytest.raises(ApiException) as caught:
+        pub.sync()
+    assert caught.value.status == 422
+    pub.stop()
+
+
+@pytest.mark.cluster
+def test_api_server_keep_leaves_slices(api_client: Any) -> None:
+    pub = SlicePublisher(KubeSliceStore(api_client), driver_name=DRIVER, node_name=NODE, keep=True)
+    pub.update(gpu_inventory(2))
+    pub.sync()
+    pub.stop()
+    assert len(_api_slices(api_client)) == 1
+    SlicePublisher(KubeSliceStore(api_client), driver_name=DRIVER, node_name=NODE).stop()
+    assert _api_slices(api_client) == []
