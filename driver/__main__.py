@@ -79,7 +79,10 @@ def _api_client(settings: Settings) -> Any:
     if settings.kubeconfig is not None:
         return config.new_client_from_config(config_file=str(settings.kubeconfig))
     configuration = client.Configuration()
-    config.load_incluster_config(client_configuration=configuration)
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException as e:
+        raise SettingsError(f"no --kubeconfig given and no in-cluster config ({e}); pass --kubeconfig") from e
     return client.ApiClient(configuration)
 
 
@@ -104,6 +107,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
     from driver.slices import KubeSliceStore, SlicePublisher
     from driver.state import DeviceState
 
+    api = _api_client(settings)
     if settings.backend.kind == "fake":
         import fakegpu
 
@@ -113,7 +117,6 @@ def run(settings: Settings, stop: threading.Event) -> int:
             node_name=settings.node_name,
         )
     inventory = devices.discover(settings.backend.device_kinds)
-    api = _api_client(settings)
     state = DeviceState(settings, inventory, ApiClaimSource(api))
     state.restore()
     monitor = HealthMonitor.from_settings(inventory, settings)
@@ -185,6 +188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(settings, stop)
     except DriverError as e:
         log.error("driver failed: %s", e)
+        return 1
+    except Exception:
+        log.exception("driver crashed")
         return 1
 
 
