@@ -51,6 +51,8 @@ class FakePlugin:
         self.registration_status: list[tuple[bool, str]] = []
         self.results: dict[str, list[Obj]] = {}
         """Per claim uid: devices ``{request_names, pool, device, cdi}``; default one device."""
+        self.fixed_devices: list[Obj] | None = None
+        """Devices for every claim without an entry in ``results`` (instead of one per claim uid)."""
         self.claim_errors: dict[str, str] = {}
         self.unprepare_errors: dict[str, str] = {}
         self.fail_with: grpc.StatusCode | None = None
@@ -66,6 +68,8 @@ class FakePlugin:
 
     def devices_for(self, uid: str) -> list[Obj]:
         """What prepare answers for ``uid``."""
+        if uid not in self.results and self.fixed_devices is not None:
+            return self.fixed_devices
         return self.results.get(
             uid,
             [
@@ -247,6 +251,7 @@ class FakeKube:
             return copy.deepcopy(p) if p else None
 
     def reasons(self) -> list[str]:
+        """Reasons of the recorded events."""
         return [e["reason"] for e in self.events]
 
     # -- Kube

@@ -1,0 +1,240 @@
+"""The node agent against a real control plane: the real scheduler allocates, the agent prepares.
+
+The DRA plugin is the test's fake (real gRPC and registration); the ResourceSlice is published by
+the test. Needs the 1.37 control-plane binaries in the cache (marker ``cluster``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_fakes import FakePlugin
+
+from clusters.local.agent.agent import Agent
+from clusters.local.agent.kube import RestKube
+from clusters.local.agent.settings import Settings
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(600)]
+
+NODE = "agent-e2e-0"
+DRIVER = "gpu.example.com"
+NS = "agent-e2e"
+VERSION = "1.37.2"
+
+
+def _binaries() -> Any:
+    from clusters.local.binaries import Binaries, read_stamp
+    from clusters.local.settings import BinariesSettings
+
+    cache = BinariesSettings(k8s_version=VERSION).cache_dir
+    if read_stamp(cache) is None:
+        pytest.skip(f"no Kubernetes {VERSION} binaries in {cache} (run `dra-conformance cluster up` once)")
+    return Binaries(cache, VERSION, "cache")
+
+
+def _until(cond: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"{what} not met in {timeout} s")
+
+
+@dataclass
+class World:
+    kube: RestKube
+    agent: Agent
+    plugin: FakePlugin
+    root: Path
+
+    def send(self, method: str, path: str, body: Any = None) -> Any:
+        return self.kube._send(method, path, body=body)
+
+    def create(self, path: str, body: Any, timeout: float = 60.0) -> Any:
+        def attempt() -> Any:
+            try:
+                return self.send("POST", path, body)
+            except Exception as e:  # e.g. the namespace's default ServiceAccount is not there yet
+                if "already exists" in str(e):
+                    return {"exists": True}
+                return None
+
+        return _until(attempt, timeout, f"create {path}")
+
+    def pod(self, name: str) -> Any:
+        return self.kube.get_pod(NS, name)
+
+    def view(self, pod: str, container: str) -> Any:
+        path = self.agent.settings.containers_dir / f"{NS}_{pod}_{container}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[World]:
+    from clusters.local.controlplane import ControlPlane
+
+    binaries = _binaries()
+    base = Path(tempfile.mkdtemp(dir="/tmp", prefix="agt"))
+    cp = ControlPlane(binaries, base / "cp")
+    cp.start()
+    root = base / "n0"
+    kube = RestKube(str(cp.kubeconfig))
+    settings = Settings(node_name=NODE, root=root, resync_seconds=1.0, slice_grace_seconds=2.0)
+    agent = Agent(settings, kube)
+    plugin = FakePlugin(root)
+    try:
+        agent.start()
+        plugin.start()
+        assert agent.plugins.wait_for(DRIVER, 10)
+        w = World(kube, agent, plugin, root)
+        w.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        w.create(
+            "/apis/resource.k8s.io/v1/deviceclasses",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": DRIVER},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+            },
+        )
+        w.create(
+            "/apis/resource.k8s.io/v1/resourceslices",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{NODE}-gpu"},
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": NODE,
+                    "pool": {"name": "pool-a", "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": f"gpu-{i}"} for i in range(4)],
+                },
+            },
+        )
+        yield w
+    finally:
+        plugin.stop()
+        agent.stop()
+        kube.close()
+        cp.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _claim(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
+    }
+
+
+def _pod(name: str, claim: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "annotations": annotations or {}},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 30,
+            "resourceClaims": [{"name": "gpus", **claim}],
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "registry.example/app:1",
+                    "resources": {"claims": [{"name": "gpus"}]},
+                }
+            ],
+        },
+    }
+
+
+def _write_spec(root: Path, names: list[str]) -> None:
+    spec = {
+        "cdiVersion": "0.6.0",
+        "kind": "example.com/gpu",
+        "devices": [{"name": n, "containerEdits": {"env": [f"GPU_NAME={n}"]}} for n in names],
+    }
+    (root / "cdi" / "e2e.json").write_text(json.dumps(spec))
+
+
+def test_claim_allocated_by_the_scheduler_is_prepared_and_the_pod_runs(world: World) -> None:
+    _write_spec(world.root, ["the-gpu"])
+    world.plugin.fixed_devices = [
+        {"request_names": ["gpu"], "pool": "pool-a", "device": "gpu-0", "cdi": ["example.com/gpu=the-gpu"]}
+    ]
+    claim = world.create(f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims", _claim("c1"))
+    world.create(f"/api/v1/namespaces/{NS}/pods", _pod("p1", {"resourceClaimName": "c1"}))
+    pod = _until(
+        lambda: (world.pod("p1") or {}).get("status", {}).get("phase") == "Running" and world.pod("p1")
+    )
+    assert [("agent-e2e", claim["metadata"]["uid"], "c1")] in world.plugin.prepare_calls
+    assert pod["status"]["podIP"] and pod["spec"]["nodeName"] == NODE
+    assert world.view("p1", "app")["env"] == {"GPU_NAME": "the-gpu"}
+    # an ordinary delete: the agent unprepares and finishes it, nothing hangs in Terminating
+    world.send("DELETE", f"/api/v1/namespaces/{NS}/pods/p1")
+    _until(lambda: world.pod("p1") is None, 30, "pod gone")
+    assert [("agent-e2e", claim["metadata"]["uid"], "c1")] in world.plugin.unprepare_calls
+    assert world.view("p1", "app") is None
+
+
+def test_template_claim_pod_finishes_and_is_succeeded(world: World) -> None:
+    world.plugin.fixed_devices = [{"request_names": [], "pool": "pool-a", "device": "gpu-1", "cdi": []}]
+    world.create(
+        f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaimtemplates",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "tmpl", "namespace": NS},
+            "spec": {"spec": _claim("x")["spec"]},
+        },
+    )
+    world.create(
+        f"/api/v1/namespaces/{NS}/pods",
+        _pod("p2", {"resourceClaimTemplateName": "tmpl"}, {"dra-conformance.io/run-seconds": "1"}),
+    )
+    _until(lambda: (world.pod("p2") or {}).get("status", {}).get("phase") == "Succeeded", 60, "pod Succeeded")
+    pod = world.pod("p2")
+    generated = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    assert any(c[0][2] == generated for c in world.plugin.prepare_calls)
+    _until(lambda: any(c[0][2] == generated for c in world.plugin.unprepare_calls), 30, "unprepared")
+
+
+def test_failed_prepare_is_an_event_on_the_pod(world: World) -> None:
+    claim = world.create(f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims", _claim("c3"))
+    world.plugin.claim_errors[claim["metadata"]["uid"]] = "injected: GPU on fire"
+    world.create(f"/api/v1/namespaces/{NS}/pods", _pod("p3", {"resourceClaimName": "c3"}))
+
+    def event() -> Any:
+        items = world.send("GET", f"/api/v1/namespaces/{NS}/events").get("items", [])
+        return [
+            e
+            for e in items
+            if e["involvedObject"]["name"] == "p3" and e["reason"] == "FailedPrepareDynamicResources"
+        ]
+
+    found = _until(event, 60, "FailedPrepareDynamicResources event")
+    assert "GPU on fire" in found[0]["message"] and DRIVER in found[0]["message"]
+    assert world.pod("p3")["status"]["phase"] == "Pending"
+    del world.plugin.claim_errors[claim["metadata"]["uid"]]
+    _until(lambda: world.pod("p3")["status"]["phase"] == "Running", 60, "Running after retry")
+
+
+def test_node_is_ready_with_a_fresh_lease(world: World) -> None:
+    node = world.kube.get_node(NODE)
+    assert node is not None
+    ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"
+    assert not [t for t in node["spec"].get("taints", []) if "not-ready" in t["key"]]
+    lease = world.kube.get_lease("kube-node-lease", NODE)
+    assert lease is not None and lease["spec"]["holderIdentity"] == NODE
