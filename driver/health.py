@@ -208,15 +208,19 @@ class HealthMonitor:
                 self._changed_at[name] = now
             self._view = view
             callbacks = list(self._callbacks) if changed and self.enabled else []
-        for name in changed:
-            fault = view[name]
-            if fault is not None:
-                log.warning(
-                    "device unhealthy",
-                    extra={"device": name, "reason": fault.reason, "severity": fault.severity},
-                )
-            elif notify:
-                log.info("device healthy again", extra={"device": name})
+        sick = {name: view[name] for name in changed if view[name] is not None}
+        if sick:
+            log.warning(
+                "devices unhealthy",
+                extra={
+                    "devices": sorted(sick),
+                    "reasons": sorted({f.reason for f in sick.values() if f is not None}),
+                    "severity": sorted({f.severity for f in sick.values() if f is not None}),
+                },
+            )
+        well = sorted(name for name in changed if view[name] is None)
+        if well and notify:
+            log.info("devices healthy again", extra={"devices": well})
         if notify:
             for callback in callbacks:
                 try:
