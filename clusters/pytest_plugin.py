@@ -1,0 +1,228 @@
+"""pytest fixtures for a cluster shared by a whole test session, also across xdist workers.
+
+Loaded through the ``pytest11`` entry point. Nothing starts unless a test asks for
+:func:`dra_cluster` (directly or through :func:`namespace` / :func:`node_lease`):
+
+* the controller process (or the only process without xdist) makes a *slot* directory and
+  passes its path to the workers through ``workerinput``; the first process that needs the
+  cluster starts it there as a background daemon (:mod:`clusters.local.daemon`) under a file
+  lock, the others attach to it; the controller stops it at the end of the session. The daemon
+  watches the controller's PID, so a crashed run leaves nothing behind;
+* ``--cluster-state-dir DIR`` uses a cluster that ``dra-conformance cluster up`` started instead;
+* each test that wants one gets its own namespace; tests that restart things on a node take
+  an exclusive lease on it (:func:`node_lease`).
+
+Options: ``--cluster-nodes``, ``--k8s-version``, ``--bin-dir``, ``--driver-command``,
+``--cluster-state-dir``; env vars as in :mod:`clusters.local.settings`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shlex
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from filelock import FileLock, Timeout
+
+from clusters.base import Cluster
+from clusters.errors import ClusterError
+from clusters.local import binaries, daemon
+from clusters.local.attached import AttachedLocalCluster
+from clusters.local.settings import LocalSettings
+
+__all__ = ["ClusterSession", "dra_cluster", "local_binaries", "local_settings", "namespace", "node_lease"]
+
+_SLOT_KEY = "drac_slot"
+_WATCH_KEY = "drac_watch_pid"
+
+
+@dataclasses.dataclass
+class ClusterSession:
+    """Per-process plugin state, kept in ``config.stash``."""
+
+    settings: LocalSettings
+    """Settings for a cluster this session starts."""
+    slot: Path
+    """The session's shared directory (daemon state, locks)."""
+    owner: bool
+    """Whether this process made the slot and stops the cluster at the end."""
+    watch_pid: int
+    """The PID the daemon watches (the controller's)."""
+    external: Path | None = None
+    """State dir of a cluster started by ``cluster up``, used instead of starting one."""
+
+
+SESSION_KEY = pytest.StashKey[ClusterSession]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dra-conformance cluster")
+    group.addoption("--cluster-nodes", type=int, default=None, help="fake nodes of the local cluster")
+    group.addoption("--k8s-version", default=None, help="Kubernetes version of the local cluster")
+    group.addoption("--bin-dir", default=None, help="directory with etcd and the kube-* binaries")
+    group.addoption(
+        "--driver-command",
+        default=None,
+        help="driver command per node (shell words, placeholders {node} {root})",
+    )
+    group.addoption(
+        "--cluster-state-dir",
+        default=None,
+        help="use the cluster 'dra-conformance cluster up --state-dir DIR' started instead of starting one",
+    )
+
+
+def _settings(config: pytest.Config) -> LocalSettings:
+    settings = LocalSettings.from_env(os.environ)
+    if config.getoption("k8s_version"):
+        settings = settings.with_version(config.getoption("k8s_version"))
+    if config.getoption("bin_dir"):
+        settings = settings.with_bin_dir(Path(config.getoption("bin_dir")).resolve())
+    nodes = config.getoption("cluster_nodes")
+    if nodes is not None:
+        settings = dataclasses.replace(settings, nodes=nodes)
+    command = config.getoption("driver_command")
+    if command:
+        settings = dataclasses.replace(settings, driver_command=tuple(shlex.split(command)))
+    return settings
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    external = config.getoption("cluster_state_dir")
+    settings = _settings(config)
+    if workerinput is not None and _SLOT_KEY in workerinput:
+        session = ClusterSession(settings, Path(workerinput[_SLOT_KEY]), False, int(workerinput[_WATCH_KEY]))
+    else:
+        slot = Path(tempfile.mkdtemp(prefix="drac-slot-", dir=settings.work_dir))
+        session = ClusterSession(settings, slot, True, os.getpid())
+    session.external = Path(external).resolve() if external else None
+    config.stash[SESSION_KEY] = session
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistHooks(), "dra-conformance-xdist")
+
+
+class _XdistHooks:
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        session = node.config.stash[SESSION_KEY]
+        node.workerinput[_SLOT_KEY] = str(session.slot)
+        node.workerinput[_WATCH_KEY] = session.watch_pid
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None or not session.owner:
+        return
+    daemon.shutdown(session.slot)
+    shutil.rmtree(session.slot, ignore_errors=True)
+
+
+def _session(request: pytest.FixtureRequest) -> ClusterSession:
+    return request.config.stash[SESSION_KEY]
+
+
+@pytest.fixture(scope="session")
+def local_settings(request: pytest.FixtureRequest) -> LocalSettings:
+    """The local-cluster settings of this run (env vars and command-line options)."""
+    return _session(request).settings
+
+
+@pytest.fixture(scope="session")
+def local_binaries(local_settings: LocalSettings) -> binaries.Binaries:
+    """The control-plane binaries, found, downloaded or built (once, under a file lock)."""
+    return binaries.resolve(local_settings.binaries, progress=_report)
+
+
+def _report(message: str) -> None:
+    # pytest captures output; progress of a long build goes to the terminal's stderr anyway
+    os.write(2, f"[dra-conformance] {message}\n".encode())
+
+
+@pytest.fixture(scope="session")
+def dra_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """The session's cluster (started on first use; shared with every xdist worker)."""
+    session = _session(request)
+    if session.external is not None:
+        cluster = AttachedLocalCluster(session.external)
+    else:
+        failed = session.slot / "launch-failed.txt"
+        with FileLock(str(session.slot / "launch.lock")):
+            if failed.exists():
+                raise ClusterError(f"the session's cluster failed to start earlier: {failed.read_text()}")
+            state = daemon.read_state(session.slot)
+            if state is None:
+                try:
+                    state = daemon.launch(session.settings, session.slot, watch_pid=session.watch_pid)
+                except ClusterError as e:
+                    failed.write_text(str(e))
+                    raise
+        cluster = AttachedLocalCluster(session.slot, state)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _namespace_name(request: pytest.FixtureRequest) -> str:
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    return f"t-{base}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def namespace(dra_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace for this test (its ``default`` service account exists); deleted afterwards."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(dra_cluster.api_client())
+    name = _namespace_name(request)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # pods are refused until the SA controller made it
+        try:
+            core.read_namespaced_service_account("default", name)
+            break
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            time.sleep(0.1)
+    try:
+        yield name
+    finally:
+        try:
+            core.delete_namespace(name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+@pytest.fixture
+def node_lease(dra_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A node no other test holds: take it for tests that restart its driver or kubelet."""
+    session = _session(request)
+    locks = [(n, FileLock(str(session.slot / f"node-{n}.lease"))) for n in dra_cluster.nodes()]
+    if not locks:
+        raise ClusterError("the cluster has no nodes to lease")
+    for name, lock in locks:
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            continue
+        try:
+            yield name
+        finally:
+            lock.release()
+        return
+    name, lock = locks[hash(request.node.nodeid) % len(locks)]
+    with lock:
+        yield name

@@ -1,0 +1,109 @@
+"""``dra-conformance cluster up|status|down`` and an end-to-end claim on the cluster it starts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2e_manifests import run_pod
+
+from clusters.local import daemon
+from clusters.local.attached import AttachedLocalCluster
+from clusters.local.binaries import Binaries
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+
+def _cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "clusters.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def state_dir(local_binaries: Binaries) -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="drac-cli-") as tmp:
+        yield Path(tmp)
+        daemon.shutdown(Path(tmp))  # in case a test failed before 'down'
+
+
+def test_status_without_a_cluster_says_so(tmp_path: Path) -> None:
+    result = _cli("cluster", "status", "--state-dir", str(tmp_path / "none"))
+    assert result.returncode == 1
+    assert "no cluster running" in result.stderr
+
+
+def test_up_status_claim_down(state_dir: Path, local_binaries: Binaries) -> None:
+    up = _cli(
+        "cluster",
+        "up",
+        "--state-dir",
+        str(state_dir),
+        "--nodes",
+        "2",
+        "--bin-dir",
+        str(local_binaries.directory),
+    )
+    assert up.returncode == 0, up.stderr
+    exports = [line for line in up.stdout.splitlines() if line.startswith("export KUBECONFIG=")]
+    assert len(exports) == 1, up.stdout
+    kubeconfig = Path(exports[0].removeprefix("export KUBECONFIG="))
+    assert kubeconfig.is_absolute() and kubeconfig.exists() and " " not in str(kubeconfig)
+
+    status = _cli("cluster", "status", "--state-dir", str(state_dir))
+    assert status.returncode == 0, status.stdout + status.stderr
+    for name in ("etcd", "kube-apiserver", "agent-node-0", "driver-node-1"):
+        assert name in status.stdout
+
+    again = _cli("cluster", "up", "--state-dir", str(state_dir))
+    assert again.returncode == 0
+    assert exports[0] in again.stdout.splitlines()
+
+    cluster = AttachedLocalCluster(state_dir)
+    state = cluster.state
+    try:
+        from kubernetes import client
+
+        api = cluster.api_client()
+        slices = client.ResourceV1Api(api).list_resource_slice().items
+        assert {s.spec.node_name for s in slices} == {"node-0", "node-1"}
+        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="e2e")))
+        pod = run_pod(api, "e2e")
+        claim_name = pod.status.resource_claim_statuses[0].resource_claim_name
+        claim = client.ResourceV1Api(api).read_namespaced_resource_claim(claim_name, "e2e")
+        assert claim.status.allocation is not None
+        assert [r.uid for r in claim.status.reserved_for] == [pod.metadata.uid]
+        view = cluster.container_view("e2e/p1", "c")
+        assert len(view.cdi_devices) == 1
+        assert any(k.startswith("GPU_DEVICE") for k in view.env)
+    finally:
+        cluster.stop()
+
+    down = _cli("cluster", "down", "--state-dir", str(state_dir))
+    assert down.returncode == 0
+    pids = [int(state["daemon_pid"]), *state["control_plane"].values()]
+    for node in state["nodes"].values():
+        pids += [node["agent_pid"], node["driver_pid"]]
+    assert not [pid for pid in pids if _alive(pid)]
+    assert not Path(state["root"]).exists()
+    assert "no cluster running" in _cli("cluster", "down", "--state-dir", str(state_dir)).stderr

@@ -1,0 +1,102 @@
+"""The local control plane boots from the resolved binaries, serves the DRA API, and stops cleanly."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clusters.local.binaries import Binaries
+from clusters.local.controlplane import ControlPlane
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def control_plane(local_binaries: Binaries) -> Iterator[ControlPlane]:
+    with tempfile.TemporaryDirectory(prefix="drac-cp-") as root:
+        cp = ControlPlane(local_binaries, Path(root))
+        try:
+            yield cp.start()
+        finally:
+            cp.stop()
+
+
+def test_every_component_is_healthy(control_plane: ControlPlane) -> None:
+    assert control_plane.healthy() == {
+        "etcd": True,
+        "kube-apiserver": True,
+        "kube-scheduler": True,
+        "kube-controller-manager": True,
+    }
+    assert any(name.startswith("resourceclaim") for name in control_plane.controllers)
+    assert not any(name.startswith("node-lifecycle") for name in control_plane.controllers)
+    gates = control_plane.feature_gates
+    assert all(name.startswith("DRA") or name == "ResourceHealthStatus" for name in gates)
+    for name in control_plane.processes:
+        assert control_plane.log_path(name).stat().st_size > 0
+
+
+def test_namespace_round_trip(control_plane: ControlPlane) -> None:
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    try:
+        core = client.CoreV1Api(api)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="round-trip")))
+        got = core.read_namespace("round-trip")
+        assert got.status.phase == "Active"
+        core.delete_namespace("round-trip")
+        # the namespace controller finishes the deletion
+        deadline = time.monotonic() + 60
+        names: set[str] = {"round-trip"}
+        while "round-trip" in names and time.monotonic() < deadline:
+            names = {ns.metadata.name for ns in core.list_namespace().items}
+            time.sleep(0.2)
+        assert "round-trip" not in names
+    finally:
+        api.close()
+
+
+def test_dra_api_is_served(control_plane: ControlPlane) -> None:
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    try:
+        groups = client.ApisApi(api).get_api_versions().groups
+        resource = next(g for g in groups if g.name == "resource.k8s.io")
+        versions = {v.version for v in resource.versions}
+        assert "v1" in versions
+        assert {gv.split("/")[1] for gv in control_plane.runtime_config} <= versions
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "example.com"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'example.com'"}}]},
+        }
+        client.ResourceV1Api(api).create_device_class(body)
+        assert client.ResourceV1Api(api).read_device_class("example.com").metadata.name == "example.com"
+    finally:
+        api.close()
+
+
+def test_stop_leaves_no_process(local_binaries: Binaries) -> None:
+    with tempfile.TemporaryDirectory(prefix="drac-cp-") as root:
+        cp = ControlPlane(local_binaries, Path(root)).start()
+        pids = [p.pid for p in cp.processes.values() if p.pid is not None]
+        assert len(pids) == 4
+        cp.stop()
+        assert not [pid for pid in pids if _alive(pid)]
+        cp.stop()  # idempotent
