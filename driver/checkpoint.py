@@ -60,7 +60,9 @@ class PreparedDevice:
     uuid: str = ""
     share_id: str | None = None
     shareable: bool = False
-    """Whether another claim may have this device prepared at the same time."""
+    """Whether another shareable claim may have this device prepared at the same time."""
+    admin_access: bool = False
+    """Allocated with admin access: prepared even when other claims hold the device."""
     partition_uuid: str | None = None
     """UUID of the MIG device created for a ``partition`` device, to destroy on unprepare."""
     config: dict[str, Any] | None = None

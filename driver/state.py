@@ -311,25 +311,29 @@ class DeviceState:
                 kind=info.kind,
                 uuid=info.uuid or "",
                 share_id=share_id,
-                shareable=bool(share_id)
-                or bool(result.get("adminAccess"))
-                or bool(config and config.shareable),
+                shareable=bool(share_id) or bool(config and config.shareable),
+                admin_access=bool(result.get("adminAccess")),
                 config=None if config is None else config.to_dict(),
             )
         return list(planned.values())
 
     def _check_conflicts(self, ref: ClaimRef, planned: list[PreparedDevice]) -> None:
-        """Refuse devices another claim holds, unless both sides allow sharing (state lock held)."""
+        """Refuse devices another claim holds, unless both sides allow sharing (state lock held).
+
+        Admin access is the exception: it exists to reach devices that are in use.
+        """
         for other in self._checkpoint.claims.values():
             if other.uid == ref.uid:
                 continue
             held = {d.device: d for d in other.devices}
             for device in planned:
                 theirs = held.get(device.device)
-                if theirs is not None and not (device.shareable and theirs.shareable):
+                if theirs is None or device.admin_access or theirs.admin_access:
+                    continue
+                if not (device.shareable and theirs.shareable):
                     raise DeviceConflict(
                         f"claim {ref}: device {device.device}: already prepared for claim {other.ref} "
-                        "and not shareable (no sharing config, share id or admin access)"
+                        "and not shareable (neither claim has a sharing config or a share id)"
                     )
 
     def _claim_dir(self, uid: str) -> Path:

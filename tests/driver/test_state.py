@@ -267,3 +267,12 @@ def test_nvml_backend_adds_device_nodes(node: Node) -> None:
     state.prepare(ref(claim))
     nodes = [n["path"] for n in spec_of(node, claim)["devices"][0]["containerEdits"]["deviceNodes"]]
     assert nodes == ["/dev/nvidia3"]
+
+
+def test_admin_access_reaches_a_device_in_use(node: Node) -> None:
+    state = node.state()
+    user = node.put(make_claim("user", [result("gpu", "gpu-0")]))
+    admin = node.put(make_claim("admin", [result("gpu", "gpu-0", adminAccess=True)]))
+    state.prepare(ref(user))
+    (device,) = state.prepare(ref(admin))
+    assert device.admin_access
