@@ -22,7 +22,7 @@ from ._install import (
 )
 from ._machine import ECC_KINDS, FakeMachine
 from ._models import MODELS
-from ._profiles import Profile, available_profiles, load_profile
+from ._profiles import Profile, available_profiles, load_profile, parse_profile
 
 __all__ = [
     "DEFAULT_PROFILE",
@@ -43,5 +43,6 @@ __all__ = [
     "install",
     "installed",
     "load_profile",
+    "parse_profile",
     "uninstall",
 ]

@@ -96,6 +96,12 @@ def check_gpu_instance(gpu: Gpu, model: Model, profile: GiProfile, start: int) -
 
 def choose_start(gpu: Gpu, model: Model, profile: GiProfile) -> int:
     """Where the driver puts an instance created without a placement: the highest free start."""
+    same = sum(1 for gi in gpu.gpu_instances if gi.profile_id == profile.id)
+    if same >= profile.instance_count:
+        raise MigError(
+            f"GPU {gpu.index} already has {same} {profile.name} instance(s), the most it can hold",
+            c.ERROR_INSUFFICIENT_RESOURCES,
+        )
     for start in reversed(profile.starts):
         try:
             check_gpu_instance(gpu, model, profile, start)

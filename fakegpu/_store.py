@@ -128,6 +128,9 @@ class Store:
             self._held.close()
             self._held = None
 
+    def __del__(self) -> None:
+        self.close()
+
     def read(self) -> MachineState:
         """The current state (re-read from the state directory when another process changed it).
 
@@ -155,8 +158,8 @@ class Store:
                 state = self._state
                 try:
                     yield state
+                    self._write(state)
                 except BaseException:
-                    self._load()  # drop the half-made change
+                    self._load()  # drop the half-made or unsaved change
                     raise
-                self._write(state)
             self.changed.notify_all()

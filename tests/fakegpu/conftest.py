@@ -15,7 +15,7 @@ import fakegpu
 def install() -> Iterator[Callable[..., fakegpu.FakeMachine]]:
     """Install a machine (``install("l4x4")``), nvmlInit it, and undo both after the test."""
 
-    def _install(machine: Any = "dgx-h100", **kwargs: Any) -> fakegpu.FakeMachine:
+    def _install(machine: Any = None, **kwargs: Any) -> fakegpu.FakeMachine:
         m = fakegpu.install(machine, **kwargs)
         pynvml.nvmlInit()
         return m
