@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from driver.config import (
     API_VERSION,
@@ -144,3 +146,34 @@ def test_wrong_kind_for_device() -> None:
     with pytest.raises(ConfigError, match="MigDeviceConfig"):
         select(entries, "r", "mig")
     assert select([], "r", "mig") is None
+
+
+_KEYS = [
+    "strategy",
+    "sharing",
+    "timeSlicingConfig",
+    "mpsConfig",
+    "interval",
+    "defaultActiveThreadPercentage",
+    "defaultPinnedDeviceMemoryLimit",
+    "other",
+]
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 200)
+    | st.sampled_from(["TimeSlicing", "MPS", "Long", "1Gi", "x"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(_KEYS), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sharing=_json, kind=st.sampled_from(["GpuConfig", "MigDeviceConfig"]))
+def test_any_input_parses_or_fails_with_a_config_error(sharing: object, kind: str) -> None:
+    try:
+        config = parse({"apiVersion": API_VERSION, "kind": kind, "sharing": sharing})
+    except ConfigError as e:
+        assert e.field
+        return
+    assert parse(config.to_dict()) == config
