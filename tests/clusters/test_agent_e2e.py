@@ -238,3 +238,104 @@ def test_node_is_ready_with_a_fresh_lease(world: World) -> None:
     assert not [t for t in node["spec"].get("taints", []) if "not-ready" in t["key"]]
     lease = world.kube.get_lease("kube-node-lease", NODE)
     assert lease is not None and lease["spec"]["holderIdentity"] == NODE
+
+
+def test_agent_process_with_the_reference_driver(world: World) -> None:
+    """``python -m clusters.local.agent`` and ``python -m driver`` as processes, on a second node."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import yaml
+
+    node = "agent-e2e-1"
+    driver = "gpu.dra-conformance.io"
+    root = world.root.parent / "n1"
+    (root / "logs").mkdir(parents=True)
+    kc = str(world.root.parent / "cp" / "kubeconfig")
+    agent_log = open(root / "logs" / "agent.log", "w")  # noqa: SIM115
+    driver_log = open(root / "logs" / "driver.log", "w")  # noqa: SIM115
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "clusters.local.agent",
+            "--kubeconfig",
+            kc,
+            "--node-name",
+            node,
+            "--root",
+            str(root),
+        ],
+        stdout=agent_log,
+        stderr=subprocess.STDOUT,
+    )
+    drv: subprocess.Popen[bytes] | None = None
+    try:
+        _until(lambda: world.kube.get_node(node), 30, "Node created by the agent process")
+        drv = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "driver",
+                "--node-name",
+                node,
+                "--kubeconfig",
+                kc,
+                "--registry-dir",
+                str(root / "kubelet" / "plugins_registry"),
+                "--plugin-dir",
+                str(root / "kubelet" / "plugins" / driver),
+                "--cdi-dir",
+                str(root / "cdi"),
+                "--backend",
+                "fake",
+                "--fake-profile",
+                "l4x4",
+                "--fake-state-dir",
+                str(root / "fake"),
+            ],
+            stdout=driver_log,
+            stderr=subprocess.STDOUT,
+        )
+        classes = subprocess.run(
+            [sys.executable, "-m", "driver", "device-classes"], check=True, capture_output=True, text=True
+        ).stdout
+        for doc in yaml.safe_load_all(classes):
+            if doc:
+                world.create("/apis/resource.k8s.io/v1/deviceclasses", doc)
+
+        def slices() -> Any:
+            items = world.send("GET", "/apis/resource.k8s.io/v1/resourceslices").get("items", [])
+            return [s for s in items if s["spec"].get("nodeName") == node]
+
+        _until(slices, 60, "the driver's ResourceSlices")
+        claim = _claim("real")
+        claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = driver
+        world.create(f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims", claim)
+        pod = _pod("p-real", {"resourceClaimName": "real"})
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+        world.create(f"/api/v1/namespaces/{NS}/pods", pod)
+        _until(
+            lambda: (world.pod("p-real") or {}).get("status", {}).get("phase") == "Running", 90, "Running pod"
+        )
+        view = json.loads((root / "agent" / "containers" / f"{NS}_p-real_app.json").read_text())
+        assert view["cdi_devices"] and all("/" in i and "=" in i for i in view["cdi_devices"])
+        )
+        assert view["env"], view
+        world.send("DELETE", f"/api/v1/namespaces/{NS}/pods/p-real")
+        _until(lambda: world.pod("p-real") is None, 30, "pod gone")
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=20) == 0
+        assert world.kube.get_node(node) is not None  # the Node stays
+    finally:
+        for proc in (agent, drv):
+            if proc is not None and proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        agent_log.close()
+        driver_log.close()
