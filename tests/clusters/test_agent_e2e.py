@@ -322,7 +322,6 @@ def test_agent_process_with_the_reference_driver(world: World) -> None:
         )
         view = json.loads((root / "agent" / "containers" / f"{NS}_p-real_app.json").read_text())
         assert view["cdi_devices"] and all("/" in i and "=" in i for i in view["cdi_devices"])
-        )
         assert view["env"], view
         world.send("DELETE", f"/api/v1/namespaces/{NS}/pods/p-real")
         _until(lambda: world.pod("p-real") is None, 30, "pod gone")
