@@ -173,14 +173,14 @@ class DeviceSymbols(SymbolBase):
         return c.SUCCESS
 
     def nvmlDeviceGetPciInfo_v3(self, handle: Any, out: Any) -> int:
-        g = self.full(handle).gpu
+        r = self.full(handle)
+        g, model = r.gpu, r.model
         info = target(out)
         info.busIdLegacy = f"{g.pci_domain:04X}:{g.pci_bus:02X}:00.0".encode()
         info.busId = f"{g.pci_domain:08X}:{g.pci_bus:02X}:00.0".encode()
         info.domain = g.pci_domain
         info.bus = g.pci_bus
         info.device = 0
-        model = self.full(handle).model
         info.pciDeviceId = model.pci_device_id
         info.pciSubSystemId = model.pci_subsystem_id
         return c.SUCCESS
