@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from clusters.local.agent.checkpoint import Checkpoint
 from clusters.local.agent.errors import KubeError
@@ -72,8 +73,9 @@ class Agent:
         self.plugins.stop()
         self.slices.stop()
         self.node.stop()
-        for t in self._threads:
-            t.join(timeout=10)
+        deadline = time.monotonic() + 10
+        for t in self._threads:  # a worker stuck in a hanging plugin call is a daemon: left behind
+            t.join(timeout=max(deadline - time.monotonic(), 0.01))
         log.info("node agent stopped", extra={"node": self.settings.node_name})
 
     def __enter__(self) -> Agent:

@@ -41,6 +41,7 @@ class NodeHeartbeat:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="node-heartbeat", daemon=True)
         self.node_uid = ""
+        self._since = rfc3339()  # conditions have held since the agent started
 
     def kubelet_version(self) -> str:
         """``v1.<minor>.0``, what the Node reports as its kubelet version."""
@@ -68,7 +69,7 @@ class NodeHeartbeat:
                     "reason": reason,
                     "message": message,
                     "lastHeartbeatTime": now,
-                    "lastTransitionTime": now,
+                    "lastTransitionTime": self._since,
                 }
             )
         return out

@@ -17,10 +17,7 @@ Failures keep the pod where it is, with a Warning event, and back off.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -31,13 +28,15 @@ from clusters.local.agent import cdi, claims
 from clusters.local.agent.checkpoint import Checkpoint, ClaimInfo
 from clusters.local.agent.claims import ClaimRef
 from clusters.local.agent.errors import CDIError, ClaimNotReady, KubeError, PluginError, PrepareError
+from clusters.local.agent.events import EventRecorder
 from clusters.local.agent.health import HealthCache
 from clusters.local.agent.kube import Kube
 from clusters.local.agent.plugins import PluginManager
 from clusters.local.agent.prepare import prepare, unprepare
 from clusters.local.agent.settings import Settings
 from clusters.local.agent.status import PodRun, pod_ip, pod_status
-from clusters.local.agent.timeutil import parse, rfc3339
+from clusters.local.agent.timeutil import parse
+from clusters.local.agent.views import remove_views, write_view
 from clusters.local.agent.workqueue import WorkQueue
 
 __all__ = ["FAILED_PREPARE", "RUN_SECONDS_ANNOTATION", "PodManager"]
@@ -50,7 +49,6 @@ FAILED_PREPARE = "FailedPrepareDynamicResources"
 FAILED_UNPREPARE = "FailedUnprepareDynamicResources"
 FAILED_CDI = "Failed"
 TERMINAL = ("Succeeded", "Failed")
-EVENT_REPEAT_SECONDS = 30.0
 
 
 def _key(pod: Obj) -> tuple[str, str, str]:
@@ -82,7 +80,7 @@ class PodManager:
         self._failures: dict[str, int] = {}
         self._unprepare_since: dict[str, float] = {}
         self._claim_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
-        self._events: dict[tuple[str, str], tuple[str, float]] = {}
+        self.events = EventRecorder(kube, settings.node_name)
         self.synced = False
         """Set once the first pod list arrived; orphaned claims are only judged after that."""
 
@@ -173,17 +171,17 @@ class PodManager:
         except (ClaimNotReady, PluginError) as e:
             delay = self._backoff(uid)
             log.warning("pod not started", extra={**fields, "error": str(e), "retry_in": delay})
-            self._event(pod, FAILED_PREPARE, f"Failed to prepare dynamic resources: {e}")
+            self.events.pod_event(pod, FAILED_PREPARE, f"Failed to prepare dynamic resources: {e}")
             return delay
         try:
             edits = self._container_edits(pod, by_pod_claim)
         except CDIError as e:
             delay = self._backoff(uid)
             log.warning("CDI resolution failed", extra={**fields, "error": str(e), "retry_in": delay})
-            self._event(pod, FAILED_CDI, f"Error: CDI device injection failed: {e}")
+            self.events.pod_event(pod, FAILED_CDI, f"Error: CDI device injection failed: {e}")
             return delay
         for container, view in edits.items():
-            self._write_view(ns, name, container, view.to_json())
+            write_view(self.settings.containers_dir, ns, name, container, view.to_json())
         old_status = pod.get("status") or {}
         start_time = parse(old_status.get("startTime")) or time.time()
         started_at = start_time
@@ -212,7 +210,7 @@ class PodManager:
         try:
             return max(float(value), 0.0)
         except ValueError:
-            self._event(
+            self.events.pod_event(
                 pod, "InvalidAnnotation", f"{RUN_SECONDS_ANNOTATION}={value!r} is not a number of seconds"
             )
             return None
@@ -442,7 +440,9 @@ class PodManager:
                 return self._backoff(uid)
             log.error("unprepare keeps failing; removing the pod anyway", extra={**fields, "error": str(e)})
             if pod is not None:
-                self._event(pod, FAILED_UNPREPARE, f"Failed to unprepare dynamic resources, giving up: {e}")
+                self.events.pod_event(
+                    pod, FAILED_UNPREPARE, f"Failed to unprepare dynamic resources, giving up: {e}"
+                )
             for info in self.checkpoint.claims():
                 self.checkpoint.remove_pod(info.uid, uid)  # the orphan sweep keeps trying
         if pod is not None:
@@ -452,7 +452,7 @@ class PodManager:
         else:
             ns = name = ""
         if ns:
-            self._remove_views(ns, name)
+            remove_views(self.settings.containers_dir, ns, name)
         if pod is not None:
             try:
                 self.kube.delete_pod(ns, name, uid)
@@ -464,8 +464,7 @@ class PodManager:
             self._runs.pop(uid, None)
             self._failures.pop(uid, None)
             self._unprepare_since.pop(uid, None)
-            for key in [k for k in self._events if k[0] == uid]:
-                del self._events[key]
+        self.events.forget(uid)
         return None
 
     def sweep_orphans(self) -> None:
@@ -496,64 +495,3 @@ class PodManager:
                     "orphaned claim unprepared",
                     extra={"node": self.settings.node_name, "claim_uid": fresh.uid},
                 )
-
-    # -- views and events
-
-    def _view_path(self, ns: str, pod: str, container: str) -> str:
-        return os.path.join(self.settings.containers_dir, f"{ns}_{pod}_{container}.json")
-
-    def _write_view(self, ns: str, pod: str, container: str, view: Obj) -> None:
-        path = self._view_path(ns, pod, container)
-        os.makedirs(self.settings.containers_dir, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.settings.containers_dir, prefix=".view.", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(view, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-
-    def _remove_views(self, ns: str, pod: str) -> None:
-        prefix = f"{ns}_{pod}_"
-        try:
-            names = os.listdir(self.settings.containers_dir)
-        except FileNotFoundError:
-            return
-        for n in names:
-            if n.startswith(prefix) and n.endswith(".json"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(self.settings.containers_dir, n))
-
-    def _event(self, pod: Obj, reason: str, message: str, kind: str = "Warning") -> None:
-        ns, name, uid = _key(pod)
-        now = time.monotonic()
-        last = self._events.get((uid, reason))
-        if last is not None and last[0] == message and now - last[1] < EVENT_REPEAT_SECONDS:
-            return
-        self._events[(uid, reason)] = (message, now)
-        stamp = rfc3339()
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": ns},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": name,
-                "namespace": ns,
-                "uid": uid,
-                "resourceVersion": pod["metadata"].get("resourceVersion", ""),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": kind,
-            "source": {"component": "kubelet", "host": self.settings.node_name},
-            "reportingComponent": "kubelet",
-            "reportingInstance": self.settings.node_name,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        try:
-            self.kube.create_event(ns, event)
-        except Exception as e:
-            log.warning(
-                "event not recorded", extra={"pod": f"{ns}/{name}", "reason": reason, "error": str(e)}
-            )
