@@ -123,7 +123,8 @@ class DeviceState:
         self._rebooted = self._checkpoint.boot_id != self.boot_id
         self._checkpoint.boot_id = self.boot_id  # every save from now on is of this boot
         self._lock = threading.Lock()
-        self._claim_locks: dict[str, threading.Lock] = {}
+        self._claim_locks: dict[str, tuple[threading.Lock, int]] = {}
+        """Claim UID -> (lock, holders and waiters)."""
         self._claim_locks_guard = threading.Lock()
 
     # --- public API ---------------------------------------------------------------------------
@@ -156,7 +157,7 @@ class DeviceState:
                 log.info("restoring CDI spec of a prepared claim", extra={**ctx, "rebooted": rebooted})
                 try:
                     self._materialize(record, recreate_partitions=rebooted)
-                except DriverError as e:
+                except (DriverError, OSError) as e:
                     log.error("cannot restore a prepared claim", extra={**ctx, "error": str(e)})
         known = set(self._checkpoint.claims)
         for uid in self.specs.claim_uids() - known:
@@ -241,10 +242,20 @@ class DeviceState:
 
     @contextmanager
     def _claim_lock(self, uid: str) -> Iterator[None]:
+        """Serialise calls for one claim; the lock is dropped when nobody holds or waits for it."""
         with self._claim_locks_guard:
-            lock = self._claim_locks.setdefault(uid, threading.Lock())
-        with lock:
-            yield
+            lock, users = self._claim_locks.get(uid, (threading.Lock(), 0))
+            self._claim_locks[uid] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._claim_locks_guard:
+                lock, users = self._claim_locks[uid]
+                if users == 1:
+                    del self._claim_locks[uid]
+                else:
+                    self._claim_locks[uid] = (lock, users - 1)
 
     def _forget(self, uid: str) -> None:
         with self._lock:

@@ -276,3 +276,12 @@ def test_admin_access_reaches_a_device_in_use(node: Node) -> None:
     state.prepare(ref(user))
     (device,) = state.prepare(ref(admin))
     assert device.admin_access
+
+
+def test_claim_locks_do_not_pile_up(node: Node) -> None:
+    state = node.state()
+    for i in range(5):
+        claim = node.put(make_claim(f"c{i}", [result("gpu", "gpu-0")]))
+        state.prepare(ref(claim))
+        state.unprepare(ref(claim))
+    assert state._claim_locks == {}
