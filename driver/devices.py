@@ -1,4 +1,4 @@
-"""Device discovery and MIG partitions, through ``pynvml`` only.
+"""Device discovery through ``pynvml`` only.
 
 The same code runs on real GPUs and on ``fakegpu``: the fake replaces the C library
 underneath ``pynvml``, so nothing here knows which one it talks to.
@@ -17,8 +17,12 @@ partitionable GPUs. Three kinds of device, chosen by the ``--device-kinds`` sett
     slices, memory), one device per possible placement of every MIG profile
     (``gpu-0-part-3g71gb-4``, the last number is the first memory slice) consuming
     its share, and the whole GPU consuming everything. The scheduler picks a
-    combination that fits; ``prepare_partition`` then creates that GPU instance and
-    its full-size compute instance, and ``unprepare_partition`` destroys them.
+    combination that fits; ``prepare_partition`` (``driver.partitions``, re-exported
+    here) then creates that GPU instance and its full-size compute instance, and
+    ``unprepare_partition`` destroys them.
+
+The device model (``DeviceInfo``, ``Inventory``, ...) lives in ``driver.inventory`` and
+is re-exported here, so ``from driver.devices import DeviceInfo`` keeps working.
 """
 
 from __future__ import annotations
@@ -26,18 +30,30 @@ from __future__ import annotations
 import ctypes
 import logging
 import re
-import threading
-from collections.abc import Callable, Collection, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import pynvml
 
-from driver.errors import DriverError
+from driver._nvml import nvml, optional, text
+from driver.inventory import (
+    DEVICE_KINDS,
+    MIB,
+    AttributeValue,
+    DeviceError,
+    DeviceInfo,
+    DeviceKind,
+    Inventory,
+    MigProfile,
+    Placement,
+    Version,
+)
+from driver.partitions import prepare_partition, unprepare_partition
 
 __all__ = [
     "DEVICE_KINDS",
+    "AttributeValue",
     "DeviceError",
     "DeviceInfo",
     "DeviceKind",
@@ -53,195 +69,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-DEVICE_KINDS = ("gpu", "mig", "partitionable-mig")
-"""The values ``--device-kinds`` accepts, in the order they are documented."""
-
-DeviceKind = Literal["gpu", "mig", "partition"]
-"""What one published device is: a whole GPU, an existing MIG device, or a possible partition."""
-
-MIB = 1024 * 1024
-
-_T = TypeVar("_T")
-
-
-class DeviceError(DriverError):
-    """NVML refused or failed a device operation (discovery, creating or destroying a partition)."""
-
-
-@dataclass(frozen=True)
-class Version:
-    """A device attribute that is a semantic version (``versionValue`` in the ResourceSlice)."""
-
-    value: str
-
-    def __str__(self) -> str:
-        return self.value
-
-
-AttributeValue = str | int | bool | Version
-"""A device attribute: ``string``, ``int``, ``bool`` or ``version`` in the ResourceSlice."""
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where a GPU instance sits: its first memory slice and how many it spans."""
-
-    start: int
-    size: int
-
-    @property
-    def slices(self) -> range:
-        """The memory slices this placement covers."""
-        return range(self.start, self.start + self.size)
-
-
-@dataclass(frozen=True)
-class MigProfile:
-    """One GPU-instance profile of a MIG-capable GPU, as NVML reports it."""
-
-    id: int
-    """The driver's profile id (``info.id``), which creation and placement calls take."""
-    index: int
-    """The ``NVML_GPU_INSTANCE_PROFILE_*`` constant this profile was looked up with."""
-    name: str
-    """``1g.18gb``, ``1g.18gb+me``, ``7g.141gb``."""
-    slices: int
-    """Compute slices (the ``Ng`` in the name)."""
-    instance_count: int
-    memory_bytes: int
-    multiprocessors: int
-    copy_engines: int
-    decoders: int
-    encoders: int
-    jpeg_engines: int
-    ofa_engines: int
-    placements: tuple[Placement, ...]
-
-    @property
-    def label(self) -> str:
-        """The name squeezed into a DNS label part: ``1g.18gb+me`` -> ``1g18gbme``."""
-        return re.sub(r"[^a-z0-9]", "", self.name.lower())
-
-    def capacity(self) -> dict[str, int]:
-        """What a device of this profile offers, as ResourceSlice capacities."""
-        return {
-            "memory": self.memory_bytes,
-            "multiprocessors": self.multiprocessors,
-            "copyEngines": self.copy_engines,
-            "decoders": self.decoders,
-            "encoders": self.encoders,
-            "jpegEngines": self.jpeg_engines,
-            "ofaEngines": self.ofa_engines,
-        }
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    """One device the driver publishes.
-
-    ``uuid`` is the NVML UUID of a GPU or MIG device; a partition has none until it is
-    prepared (``prepare_partition`` returns it). ``index`` and ``minor`` are those of
-    the (parent) GPU.
-    """
-
-    name: str
-    kind: DeviceKind
-    uuid: str | None
-    parent_uuid: str | None
-    index: int
-    minor: int
-    attributes: Mapping[str, AttributeValue]
-    capacity: Mapping[str, int]
-    consumes_counters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    """Counter set name -> counter -> amount; empty unless the GPU is partitionable."""
-    profile: MigProfile | None = None
-    """The MIG profile of a MIG device or partition."""
-    placement: Placement | None = None
-    """Where a MIG device sits, or where a partition would be created."""
-    gpu_instance_id: int | None = None
-    compute_instance_id: int | None = None
-
-    @property
-    def gpu_uuid(self) -> str:
-        """The UUID of the physical GPU this device lives on."""
-        gpu = self.parent_uuid if self.kind != "gpu" else self.uuid
-        assert gpu is not None, f"device {self.name} has no GPU UUID"
-        return gpu
-
-
-@dataclass(frozen=True)
-class Inventory:
-    """Everything ``discover`` found: devices by name, counter sets by name."""
-
-    devices: Mapping[str, DeviceInfo]
-    counter_sets: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-
-    def __iter__(self) -> Iterator[DeviceInfo]:
-        return iter(self.devices.values())
-
-    def __len__(self) -> int:
-        return len(self.devices)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.devices
-
-    def __getitem__(self, name: str) -> DeviceInfo:
-        return self.devices[name]
-
-    def get(self, name: str) -> DeviceInfo | None:
-        """The device called ``name``, or None."""
-        return self.devices.get(name)
-
-    def gpu_uuids(self) -> list[str]:
-        """UUIDs of every physical GPU with at least one published device, in index order."""
-        seen: dict[str, int] = {}
-        for dev in self:
-            seen.setdefault(dev.gpu_uuid, dev.index)
-        return sorted(seen, key=seen.__getitem__)
-
-    def on_gpu(self, gpu_uuid: str) -> list[DeviceInfo]:
-        """Every published device on the GPU with this UUID (the GPU itself, MIG devices, partitions)."""
-        return [dev for dev in self if dev.gpu_uuid == gpu_uuid]
-
-    def by_uuid(self, uuid: str) -> DeviceInfo | None:
-        """The GPU or MIG device with this NVML UUID, or None."""
-        return next((dev for dev in self if dev.uuid == uuid), None)
-
-
-# --- NVML helpers -------------------------------------------------------------------------------
-
-_NVML_LOCK = threading.RLock()
-"""Serialises MIG changes: NVML allows one at a time, and create-then-find must not interleave."""
-
-
-@contextmanager
-def nvml() -> Iterator[None]:
-    """``nvmlInit`` / ``nvmlShutdown`` around a block; pynvml counts nested inits."""
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as e:
-        raise DeviceError(f"cannot initialise NVML: {e}; is the NVIDIA driver (or fakegpu) installed?") from e
-    try:
-        yield
-    finally:
-        pynvml.nvmlShutdown()
-
-
-_UNSUPPORTED = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)
-
-
-def _optional(call: Callable[..., _T], *args: Any) -> _T | None:
-    """Call an NVML wrapper, answering None where the device does not support it (Jetson, T4)."""
-    try:
-        return call(*args)
-    except _UNSUPPORTED:
-        return None
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
 
 _BRANDS = {
     pynvml.NVML_BRAND_QUADRO: "Quadro",
@@ -274,20 +101,7 @@ _ARCHITECTURES = {
     pynvml.NVML_DEVICE_ARCH_BLACKWELL: "Blackwell",
 }
 
-# GPU-instance slice count -> the compute-instance profile constant of the same size:
-# a partition gets one compute instance covering its whole GPU instance.
-_FULL_CI_PROFILE = {
-    1: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
-    2: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE,
-    3: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE,
-    4: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE,
-    6: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE,
-    7: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE,
-    8: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE,
-}
-
 _MAX_PLACEMENTS = 16
-_MAX_INSTANCES = 16
 
 
 def semver(text: str) -> str:
@@ -309,7 +123,7 @@ def _cuda_version(value: int) -> str:
 
 def _pci_bus_id(pci: Any) -> str:
     """The ``resource.kubernetes.io/pciBusID`` form, ``0000:3b:00.0``, from NVML's PCI info."""
-    bus_id = _text(pci.busId) or _text(pci.busIdLegacy)
+    bus_id = text(pci.busId) or text(pci.busIdLegacy)
     match = re.fullmatch(r"([0-9a-fA-F]+):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])", bus_id.strip())
     if match:
         domain, bus, dev, func = match.groups()
@@ -387,10 +201,10 @@ def _add(devices: dict[str, DeviceInfo], dev: DeviceInfo) -> None:
 
 def _system_attributes() -> dict[str, AttributeValue]:
     attributes: dict[str, AttributeValue] = {}
-    driver = _optional(pynvml.nvmlSystemGetDriverVersion)
+    driver = optional(pynvml.nvmlSystemGetDriverVersion)
     if driver:
-        attributes["driverVersion"] = Version(semver(_text(driver)))
-    cuda = _optional(pynvml.nvmlSystemGetCudaDriverVersion)
+        attributes["driverVersion"] = Version(semver(text(driver)))
+    cuda = optional(pynvml.nvmlSystemGetCudaDriverVersion)
     if cuda:
         attributes["cudaDriverVersion"] = Version(_cuda_version(int(cuda)))
     return attributes
@@ -404,31 +218,31 @@ def _gpus(common: Mapping[str, AttributeValue]) -> Iterator[_Gpu]:
     for index in range(count):
         try:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
-            product = _text(pynvml.nvmlDeviceGetName(handle))
+            uuid = text(pynvml.nvmlDeviceGetUUID(handle))
+            product = text(pynvml.nvmlDeviceGetName(handle))
         except pynvml.NVMLError as e:
             # One broken GPU must not hide the others; health reports it separately.
             log.error("GPU cannot be read; left out", extra={"index": index, "error": str(e)})
             continue
-        minor = _optional(pynvml.nvmlDeviceGetMinorNumber, handle)
+        minor = optional(pynvml.nvmlDeviceGetMinorNumber, handle)
         attributes: dict[str, AttributeValue] = {"type": "gpu", "uuid": uuid, "productName": product}
-        brand = _optional(pynvml.nvmlDeviceGetBrand, handle)
+        brand = optional(pynvml.nvmlDeviceGetBrand, handle)
         if brand is not None:
             attributes["brand"] = _BRANDS.get(brand, "Unknown")
-        arch = _optional(pynvml.nvmlDeviceGetArchitecture, handle)
+        arch = optional(pynvml.nvmlDeviceGetArchitecture, handle)
         if arch is not None:
             attributes["architecture"] = _ARCHITECTURES.get(arch, "Unknown")
-        cc = _optional(pynvml.nvmlDeviceGetCudaComputeCapability, handle)
+        cc = optional(pynvml.nvmlDeviceGetCudaComputeCapability, handle)
         if cc is not None:
             attributes["cudaComputeCapability"] = Version(f"{cc[0]}.{cc[1]}.0")
         attributes.update(common)
         attributes["index"] = index
         attributes["minor"] = index if minor is None else minor
-        pci = _optional(pynvml.nvmlDeviceGetPciInfo, handle)
+        pci = optional(pynvml.nvmlDeviceGetPciInfo, handle)
         if pci is not None:
             attributes["resource.kubernetes.io/pciBusID"] = _pci_bus_id(pci)
-        memory = _optional(pynvml.nvmlDeviceGetMemoryInfo, handle)
-        mig = _optional(pynvml.nvmlDeviceGetMigMode, handle)
+        memory = optional(pynvml.nvmlDeviceGetMemoryInfo, handle)
+        mig = optional(pynvml.nvmlDeviceGetMigMode, handle)
         yield _Gpu(
             handle=handle,
             index=index,
@@ -457,7 +271,7 @@ def _gpu_device(gpu: _Gpu, consumes: Mapping[str, Mapping[str, int]] | None = No
 
 def _profile_name(info: Any, gpu_memory: int | None) -> str:
     """``1g.18gb`` from NVML's profile name (``MIG 1g.18gb``), or derived as nvidia-smi does."""
-    name = _text(getattr(info, "name", b"") or b"").strip()
+    name = text(getattr(info, "name", b"") or b"").strip()
     if name:
         return name.removeprefix("MIG ").strip()
     # No name (old drivers): round the memory fraction up to eighths of the whole GPU, like go-nvlib.
@@ -571,13 +385,13 @@ def _partition_device(gpu: _Gpu, profile: MigProfile, placement: Placement, coun
 def _mig_devices(gpu: _Gpu) -> Iterator[DeviceInfo]:
     """The MIG devices that exist on a MIG-enabled GPU, in GPU-instance order."""
     profiles = {p.id: p for p in _profiles(gpu.handle)}
-    count = _optional(pynvml.nvmlDeviceGetMaxMigDeviceCount, gpu.handle) or 0
+    count = optional(pynvml.nvmlDeviceGetMaxMigDeviceCount, gpu.handle) or 0
     for slot in range(count):
         try:
             mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, slot)
         except pynvml.NVMLError_NotFound:
             continue
-        uuid = _text(pynvml.nvmlDeviceGetUUID(mig))
+        uuid = text(pynvml.nvmlDeviceGetUUID(mig))
         gi_id = int(pynvml.nvmlDeviceGetGpuInstanceId(mig))
         ci_id = int(pynvml.nvmlDeviceGetComputeInstanceId(mig))
         gi_info = pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(gpu.handle, gi_id))
@@ -589,7 +403,7 @@ def _mig_devices(gpu: _Gpu) -> Iterator[DeviceInfo]:
         attributes = _mig_attributes(gpu, profile)
         attributes["uuid"] = uuid
         capacity = profile.capacity()
-        memory = _optional(pynvml.nvmlDeviceGetMemoryInfo, mig)
+        memory = optional(pynvml.nvmlDeviceGetMemoryInfo, mig)
         if memory is not None and memory.total:
             capacity["memory"] = int(memory.total)
         suffix = f"{gi_id}" if ci_id == 0 else f"{gi_id}-{ci_id}"
@@ -607,134 +421,3 @@ def _mig_devices(gpu: _Gpu) -> Iterator[DeviceInfo]:
             gpu_instance_id=gi_id,
             compute_instance_id=ci_id,
         )
-
-
-# --- partitions ---------------------------------------------------------------------------------
-
-
-def _partition_parts(info: DeviceInfo) -> tuple[MigProfile, Placement]:
-    if info.kind != "partition" or info.profile is None or info.placement is None:
-        raise DeviceError(f"device {info.name} is a {info.kind}, not a partition: nothing to create")
-    return info.profile, info.placement
-
-
-def _find_gpu_instance(handle: Any, profile: MigProfile, placement: Placement) -> Any | None:
-    """The existing GPU instance of this profile at this placement, or None."""
-    array = (pynvml.c_nvmlGpuInstance_t * _MAX_INSTANCES)()
-    count = ctypes.c_uint(_MAX_INSTANCES)
-    pynvml.nvmlDeviceGetGpuInstances(handle, profile.id, array, ctypes.byref(count))
-    for i in range(count.value):
-        gi_info = pynvml.nvmlGpuInstanceGetInfo(array[i])
-        if int(gi_info.placement.start) == placement.start and int(gi_info.placement.size) == placement.size:
-            return array[i]
-    return None
-
-
-def _compute_instances(gpu_instance: Any) -> list[Any]:
-    found: list[Any] = []
-    for ci_profile in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-        try:
-            info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
-                gpu_instance, ci_profile, pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
-            )
-        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument, pynvml.NVMLError_NotFound):
-            continue
-        array = (pynvml.c_nvmlComputeInstance_t * _MAX_INSTANCES)()
-        count = ctypes.c_uint(_MAX_INSTANCES)
-        pynvml.nvmlGpuInstanceGetComputeInstances(gpu_instance, info.id, array, ctypes.byref(count))
-        found.extend(array[i] for i in range(count.value))
-    return found
-
-
-def _mig_uuid(handle: Any, gi_id: int, ci_id: int) -> str:
-    count = pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)
-    for slot in range(count):
-        try:
-            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
-        except pynvml.NVMLError_NotFound:
-            continue
-        if (
-            pynvml.nvmlDeviceGetGpuInstanceId(mig) == gi_id
-            and pynvml.nvmlDeviceGetComputeInstanceId(mig) == ci_id
-        ):
-            return _text(pynvml.nvmlDeviceGetUUID(mig))
-    raise DeviceError(
-        f"MIG device for GPU instance {gi_id}, compute instance {ci_id} not found after creation"
-    )
-
-
-def prepare_partition(info: DeviceInfo) -> str:
-    """Create the partition's GPU instance at its placement and a full-size compute instance.
-
-    Returns the UUID of the MIG device that results. Idempotent: a GPU instance that
-    already exists at that placement with that profile (a repeated prepare, or one
-    that survived a driver restart) is reused. Raises ``DeviceError`` when NVML
-    refuses, e.g. because another instance overlaps the placement.
-    """
-    profile, placement = _partition_parts(info)
-    ctx = {"device": info.name, "gpu": info.parent_uuid, "profile": profile.name, "start": placement.start}
-    with _NVML_LOCK, nvml():
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(info.gpu_uuid)
-            gi = _find_gpu_instance(handle, profile, placement)
-            created_gi = gi is None
-            if gi is None:
-                c_placement = pynvml.c_nvmlGpuInstancePlacement_t(placement.start, placement.size)
-                gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(
-                    handle, profile.id, ctypes.byref(c_placement)
-                )
-            gi_id = int(pynvml.nvmlGpuInstanceGetInfo(gi).id)
-        except pynvml.NVMLError as e:
-            raise DeviceError(
-                f"cannot create MIG GPU instance {profile.name} at memory slice {placement.start} "
-                f"on GPU {info.gpu_uuid} for {info.name}: {e}"
-            ) from e
-        try:
-            cis = _compute_instances(gi)
-            if cis:
-                ci = cis[0]
-            else:
-                ci_info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
-                    gi,
-                    _FULL_CI_PROFILE.get(profile.slices, pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE),
-                    pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
-                )
-                ci = pynvml.nvmlGpuInstanceCreateComputeInstance(gi, ci_info.id)
-            ci_id = int(pynvml.nvmlComputeInstanceGetInfo(ci).id)
-            uuid = _mig_uuid(handle, gi_id, ci_id)
-        except (pynvml.NVMLError, DeviceError) as e:
-            if created_gi:
-                try:
-                    pynvml.nvmlGpuInstanceDestroy(gi)
-                except pynvml.NVMLError as cleanup:
-                    log.error("cannot destroy half-made GPU instance", extra={**ctx, "error": str(cleanup)})
-            raise DeviceError(
-                f"cannot create the compute instance of {profile.name} at memory slice {placement.start} "
-                f"on GPU {info.gpu_uuid} for {info.name}: {e}"
-            ) from e
-    log.info(
-        "partition created", extra={**ctx, "mig_uuid": uuid, "gpu_instance": gi_id, "reused": not created_gi}
-    )
-    return uuid
-
-
-def unprepare_partition(info: DeviceInfo) -> None:
-    """Destroy the partition's compute instances and GPU instance; nothing there is success."""
-    profile, placement = _partition_parts(info)
-    ctx = {"device": info.name, "gpu": info.parent_uuid, "profile": profile.name, "start": placement.start}
-    with _NVML_LOCK, nvml():
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(info.gpu_uuid)
-            gi = _find_gpu_instance(handle, profile, placement)
-            if gi is None:
-                log.info("partition already gone", extra=ctx)
-                return
-            for ci in _compute_instances(gi):
-                pynvml.nvmlComputeInstanceDestroy(ci)
-            pynvml.nvmlGpuInstanceDestroy(gi)
-        except pynvml.NVMLError as e:
-            raise DeviceError(
-                f"cannot destroy MIG partition {profile.name} at memory slice {placement.start} "
-                f"on GPU {info.gpu_uuid} ({info.name}): {e}; is a process still using it?"
-            ) from e
-    log.info("partition destroyed", extra=ctx)

@@ -1,0 +1,180 @@
+"""The device model: what discovery finds and the driver publishes.
+
+``Inventory`` holds every published device (``DeviceInfo``) by its name in the
+ResourceSlice, plus the counter sets of partitionable GPUs. ``driver.devices`` fills it
+from NVML; the slices, the health monitor and the prepare path read it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from driver.errors import DriverError
+
+__all__ = [
+    "DEVICE_KINDS",
+    "MIB",
+    "AttributeValue",
+    "DeviceError",
+    "DeviceInfo",
+    "DeviceKind",
+    "Inventory",
+    "MigProfile",
+    "Placement",
+    "Version",
+]
+
+DEVICE_KINDS = ("gpu", "mig", "partitionable-mig")
+"""The values ``--device-kinds`` accepts, in the order they are documented."""
+
+DeviceKind = Literal["gpu", "mig", "partition"]
+"""What one published device is: a whole GPU, an existing MIG device, or a possible partition."""
+
+MIB = 1024 * 1024
+
+
+class DeviceError(DriverError):
+    """NVML refused or failed a device operation (discovery, creating or destroying a partition)."""
+
+
+@dataclass(frozen=True)
+class Version:
+    """A device attribute that is a semantic version (``versionValue`` in the ResourceSlice)."""
+
+    value: str
+
+    def __str__(self) -> str:
+        return self.value
+
+
+AttributeValue = str | int | bool | Version
+"""A device attribute: ``string``, ``int``, ``bool`` or ``version`` in the ResourceSlice."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a GPU instance sits: its first memory slice and how many it spans."""
+
+    start: int
+    size: int
+
+    @property
+    def slices(self) -> range:
+        """The memory slices this placement covers."""
+        return range(self.start, self.start + self.size)
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One GPU-instance profile of a MIG-capable GPU, as NVML reports it."""
+
+    id: int
+    """The driver's profile id (``info.id``), which creation and placement calls take."""
+    index: int
+    """The ``NVML_GPU_INSTANCE_PROFILE_*`` constant this profile was looked up with."""
+    name: str
+    """``1g.18gb``, ``1g.18gb+me``, ``7g.141gb``."""
+    slices: int
+    """Compute slices (the ``Ng`` in the name)."""
+    instance_count: int
+    memory_bytes: int
+    multiprocessors: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpeg_engines: int
+    ofa_engines: int
+    placements: tuple[Placement, ...]
+
+    @property
+    def label(self) -> str:
+        """The name squeezed into a DNS label part: ``1g.18gb+me`` -> ``1g18gbme``."""
+        return re.sub(r"[^a-z0-9]", "", self.name.lower())
+
+    def capacity(self) -> dict[str, int]:
+        """What a device of this profile offers, as ResourceSlice capacities."""
+        return {
+            "memory": self.memory_bytes,
+            "multiprocessors": self.multiprocessors,
+            "copyEngines": self.copy_engines,
+            "decoders": self.decoders,
+            "encoders": self.encoders,
+            "jpegEngines": self.jpeg_engines,
+            "ofaEngines": self.ofa_engines,
+        }
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One device the driver publishes.
+
+    ``uuid`` is the NVML UUID of a GPU or MIG device; a partition has none until it is
+    prepared (``prepare_partition`` returns it). ``index`` and ``minor`` are those of
+    the (parent) GPU.
+    """
+
+    name: str
+    kind: DeviceKind
+    uuid: str | None
+    parent_uuid: str | None
+    index: int
+    minor: int
+    attributes: Mapping[str, AttributeValue]
+    capacity: Mapping[str, int]
+    consumes_counters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """Counter set name -> counter -> amount; empty unless the GPU is partitionable."""
+    profile: MigProfile | None = None
+    """The MIG profile of a MIG device or partition."""
+    placement: Placement | None = None
+    """Where a MIG device sits, or where a partition would be created."""
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+    @property
+    def gpu_uuid(self) -> str:
+        """The UUID of the physical GPU this device lives on."""
+        gpu = self.parent_uuid if self.kind != "gpu" else self.uuid
+        assert gpu is not None, f"device {self.name} has no GPU UUID"
+        return gpu
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Everything ``discover`` found: devices by name, counter sets by name."""
+
+    devices: Mapping[str, DeviceInfo]
+    counter_sets: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[DeviceInfo]:
+        return iter(self.devices.values())
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.devices
+
+    def __getitem__(self, name: str) -> DeviceInfo:
+        return self.devices[name]
+
+    def get(self, name: str) -> DeviceInfo | None:
+        """The device called ``name``, or None."""
+        return self.devices.get(name)
+
+    def gpu_uuids(self) -> list[str]:
+        """UUIDs of every physical GPU with at least one published device, in index order."""
+        seen: dict[str, int] = {}
+        for dev in self:
+            seen.setdefault(dev.gpu_uuid, dev.index)
+        return sorted(seen, key=seen.__getitem__)
+
+    def on_gpu(self, gpu_uuid: str) -> list[DeviceInfo]:
+        """Every published device on the GPU with this UUID (the GPU itself, MIG devices, partitions)."""
+        return [dev for dev in self if dev.gpu_uuid == gpu_uuid]
+
+    def by_uuid(self, uuid: str) -> DeviceInfo | None:
+        """The GPU or MIG device with this NVML UUID, or None."""
+        return next((dev for dev in self if dev.uuid == uuid), None)
