@@ -51,7 +51,8 @@ def install(
     :class:`Profile` or a :class:`FakeMachine`. With ``machine`` None the profile comes from
     ``FAKEGPU_PROFILE`` (default ``dgx-h100``); with ``state_dir``/``node_name`` None they come
     from ``FAKEGPU_STATE_DIR``/``FAKEGPU_NODE_NAME``. A state directory that already holds a
-    machine is attached to, never reset. Installing again replaces the previous fake.
+    machine is attached to, never reset (``state_dir`` and ``node_name`` are ignored when
+    ``machine`` is already a FakeMachine). Installing again replaces the previous fake.
     Callers still call ``pynvml.nvmlInit()`` as on real hardware.
     """
     if machine is None:

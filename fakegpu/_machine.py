@@ -6,6 +6,7 @@ the same state. With a state directory the machine is shared by every process th
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from ._models import MODELS, Model, gi_profile_by_id, gi_profile_by_name
 from ._profiles import Profile, initial_state, load_profile, mig_uuid
 from ._state import Gpu, GpuInstance, MachineState
 from ._store import Store
+
+log = logging.getLogger(__name__)
 
 GpuRef = int | str
 """A GPU named by index (``0``) or UUID (``"GPU-..."``)."""
@@ -53,6 +56,13 @@ class FakeMachine:
             raise StateError(
                 f"state directory {state_dir} holds a {existing.profile!r} machine, not {prof.name!r}; "
                 "use another directory or the same profile"
+            )
+        if attached and node_name and existing.node_name != node_name:
+            log.warning(
+                "state directory %s holds the machine of node %r; attaching as node %r keeps its UUIDs",
+                state_dir,
+                existing.node_name,
+                node_name,
             )
         self._store = store
         self.attached = attached

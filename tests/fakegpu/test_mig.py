@@ -376,3 +376,15 @@ def test_machine_api_mig(h100: fakegpu.FakeMachine) -> None:
     assert [gi["id"] for gi in snap["gpu_instances"]] == [2, 4]
     h100.destroy_gpu_instance(1, 2)
     assert pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(_gpu(1), 9) == 1
+
+
+def test_h200_mig_device_name_and_memory(install: Install) -> None:
+    m = install("dgx-h200")
+    m.set_mig_mode(0, True)
+    m.create_gpu_instance(0, "7g.141gb")
+    mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(_gpu(), 0)
+    assert pynvml.nvmlDeviceGetName(mig) == "NVIDIA H200 MIG 7g.141gb"
+    assert pynvml.nvmlDeviceGetMemoryInfo(mig).total == 143360 << 20
+    attrs = pynvml.nvmlDeviceGetAttributes(mig)
+    assert attrs.gpuInstanceSliceCount == attrs.computeInstanceSliceCount == 7
+    assert attrs.multiprocessorCount == 132
