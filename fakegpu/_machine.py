@@ -234,7 +234,8 @@ class FakeMachine:
             g.ecc_volatile_uncorrected = 0
 
     def reset(self, gpu: GpuRef | None = None) -> None:
-        """Reset one GPU (or all): a pending MIG mode takes effect, faults and volatile ECC clear."""
+        """Reset one GPU (or all): a pending MIG mode takes effect, MIG instances, faults and
+        volatile ECC counters clear."""
         with self._store.mutate() as state:
             for g in state.gpus if gpu is None else [self._find(state, gpu)]:
                 _mig.reset_gpu(g)

@@ -277,9 +277,11 @@ def set_mig_mode(gpu: Gpu, model: Model, mode: int) -> int:
 
 
 def reset_gpu(gpu: Gpu) -> None:
-    """A GPU reset: pending MIG mode takes effect, volatile ECC counters clear, a lost GPU is back."""
-    if gpu.mig_current != gpu.mig_pending:
-        gpu.gpu_instances.clear()
+    """A GPU reset: pending MIG mode takes effect, volatile ECC counters clear, a lost GPU is back.
+
+    MIG instances do not survive a reset (as on hardware, where they are not persistent).
+    """
+    gpu.gpu_instances.clear()
     gpu.mig_current = gpu.mig_pending
     gpu.needs_reset = False
     gpu.lost = False

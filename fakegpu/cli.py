@@ -81,7 +81,9 @@ def _parser() -> argparse.ArgumentParser:
 
     heal = sub.add_parser("heal", help="clear a GPU's faults")
     heal.add_argument("gpu", type=_gpu)
-    reset = sub.add_parser("reset", help="reset a GPU (or all): pending MIG mode applies, faults clear")
+    reset = sub.add_parser(
+        "reset", help="reset a GPU (or all): pending MIG mode applies, instances and faults clear"
+    )
     reset.add_argument("gpu", type=_gpu, nargs="?")
     return p
 

@@ -168,3 +168,17 @@ def test_event_set_errors(h100: fakegpu.FakeMachine) -> None:
     es = pynvml.nvmlEventSetCreate()
     with pytest.raises(pynvml.NVMLError_NotSupported):
         pynvml.nvmlDeviceRegisterEvents(pynvml.nvmlDeviceGetHandleByIndex(0), 1 << 40, es)
+
+
+def test_reset_clears_faults_and_mig_instances(h100: fakegpu.FakeMachine) -> None:
+    h100.set_mig_mode(0, True)
+    h100.create_gpu_instance(0, "3g.40gb")
+    h100.mark_lost(0)
+    h100.inject_ecc(1, "single")
+    h100.reset()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    assert pynvml.nvmlDeviceGetMigMode(h) == [1, 1]
+    assert pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(h, 0) == 1
+    h1 = pynvml.nvmlDeviceGetHandleByIndex(1)
+    assert pynvml.nvmlDeviceGetTotalEccErrors(h1, 0, pynvml.NVML_VOLATILE_ECC) == 0
+    assert pynvml.nvmlDeviceGetTotalEccErrors(h1, 0, pynvml.NVML_AGGREGATE_ECC) == 1

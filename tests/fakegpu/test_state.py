@@ -150,3 +150,12 @@ def test_state_file_is_json_with_a_format(tmp_path: Path) -> None:
     assert data["format"] == 1
     assert data["profile"] == "t4"
     assert data["gpus"][0]["uuid"].startswith("GPU-")
+
+
+def test_attaching_under_another_node_name_warns_and_keeps_uuids(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = fakegpu.FakeMachine("t4", state_dir=tmp_path, node_name="node-a")
+    b = fakegpu.FakeMachine("t4", state_dir=tmp_path, node_name="node-b")
+    assert b.state.gpus[0].uuid == a.state.gpus[0].uuid
+    assert "holds the machine of node 'node-a'" in caplog.text
