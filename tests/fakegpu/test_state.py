@@ -159,3 +159,37 @@ def test_attaching_under_another_node_name_warns_and_keeps_uuids(
     b = fakegpu.FakeMachine("t4", state_dir=tmp_path, node_name="node-b")
     assert b.state.gpus[0].uuid == a.state.gpus[0].uuid
     assert "holds the machine of node 'node-a'" in caplog.text
+
+
+RACER = textwrap.dedent(
+    """
+    import sys, pynvml, fakegpu
+    fakegpu.install("dgx-h100", state_dir=sys.argv[1])
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    ids = []
+    while True:
+        try:
+            gi = pynvml.nvmlDeviceCreateGpuInstance(h, 19)
+        except pynvml.NVMLError_InsufficientResources:
+            break
+        ids.append(pynvml.nvmlGpuInstanceGetInfo(gi).id)
+    print(" ".join(map(str, ids)))
+    """
+)
+
+
+def test_processes_racing_for_mig_capacity_never_overfill(tmp_path: Path) -> None:
+    m = fakegpu.FakeMachine("dgx-h100", state_dir=tmp_path)
+    m.set_mig_mode(0, True)
+    racers = [
+        subprocess.Popen([sys.executable, "-c", RACER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    ids = []
+    for p in racers:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        ids += [int(x) for x in out.split()]
+    assert sorted(ids) == [7, 8, 9, 10, 11, 12, 13]
+    assert len(m.state.gpus[0].gpu_instances) == 7
