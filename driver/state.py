@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import pynvml
+
 from driver import devices
 from driver._files import atomic_write
 from driver.cdi import CDIDevice, SpecStore
@@ -372,7 +374,7 @@ class DeviceState:
                     uuid=device.uuid,
                     env=config.env(device.uuid) if config is not None else {},
                     info_file=info_file,
-                    device_nodes=self._device_nodes(info) if self.nvml else (),
+                    device_nodes=self._device_nodes(info, device.partition_uuid) if self.nvml else (),
                 )
             )
         spec = self.specs.build(record.uid, cdi_devices)
@@ -404,12 +406,22 @@ class DeviceState:
         atomic_write(path, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
         return path
 
-    def _device_nodes(self, info: DeviceInfo) -> list[str]:
+    def _device_nodes(self, info: DeviceInfo, mig_uuid: str | None) -> list[str]:
+        """The (parent) GPU's node and, for MIG, the capability nodes of its GPU and compute instance."""
         nodes = [f"/dev/nvidia{info.minor}"]
-        if info.kind != "gpu" and info.gpu_instance_id is not None:
+        if info.kind == "gpu":
+            return nodes
+        ids = (
+            (info.gpu_instance_id, info.compute_instance_id or 0)
+            if info.gpu_instance_id is not None
+            else None
+        )
+        if ids is None and mig_uuid:
+            ids = _mig_instance_ids(mig_uuid)  # a partition: its instances exist only since prepare
+        if ids is not None:
             minors = self._mig_minors()
-            gi = f"gpu{info.minor}/gi{info.gpu_instance_id}"
-            for key in (f"{gi}/access", f"{gi}/ci{info.compute_instance_id or 0}/access"):
+            gi = f"gpu{info.minor}/gi{ids[0]}"
+            for key in (f"{gi}/access", f"{gi}/ci{ids[1]}/access"):
                 if key in minors:
                     nodes.append(f"/dev/nvidia-caps/nvidia-cap{minors[key]}")
         return nodes
@@ -427,6 +439,19 @@ class DeviceState:
                 except DriverError as e:
                     raise PrepareError(f"claim {record.ref}: device {device.device}: {e}") from e
                 device.partition_uuid = None
+
+
+def _mig_instance_ids(mig_uuid: str) -> tuple[int, int] | None:
+    """GPU-instance and compute-instance ids of a MIG device, or None when NVML cannot tell."""
+    try:
+        with devices.nvml():
+            handle = pynvml.nvmlDeviceGetHandleByUUID(mig_uuid)
+            return int(pynvml.nvmlDeviceGetGpuInstanceId(handle)), int(
+                pynvml.nvmlDeviceGetComputeInstanceId(handle)
+            )
+    except (pynvml.NVMLError, DriverError) as e:
+        log.warning("cannot resolve MIG instance ids", extra={"mig_uuid": mig_uuid, "error": str(e)})
+        return None
 
 
 def _read_mig_minors() -> dict[str, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from drvkit import DRIVER, NODE, Node, make_claim, opaque, result
@@ -11,7 +12,7 @@ from drvkit import DRIVER, NODE, Node, make_claim, opaque, result
 import fakegpu
 from draproto import dra_v1_pb2, dra_v1_pb2_grpc
 from driver.devices import discover
-from driver.state import DeviceState
+from driver.state import ClaimRef, DeviceState
 
 MIG_MPS = {
     "apiVersion": "gpu.dra-conformance.io/v1",
@@ -81,3 +82,21 @@ def test_overlapping_partition_fails_with_claim_device_and_reason(
     error = _prepare(node, second).error
     assert "default/b" in error and "gpu-0-part-1g10gb-2" in error
     assert len(discover(["mig"])) == 1
+
+
+def test_nvml_backend_names_the_mig_capability_nodes_of_a_partition(
+    node: Node, machine: fakegpu.FakeMachine
+) -> None:
+    node.settings = replace(node.settings, backend=replace(node.settings.backend, kind="nvml"))
+    inventory = discover(["partitionable-mig"])
+    minor = inventory["gpu-3-part-3g40gb-4"].minor
+    # a 3g instance at memory slice 4 gets GPU instance id 2
+    minors = {f"gpu{minor}/gi2/access": 30, f"gpu{minor}/gi2/ci0/access": 31, f"gpu{minor}/gi1/access": 99}
+    state = DeviceState(node.settings, inventory, node.claims, boot_id="b", mig_minors=lambda: minors)
+    claim = node.put(make_claim("m", [result("mig", "gpu-3-part-3g40gb-4")]))
+    state.prepare(ClaimRef("default", claim["metadata"]["uid"], "m"))
+    spec = json.loads(
+        (node.settings.kubelet.cdi_dir / f"{DRIVER}-{claim['metadata']['uid']}.json").read_text()
+    )
+    nodes = [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
+    assert nodes == [f"/dev/nvidia{minor}", "/dev/nvidia-caps/nvidia-cap30", "/dev/nvidia-caps/nvidia-cap31"]
