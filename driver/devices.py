@@ -28,6 +28,7 @@ is re-exported here, so ``from driver.devices import DeviceInfo`` keeps working.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import re
 from collections.abc import Collection, Iterator, Mapping
@@ -194,8 +195,12 @@ def discover(kinds: Collection[str] = ("gpu",)) -> Inventory:
 
 
 def _add(devices: dict[str, DeviceInfo], dev: DeviceInfo) -> None:
+    if dev.name in devices and dev.profile is not None:
+        # Two profiles whose names squeeze to the same label: the profile id tells them apart.
+        dev = dataclasses.replace(dev, name=f"{dev.name}-p{dev.profile.id}")
     if dev.name in devices:
-        raise DeviceError(f"two devices would be called {dev.name!r}; this is a driver bug")
+        log.error("two devices with one name; the second is left out", extra={"device": dev.name})
+        return
     devices[dev.name] = dev
 
 

@@ -221,6 +221,7 @@ class SlicePublisher:
         self._resync = resync_seconds
         self._max_backoff = max_backoff_seconds
         self._lock = threading.RLock()
+        self._state_lock = threading.Lock()
         self._inventory: Inventory | None = None
         self._taints: dict[str, list[DeviceTaint]] = {}
         self._generation = 0
@@ -247,28 +248,38 @@ class SlicePublisher:
         taints: Mapping[str, Sequence[DeviceTaint]] | None = None,
     ) -> None:
         """Set what to publish (either part; None keeps the current one) and wake the publisher."""
-        with self._lock:
+        # Its own lock, never held across API calls: health callbacks land here and must not wait.
+        with self._state_lock:
             if inventory is not None:
                 self._inventory = inventory
             if taints is not None:
                 self._taints = {name: list(ts) for name, ts in taints.items() if ts}
         self._wake.set()
 
+    def _wanted(self) -> tuple[Inventory | None, dict[str, list[DeviceTaint]]]:
+        with self._state_lock:
+            return self._inventory, self._taints
+
+    def _build(
+        self, inventory: Inventory, taints: Mapping[str, Sequence[DeviceTaint]], generation: int
+    ) -> list[Body]:
+        return build_slices(
+            inventory,
+            driver_name=self.driver_name,
+            node_name=self.node_name,
+            pool_name=self.pool_name,
+            generation=generation,
+            node_uid=self._node_uid,
+            taints=taints,
+            oversized=self._oversized,
+        )
+
     def desired(self, generation: int | None = None) -> list[Body]:
         """The slices as they should be now (generation: the current one unless given)."""
-        with self._lock:
-            if self._inventory is None:
-                return []
-            return build_slices(
-                self._inventory,
-                driver_name=self.driver_name,
-                node_name=self.node_name,
-                pool_name=self.pool_name,
-                generation=self._generation if generation is None else generation,
-                node_uid=self._node_uid,
-                taints=self._taints,
-                oversized=self._oversized,
-            )
+        inventory, taints = self._wanted()
+        if inventory is None:
+            return []
+        return self._build(inventory, taints, self._generation if generation is None else generation)
 
     def sync(self) -> bool:
         """One pass: make the API server match. Returns whether anything was written.
@@ -276,7 +287,8 @@ class SlicePublisher:
         API errors propagate; the background loop retries them.
         """
         with self._lock:
-            if self._inventory is None:
+            inventory, taints = self._wanted()
+            if inventory is None:
                 return False
             if self._node_uid is None:
                 self._node_uid = self.store.node_uid(self.node_name)
@@ -284,7 +296,7 @@ class SlicePublisher:
                     log.warning("Node object not found; slices published without an owner", extra=self._ctx())
             existing_list, self._list_rv = self.store.list(self.driver_name, self.node_name)
             existing = {_name(s): s for s in existing_list}
-            key = json.dumps(self.desired(generation=0), sort_keys=True)
+            key = json.dumps(self._build(inventory, taints, 0), sort_keys=True)
             current = {name: _rv(s) for name, s in existing.items()}
             if key == self._published_key and current == self._written:
                 self._note_pass()
@@ -296,7 +308,7 @@ class SlicePublisher:
             self._generation = max(self._generation, seen_generation) + 1
             self._published_key = None
             written: dict[str, str] = {}
-            bodies = self.desired()
+            bodies = self._build(inventory, taints, self._generation)
             for body in bodies:
                 name = _name(body)
                 if name in existing:
@@ -317,8 +329,8 @@ class SlicePublisher:
                     **self._ctx(),
                     "generation": self._generation,
                     "slices": len(bodies),
-                    "devices": len(self._inventory),
-                    "tainted": len(self._taints),
+                    "devices": len(inventory),
+                    "tainted": len(taints),
                 },
             )
             self._note_pass()

@@ -222,3 +222,11 @@ def test_inventory_helpers(h100_mig: fakegpu.FakeMachine) -> None:
     assert len(inv.on_gpu(gpu0)) == 26
     assert inv.by_uuid(gpu0) is inv["gpu-0"]
     assert inv.get("nope") is None and "gpu-0" in inv
+
+
+def test_partitions_whose_labels_collide_get_the_profile_id(h100_mig: fakegpu.FakeMachine) -> None:
+    part = discover(["partitionable-mig"])["gpu-0-part-3g40gb-0"]
+    found: dict[str, devices.DeviceInfo] = {}
+    devices._add(found, part)
+    devices._add(found, part)
+    assert list(found) == ["gpu-0-part-3g40gb-0", "gpu-0-part-3g40gb-0-p9"]

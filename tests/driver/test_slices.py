@@ -576,3 +576,14 @@ def test_api_server_keep_leaves_slices(api_client: Any) -> None:
     assert len(_api_slices(api_client)) == 1
     SlicePublisher(KubeSliceStore(api_client), driver_name=DRIVER, node_name=NODE).stop()
     assert _api_slices(api_client) == []
+
+
+@pytest.mark.cluster
+def test_api_server_takes_an_empty_pool(api_client: Any) -> None:
+    pub = SlicePublisher(KubeSliceStore(api_client), driver_name=DRIVER, node_name=NODE)
+    pub.update(Inventory(devices={}))
+    assert pub.sync() is True
+    (body,) = _api_slices(api_client)
+    assert body["spec"].get("devices", []) == []
+    pub.stop()
+    assert _api_slices(api_client) == []
