@@ -2,9 +2,21 @@
 
 ``fakegpu.install("dgx-h100")`` plugs a fake C library into ``pynvml.nvmlLib``; from then on
 every ``pynvml`` wrapper, struct and exception runs on a simulated machine (H200, H100, A100,
-L4, T4, Jetson Orin, or any mix from a profile YAML). Faults are injected through the
-returned :class:`FakeMachine` or, from another process, the ``fakegpu`` CLI on a shared state
-directory. Profiles and their schema: :mod:`fakegpu._profiles` and ``fakegpu/profiles/README.md``.
+L4, T4, Jetson Orin, or any mix from a profile YAML)::
+
+    import pynvml, fakegpu
+
+    with fakegpu.installed("dgx-h100", state_dir="/tmp/node1", node_name="node1") as machine:
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        pynvml.nvmlDeviceGetName(h)            # 'NVIDIA H100 80GB HBM3'
+        machine.inject_xid(0, 48)              # delivered once to each event set watching GPU 0
+        machine.mark_lost(3)                   # GPU 3 now answers GPU_IS_LOST
+
+Faults and MIG changes can also come from another process through the ``fakegpu`` CLI on the
+same state directory (``fakegpu --state-dir /tmp/node1 inject xid 0 48``). Profiles and their
+schema: ``fakegpu/profiles/README.md`` and :mod:`fakegpu._profiles`. Errors of this API derive
+from :class:`FakeGpuError`; the fake library itself never raises, it returns NVML codes.
 """
 
 from __future__ import annotations
