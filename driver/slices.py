@@ -290,10 +290,12 @@ class SlicePublisher:
             inventory, taints = self._wanted()
             if inventory is None:
                 return False
-            if self._node_uid is None:
-                self._node_uid = self.store.node_uid(self.node_name)
-                if self._node_uid is None:
-                    log.warning("Node object not found; slices published without an owner", extra=self._ctx())
+            # Asked every pass: a Node deleted and made again has a new UID, and slices owned by
+            # the old one would be garbage-collected as fast as we write them.
+            uid = self.store.node_uid(self.node_name)
+            if uid is None and (self._node_uid is not None or self._passes == 0):
+                log.warning("Node object not found; slices published without an owner", extra=self._ctx())
+            self._node_uid = uid
             existing_list, self._list_rv = self.store.list(self.driver_name, self.node_name)
             existing = {_name(s): s for s in existing_list}
             key = json.dumps(self._build(inventory, taints, 0), sort_keys=True)
