@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
@@ -131,21 +131,25 @@ def run(settings: Settings, stop: threading.Event) -> int:
     publisher.update(inventory=inventory, taints=_taints(monitor.faults(), settings.driver_name))
     monitor.subscribe(lambda: publisher.update(taints=_taints(monitor.faults(), settings.driver_name)))
     server = PluginServer(settings, state, monitor if settings.health.enabled else None)
-    publisher.start()
-    monitor.start()
-    server.start()
-    log.info(
-        "driver running",
-        extra={"driver": settings.driver_name, "node": settings.node_name, "devices": len(inventory),
-               "backend": settings.backend.kind, "breaks": sorted(settings.break_rules)},
-    )  # fmt: skip
+    started: list[Callable[[], None]] = []
     try:
+        # on shutdown the kubelet loses the plugin first, then health, then the slices go
+        publisher.start()
+        started.append(publisher.stop)
+        monitor.start()
+        started.append(monitor.stop)
+        server.start()
+        started.append(server.stop)
+        log.info(
+            "driver running",
+            extra={"driver": settings.driver_name, "node": settings.node_name, "devices": len(inventory),
+                   "backend": settings.backend.kind, "breaks": sorted(settings.break_rules)},
+        )  # fmt: skip
         stop.wait()
     finally:
         log.info("shutting down")
-        server.stop()
-        monitor.stop()
-        publisher.stop()
+        for stop_part in reversed(started):
+            stop_part()
     return 0
 
 
