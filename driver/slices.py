@@ -303,6 +303,18 @@ class SlicePublisher:
             if key == self._published_key and current == self._written:
                 self._note_pass()
                 return False
+            if key == self._published_key:
+                log.info(
+                    "slices changed by someone else; republishing",
+                    extra={
+                        **self._ctx(),
+                        "missing": sorted(set(self._written) - set(current)),
+                        "changed": sorted(
+                            n for n in current if n in self._written and current[n] != self._written[n]
+                        ),
+                        "strangers": sorted(set(current) - set(self._written)),
+                    },
+                )
             seen_generation = max(
                 (int(s.get("spec", {}).get("pool", {}).get("generation", 0)) for s in existing_list),
                 default=0,
@@ -398,8 +410,9 @@ class SlicePublisher:
                         self._list_rv = ""
                         break
                     if not self._is_ours_and_current(event_type, obj):
-                        log.info(
-                            "slice changed by someone else; republishing",
+                        # Maybe our own write racing its bookkeeping: the next pass tells.
+                        log.debug(
+                            "slice event; checking the pool",
                             extra={**self._ctx(), "event": event_type, "slice": _name(obj)},
                         )
                         self._wake.set()
