@@ -16,6 +16,7 @@ container. What a device gets:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from driver._files import atomic_write, fsync_dir
+from driver._files import atomic_write
 from driver.errors import CDIError
 
 __all__ = [
@@ -224,9 +225,13 @@ class SpecStore:
         return spec
 
     def write(self, claim_uid: str, spec: Mapping[str, Any]) -> Path:
-        """Write a claim's spec atomically; returns its path."""
+        """Write a claim's spec atomically; returns its path.
+
+        Not fsynced: the CDI dir is usually a tmpfs, and after a reboot the driver rewrites
+        every spec from its (fsynced) checkpoint.
+        """
         path = self.path(claim_uid)
-        atomic_write(path, (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode())
+        atomic_write(path, (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode(), durable=False)
         return path
 
     def exists(self, claim_uid: str) -> bool:
@@ -235,12 +240,8 @@ class SpecStore:
 
     def remove(self, claim_uid: str) -> None:
         """Delete a claim's spec; a missing one is fine."""
-        path = self.path(claim_uid)
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            return
-        fsync_dir(path.parent)
+        with contextlib.suppress(FileNotFoundError):
+            self.path(claim_uid).unlink()
 
     def claim_uids(self) -> set[str]:
         """UIDs of the claims that have a spec of this driver in the directory."""

@@ -403,7 +403,8 @@ class DeviceState:
             "env": {} if config is None else config.env(device.uuid),
         }
         path = self._claim_dir(record.uid) / f"{self._cdi_device_name(device)}.json"
-        atomic_write(path, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+        # rebuilt with the CDI spec after a reboot: atomic, but no need to fsync
+        atomic_write(path, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), durable=False)
         return path
 
     def _device_nodes(self, info: DeviceInfo, mig_uuid: str | None) -> list[str]:
