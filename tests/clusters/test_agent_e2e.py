@@ -18,11 +18,17 @@ from typing import Any
 import pytest
 from agent_fakes import FakePlugin
 
+import draproto
 from clusters.local.agent.agent import Agent
 from clusters.local.agent.kube import RestKube
 from clusters.local.agent.settings import Settings
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+    pytest.mark.xdist_group("agent-e2e"),
+]
 
 NODE = "agent-e2e-0"
 DRIVER = "gpu.example.com"
@@ -91,12 +97,14 @@ def world() -> Iterator[World]:
     kube = RestKube(str(cp.kubeconfig))
     settings = Settings(node_name=NODE, root=root, resync_seconds=1.0, slice_grace_seconds=2.0)
     agent = Agent(settings, kube)
-    plugin = FakePlugin(root)
+    plugin = FakePlugin(
+        root, versions=(draproto.DRA_V1, draproto.HEALTH_V1), health_versions=(draproto.HEALTH_V1,)
+    )
+    w = World(kube, agent, plugin, root)
     try:
         agent.start()
         plugin.start()
         assert agent.plugins.wait_for(DRIVER, 10)
-        w = World(kube, agent, plugin, root)
         w.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
         w.create(
             "/apis/resource.k8s.io/v1/deviceclasses",
@@ -124,7 +132,7 @@ def world() -> Iterator[World]:
         yield w
     finally:
         plugin.stop()
-        agent.stop()
+        w.agent.stop()  # a test may have replaced the agent (restart)
         kube.close()
         cp.stop()
         shutil.rmtree(base, ignore_errors=True)
@@ -228,6 +236,43 @@ def test_failed_prepare_is_an_event_on_the_pod(world: World) -> None:
     assert world.pod("p3")["status"]["phase"] == "Pending"
     del world.plugin.claim_errors[claim["metadata"]["uid"]]
     _until(lambda: world.pod("p3")["status"]["phase"] == "Running", 60, "Running after retry")
+
+
+def test_device_health_reaches_the_pod_status(world: World) -> None:
+    world.plugin.fixed_devices = [{"request_names": ["gpu"], "pool": "pool-a", "device": "gpu-2", "cdi": []}]
+    world.create(f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims", _claim("c4"))
+    pod = _pod("p4", {"resourceClaimName": "c4"})
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpus", "request": "gpu"}]
+    world.create(f"/api/v1/namespaces/{NS}/pods", pod)
+    _until(lambda: (world.pod("p4") or {}).get("status", {}).get("phase") == "Running", 60, "Running")
+    world.plugin.health_queue.put([("pool-a", "gpu-2", 2)])
+
+    def status() -> Any:
+        cs = world.pod("p4")["status"]["containerStatuses"][0]
+        entries = cs.get("allocatedResourcesStatus") or []
+        return [r for e in entries for r in e["resources"] if r["health"] == "Unhealthy"] and entries
+
+    entries = _until(status, 30, "Unhealthy in allocatedResourcesStatus")
+    assert entries == [
+        {
+            "name": "claim:gpus/gpu",
+            "resources": [{"resourceID": f"{DRIVER}/pool-a/gpu-2", "health": "Unhealthy"}],
+        }
+    ]
+
+
+def test_after_an_agent_restart_the_running_pod_is_prepared_again(world: World) -> None:
+    world.plugin.fixed_devices = [{"request_names": [], "pool": "pool-a", "device": "gpu-3", "cdi": []}]
+    claim = world.create(f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims", _claim("c5"))
+    world.create(f"/api/v1/namespaces/{NS}/pods", _pod("p5", {"resourceClaimName": "c5"}))
+    _until(lambda: (world.pod("p5") or {}).get("status", {}).get("phase") == "Running", 60, "Running")
+    call = [("agent-e2e", claim["metadata"]["uid"], "c5")]
+    assert world.plugin.prepare_calls.count(call) == 1
+    world.agent.stop()
+    world.agent = Agent(world.agent.settings, world.kube)
+    world.agent.start()
+    _until(lambda: world.plugin.prepare_calls.count(call) == 2, 30, "prepare called again")
+    assert world.pod("p5")["status"]["phase"] == "Running"
 
 
 def test_node_is_ready_with_a_fresh_lease(world: World) -> None:

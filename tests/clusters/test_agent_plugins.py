@@ -93,6 +93,7 @@ def test_registration_handshake_and_unregistration(
     ).start()
     plugins.append(p)
     assert manager.wait_for(p.driver, 5)
+    _until(lambda: manager.events)  # type: ignore[attr-defined]
     assert p.registration_status == [(True, "")]
     assert manager.client(p.driver).version == draproto.DRA_V1BETA1
     assert manager.events == [("up", p.driver)]  # type: ignore[attr-defined]
