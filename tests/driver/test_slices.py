@@ -586,3 +586,70 @@ def test_api_server_takes_an_empty_pool(api_client: Any) -> None:
     assert body["spec"].get("devices", []) == []
     pub.stop()
     assert _api_slices(api_client) == []
+
+
+def _ready_node(api: Any) -> None:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    resources = {"pods": "110", "cpu": "8", "memory": "32Gi"}
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test",
+             "lastHeartbeatTime": now, "lastTransitionTime": now}  # fmt: skip
+    client.CoreV1Api(api).patch_node_status(
+        NODE, {"status": {"capacity": resources, "allocatable": resources, "conditions": [ready]}}
+    )
+
+
+def _allocate(api: Any, name: str, profile: str, count: int) -> list[str] | None:
+    """Schedule a pod with a claim for ``count`` partitions of ``profile``; the devices, or None."""
+    import json
+
+    selector = f'device.attributes["{DRIVER}"].profile == "{profile}"'
+    request = {
+        "deviceClassName": "mig.dra-conformance.io",
+        "count": count,
+        "selectors": [{"cel": {"expression": selector}}],
+    }
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+             "spec": {"devices": {"requests": [{"name": "mig", "exactly": request}]}}}  # fmt: skip
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+           "spec": {"containers": [{"name": "c", "image": "none", "resources": {"claims": [{"name": "g"}]}}],
+                    "resourceClaims": [{"name": "g", "resourceClaimName": name}]}}  # fmt: skip
+    resource, core = client.ResourceV1Api(api), client.CoreV1Api(api)
+    resource.create_namespaced_resource_claim("default", claim)
+    core.create_namespaced_pod("default", pod)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        got = json.loads(
+            resource.read_namespaced_resource_claim(name, "default", _preload_content=False).data
+        )
+        allocation = (got.get("status") or {}).get("allocation")
+        if allocation:
+            return [r["device"] for r in allocation["devices"]["results"]]
+        status = json.loads(core.read_namespaced_pod(name, "default", _preload_content=False).data).get(
+            "status", {}
+        )
+        if any(c.get("reason") == "Unschedulable" for c in status.get("conditions") or []):
+            return None
+        time.sleep(0.1)
+    raise AssertionError(f"claim {name} neither allocated nor unschedulable in time")
+
+
+@pytest.mark.cluster
+def test_the_scheduler_allocates_partitions_only_where_counters_allow(api_client: Any) -> None:
+    import yaml
+
+    from driver.deviceclasses import render
+
+    _ready_node(api_client)
+    for doc in yaml.safe_load_all(render(DRIVER)):
+        client.ResourceV1Api(api_client).create_device_class(doc)
+    pub = SlicePublisher(KubeSliceStore(api_client), driver_name=DRIVER, node_name=NODE)
+    pub.update(partitionable_inventory(1))
+    pub.sync()
+    try:
+        assert sorted(_allocate(api_client, "two-3g", "3g.40gb", 2) or []) == [
+            "gpu-0-part-3g40gb-0",
+            "gpu-0-part-3g40gb-4",
+        ]
+        assert _allocate(api_client, "one-more-1g", "1g.10gb", 1) is None  # every memory slice is taken
+    finally:
+        pub.stop()
