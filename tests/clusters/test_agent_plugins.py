@@ -248,3 +248,18 @@ def test_unimplemented_health_stops_watching_on_137_and_136_opens_v1alpha1(
         assert p.health_opened == [draproto.HEALTH_V1ALPHA1]  # Unimplemented: not retried
     finally:
         m.stop()
+
+
+def test_a_socket_that_is_not_a_plugin_is_retried_with_backoff(root: Path, manager: PluginManager) -> None:
+    import socket
+
+    path = root / "kubelet" / "plugins_registry" / "junk-reg.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(path))  # bound, never accepts: GetInfo cannot succeed
+    try:
+        _until(lambda: path in manager._retry, 15)
+        first_delay = manager._retry[path][2]
+        _until(lambda: manager._retry[path][2] > first_delay, 15)
+        assert manager.drivers() == []
+    finally:
+        s.close()

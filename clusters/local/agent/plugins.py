@@ -113,6 +113,8 @@ class PluginManager:
         self._channels: dict[str, tuple[grpc.Channel, int]] = {}
         self._pending: set[Path] = set()
         self._failed: dict[Path, tuple[int, int]] = {}
+        self._retry: dict[Path, tuple[tuple[int, int], float, float]] = {}
+        """Sockets whose GetInfo failed: (stamp, next try at, current delay)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="plugin-watcher", daemon=True)
         self._handshakes: list[threading.Thread] = []
@@ -203,10 +205,17 @@ class PluginManager:
             for path in list(self._failed):
                 if seen.get(path) != self._failed[path]:
                     del self._failed[path]
+            for path in list(self._retry):
+                if seen.get(path) != self._retry[path][0]:
+                    del self._retry[path]
+            now = time.monotonic()
             todo = [
                 (p, s)
                 for p, s in seen.items()
-                if p not in self._by_socket and p not in self._pending and p not in self._failed
+                if p not in self._by_socket
+                and p not in self._pending
+                and p not in self._failed
+                and (p not in self._retry or self._retry[p][1] <= now)
             ]
             self._pending.update(p for p, _ in todo)
         self._handshakes = [t for t in self._handshakes if t.is_alive()]
@@ -236,8 +245,15 @@ class PluginManager:
                 try:
                     info = stub.GetInfo(draproto.registration_pb2.InfoRequest(), timeout=timeout)
                 except grpc.RpcError as e:
-                    log.warning("GetInfo failed; will retry", extra={**fields, "error": str(e.code())})
-                    return  # not marked failed: the next scan tries again
+                    # not a plugin yet (still starting) or not a plugin at all: try again, less and less often
+                    with self._lock:
+                        delay = min(self._retry.get(path, (stamp, 0.0, 0.25))[2] * 2, 30.0)
+                        self._retry[path] = (stamp, time.monotonic() + delay, delay)
+                    log.warning(
+                        "GetInfo failed; will retry",
+                        extra={**fields, "error": str(e.code()), "retry_in": delay},
+                    )
+                    return
                 error = self._validate(info)
                 version = choose_dra_version(list(info.supported_versions))
                 if not error and version is None:

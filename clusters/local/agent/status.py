@@ -106,6 +106,9 @@ def pod_status(pod: Obj, run: PodRun, resources: dict[str, list[Obj]]) -> Obj:
     status["podIP"] = run.ip
     status["podIPs"] = [{"ip": run.ip}]
     status["startTime"] = rfc3339(run.start_time)
+    generation = (pod.get("metadata") or {}).get("generation")
+    if generation is not None:
+        status["observedGeneration"] = generation
     old_conditions = list(old.get("conditions") or [])
     ready = "False" if done else "True"
     reason = "PodCompleted" if done else None
