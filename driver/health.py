@@ -415,10 +415,15 @@ class HealthMonitor:
             next_check = 0.0
             try:
                 while not self._stopping.is_set():
-                    self._wait_once()
-                    if time.monotonic() >= next_check:
-                        self.check()
-                        next_check = time.monotonic() + self._recheck
+                    try:
+                        self._wait_once()
+                        if time.monotonic() >= next_check:
+                            self.check()
+                            next_check = time.monotonic() + self._recheck
+                    except Exception:
+                        # A bug or an NVML surprise must not end health monitoring for good.
+                        log.exception("health monitor pass failed")
+                        self._stopping.wait(self._recheck)
             finally:
                 if self._event_set is not None:
                     with contextlib.suppress(pynvml.NVMLError):
