@@ -1,8 +1,8 @@
 """Device health reported by DRA plugins over the DRAResourceHealth stream.
 
-The cache keeps, per driver, the last health of each device and when it was
-reported; a report older than its timeout (30 s unless the plugin says
-otherwise) reads as Unknown, as in the kubelet. Watchers run one thread per
+The cache keeps, per driver, the last health of each device and when the
+report arrived; a report older than its timeout (30 s unless the plugin sets
+``health_check_timeout_seconds``) reads as Unknown, as in the kubelet. Watchers run one thread per
 registered plugin that advertises (or, on 1.36 and older, is assumed to serve)
 a health service.
 """
@@ -73,8 +73,9 @@ class HealthCache:
                 timeout = float(d.health_check_timeout_seconds) or DEFAULT_TIMEOUT_SECONDS
                 if timeout <= 0:
                     timeout = DEFAULT_TIMEOUT_SECONDS
-                updated = float(d.last_updated_time) or now
-                entry = _Entry(_NAMES.get(int(d.health), UNKNOWN), min(updated, now), timeout, d.message)
+                # like the kubelet: staleness counts from when the report arrived, not from the
+                # driver's last_updated_time, so a driver must repeat itself within the timeout
+                entry = _Entry(_NAMES.get(int(d.health), UNKNOWN), now, timeout, d.message)
                 old = table.get(key)
                 changed |= old is None or old.health != entry.health
                 table[key] = entry

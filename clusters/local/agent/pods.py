@@ -451,7 +451,9 @@ class PodManager:
             ns, name = run.namespace, run.name
         else:
             ns = name = ""
-        if ns:
+        with self._lock:  # a pod of the same name may already run again (force-deleted and recreated)
+            reused = any(r.uid != uid and (r.namespace, r.name) == (ns, name) for r in self._runs.values())
+        if ns and not reused:
             remove_views(self.settings.containers_dir, ns, name)
         if pod is not None:
             try:
