@@ -15,6 +15,8 @@ from driver.slices import build_slices
 
 SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# QualifiedName: an optional DNS-subdomain domain, then a C identifier of at most 32 characters.
+ATTRIBUTE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z_][A-Za-z0-9_]{0,31}$")
 PCI_BUS_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
@@ -184,6 +186,8 @@ def test_every_fake_profile_gives_valid_slices(profile: str) -> None:
         for dev in body["spec"].get("devices", []):
             assert DNS_LABEL.match(dev["name"])
             assert len(dev["attributes"]) + len(dev.get("capacity", {})) <= 32
+            for name in [*dev["attributes"], *dev.get("capacity", {})]:
+                assert ATTRIBUTE_NAME.match(name), name
             for attr in dev["attributes"].values():
                 if "string" in attr:
                     assert len(attr["string"]) <= 64
