@@ -518,6 +518,7 @@ def _api_slices(api: Any) -> list[dict[str, Any]]:
 
 
 @pytest.mark.cluster
+@pytest.mark.xdist_group("driver-slices-apiserver")  # one control plane for them all
 def test_api_server_takes_a_partitionable_pool_with_taints_and_gets_it_back_after_deletion(
     api_client: Any,
 ) -> None:
@@ -550,6 +551,7 @@ def test_api_server_takes_a_partitionable_pool_with_taints_and_gets_it_back_afte
 
 
 @pytest.mark.cluster
+@pytest.mark.xdist_group("driver-slices-apiserver")  # one control plane for them all
 def test_api_server_refuses_the_oversized_slice_the_switch_makes(api_client: Any) -> None:
     from kubernetes.client.exceptions import ApiException
 
@@ -567,6 +569,7 @@ def test_api_server_refuses_the_oversized_slice_the_switch_makes(api_client: Any
 
 
 @pytest.mark.cluster
+@pytest.mark.xdist_group("driver-slices-apiserver")  # one control plane for them all
 def test_api_server_keep_leaves_slices(api_client: Any) -> None:
     pub = SlicePublisher(KubeSliceStore(api_client), driver_name=DRIVER, node_name=NODE, keep=True)
     pub.update(gpu_inventory(2))
@@ -578,6 +581,7 @@ def test_api_server_keep_leaves_slices(api_client: Any) -> None:
 
 
 @pytest.mark.cluster
+@pytest.mark.xdist_group("driver-slices-apiserver")  # one control plane for them all
 def test_api_server_takes_an_empty_pool(api_client: Any) -> None:
     pub = SlicePublisher(KubeSliceStore(api_client), driver_name=DRIVER, node_name=NODE)
     pub.update(Inventory(devices={}))
@@ -634,6 +638,7 @@ def _allocate(api: Any, name: str, profile: str, count: int) -> list[str] | None
 
 
 @pytest.mark.cluster
+@pytest.mark.xdist_group("driver-slices-apiserver")  # one control plane for them all
 def test_the_scheduler_allocates_partitions_only_where_counters_allow(api_client: Any) -> None:
     import yaml
 
