@@ -168,6 +168,12 @@ class PodManager:
                 claims.check_claim(claim, pod)
                 by_pod_claim[pc.pod_claim_name] = claim
             self._prepare_pod(pod, by_pod_claim)
+        except KubeError as e:  # the API server, not the pod, is the problem: no event
+            delay = self._backoff(uid)
+            log.warning(
+                "pod not started, API request failed", extra={**fields, "error": str(e), "retry_in": delay}
+            )
+            return delay
         except (ClaimNotReady, PluginError) as e:
             delay = self._backoff(uid)
             log.warning("pod not started", extra={**fields, "error": str(e), "retry_in": delay})
