@@ -136,3 +136,41 @@ def test_log_lines_carry_structured_fields() -> None:
     assert line["msg"] == "claim prepared"
     assert line["node"] == NODE and line["claim_uid"] == "u1"
     assert _Formatter(as_json=False).format(record).endswith(f"node={NODE} claim_uid=u1")
+
+
+def test_a_hanging_plugin_does_not_hold_up_other_pods(root: Path) -> None:
+    settings = Settings(
+        node_name=NODE,
+        root=root,
+        poll_seconds=0.05,
+        resync_seconds=0.2,
+        grpc_timeout_seconds=1.0,
+        retry_initial_seconds=0.1,
+        retry_max_seconds=0.2,
+    )
+    kube = FakeKube()
+    agent = Agent(settings, kube)
+    stuck = FakePlugin(root, driver="stuck.example.com")
+    fine = FakePlugin(root, driver="fine.example.com")
+    try:
+        agent.start()
+        stuck.start().hang.set()
+        fine.start().fixed_devices = [{"request_names": [], "pool": "p", "device": "d", "cdi": []}]
+        _until(
+            lambda: (
+                agent.plugins.registered("stuck.example.com") and agent.plugins.registered("fine.example.com")
+            )
+        )
+        kube.add_claim(make_claim("c1", "u1", drivers=("stuck.example.com",), reserved_for=("pod-1",)))
+        kube.add_claim(make_claim("c2", "u2", drivers=("fine.example.com",), reserved_for=("pod-2",)))
+        kube.add_pod(make_pod("stuck", "pod-1", claims={"g": "c1"}))
+        kube.add_pod(make_pod("fine", "pod-2", claims={"g": "c2"}))
+        _until(lambda: (kube.pod_now("default", "fine") or {}).get("status", {}).get("phase") == "Running")
+        _until(lambda: any("DEADLINE_EXCEEDED" in e["message"] for e in kube.events))
+        assert kube.pod_now("default", "stuck")["status"]["phase"] == "Pending"  # type: ignore[index]
+        stuck.hang.clear()
+        _until(lambda: (kube.pod_now("default", "stuck") or {}).get("status", {}).get("phase") == "Running")
+    finally:
+        stuck.stop()
+        fine.stop()
+        agent.stop()
