@@ -243,6 +243,9 @@ def test_device_health_reaches_the_pod_status(world: World) -> None:
     world.create(f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims", _claim("c4"))
     pod = _pod("p4", {"resourceClaimName": "c4"})
     pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpus", "request": "gpu"}]
+    pod["spec"]["initContainers"] = [
+        {"name": "init", "image": "registry.example/app:1", "resources": {"claims": [{"name": "gpus"}]}}
+    ]
     world.create(f"/api/v1/namespaces/{NS}/pods", pod)
     _until(lambda: (world.pod("p4") or {}).get("status", {}).get("phase") == "Running", 60, "Running")
     world.plugin.health_queue.put([("pool-a", "gpu-2", 2)])
@@ -253,6 +256,8 @@ def test_device_health_reaches_the_pod_status(world: World) -> None:
         return [r for e in entries for r in e["resources"] if r["health"] == "Unhealthy"] and entries
 
     entries = _until(status, 30, "Unhealthy in allocatedResourcesStatus")
+    init = world.pod("p4")["status"]["initContainerStatuses"][0]
+    assert init["allocatedResourcesStatus"][0]["name"] == "claim:gpus"
     assert entries == [
         {
             "name": "claim:gpus/gpu",
