@@ -9,6 +9,8 @@ tears them down as the kubelet does.
 
 from __future__ import annotations
 
+from clusters.local.agent.agent import Agent
+from clusters.local.agent.kube import Kube, RestKube
 from clusters.local.agent.settings import Settings, parse_args
 
-__all__ = ["Settings", "parse_args"]
+__all__ = ["Agent", "Kube", "RestKube", "Settings", "parse_args"]

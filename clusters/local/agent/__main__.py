@@ -24,6 +24,7 @@ class _Formatter(logging.Formatter):
         self.as_json = as_json
 
     def format(self, record: logging.LogRecord) -> str:
+        """One line: the message plus the record's structured fields."""
         extras = {k: v for k, v in vars(record).items() if k not in _STANDARD}
         if self.as_json:
             out: dict[str, object] = {
