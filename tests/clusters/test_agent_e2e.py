@@ -375,8 +375,10 @@ def test_agent_process_with_the_reference_driver(world: World) -> None:
         assert view["env"], view
         world.send("DELETE", f"/api/v1/namespaces/{NS}/pods/p-real")
         _until(lambda: world.pod("p-real") is None, 30, "pod gone")
+        stopping = time.monotonic()
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(timeout=20) == 0
+        assert time.monotonic() - stopping < 8, "SIGTERM should stop the agent promptly"
         assert world.kube.get_node(node) is not None  # the Node stays
     finally:
         for proc in (agent, drv):

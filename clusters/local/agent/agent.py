@@ -70,12 +70,16 @@ class Agent:
         """Stop every thread; the Node, pods and prepared claims stay as they are."""
         self._stop.set()
         self.pods.queue.shutdown()
+        # workers first, so no call is cut off by closing its channel; the pod watch is left to
+        # die with the process (it may sit in a read for minutes), as is a worker stuck in a
+        # hanging plugin call past the deadline: both are daemon threads holding nothing
+        deadline = time.monotonic() + 5
+        for t in self._threads:
+            if t.name != "pod-watch":
+                t.join(timeout=max(deadline - time.monotonic(), 0.01))
         self.plugins.stop()
         self.slices.stop()
         self.node.stop()
-        deadline = time.monotonic() + 10
-        for t in self._threads:  # a worker stuck in a hanging plugin call is a daemon: left behind
-            t.join(timeout=max(deadline - time.monotonic(), 0.01))
         log.info("node agent stopped", extra={"node": self.settings.node_name})
 
     def __enter__(self) -> Agent:
