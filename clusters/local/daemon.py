@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_LAUNCHED: dict[Path, subprocess.Popen[bytes]] = {}
+"""Daemons this process started, kept so they are reaped (and not reported as leaked) on shutdown."""
 
 STATE_FILE = "state.json"
 """Written by the daemon once the cluster is ready."""
@@ -91,13 +95,26 @@ def settings_from_json(text: str) -> LocalSettings:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _watch(pid: int) -> None:
+    """Interrupt the main thread (SIGTERM to ourselves) once ``pid`` is gone."""
+    while _pid_alive(pid):
+        time.sleep(1.0)
+    log.info("watched process %s is gone; stopping", pid)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def read_state(state_dir: Path) -> dict[str, Any] | None:
@@ -142,6 +159,7 @@ def launch(
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+    _LAUNCHED[state_dir.resolve()] = proc
     deadline = None if timeout is None else time.monotonic() + timeout
     shown = log_path.stat().st_size
     while True:
@@ -152,6 +170,7 @@ def launch(
             return state
         if (state_dir / ERROR_FILE).exists() or proc.poll() is not None:
             proc.wait()
+            _LAUNCHED.pop(state_dir.resolve(), None)
             error = (state_dir / ERROR_FILE).read_text() if (state_dir / ERROR_FILE).exists() else ""
             raise ClusterError(
                 f"the local cluster did not start (daemon exit status {proc.returncode}): "
@@ -161,6 +180,7 @@ def launch(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(30)
+            _LAUNCHED.pop(state_dir.resolve(), None)
             raise ClusterError(f"the local cluster was not ready after {timeout:.0f} s; log {log_path}")
         time.sleep(0.25)
 
@@ -224,10 +244,14 @@ def shutdown(state_dir: Path, timeout: float = 60.0) -> bool:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
+    child = _LAUNCHED.pop(state_dir.resolve(), None)
     while _pid_alive(pid) and time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
+        if child is not None and child.poll() is not None:
+            break
         time.sleep(0.1)
+    if child is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(5)  # reap it
     if _pid_alive(pid):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
@@ -330,11 +354,14 @@ def main(argv: list[str] | None = None) -> int:
     install_signal_handlers()
     state_dir: Path = args.state_dir
     settings = settings_from_json((state_dir / SETTINGS_FILE).read_text())
+    if args.watch_pid is not None:
+        # also while starting: a first binary build can take most of an hour
+        threading.Thread(target=_watch, args=(args.watch_pid,), daemon=True, name="watch").start()
     cluster = LocalCluster(settings, progress=lambda m: log.info("%s", m))
     try:
         try:
             cluster.start()
-        except Exception as e:
+        except Exception as e:  # the launcher shows this to the user
             (state_dir / ERROR_FILE).write_text(f"{type(e).__name__}: {e}")
             log.exception("cluster did not start")
             return 1

@@ -13,13 +13,16 @@ in the background while other work goes on.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,18 +45,36 @@ def _run_go(args: list[str], cwd: Path, env: dict[str, str], progress: Progress)
     progress(f"$ go {' '.join(args)}  (in {cwd})")
     start = time.monotonic()
     proc = subprocess.Popen(
-        ["go", *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ["go", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own group, so the compilers it runs can be stopped with it
     )
     assert proc.stdout is not None
     lines: list[str] = []
-    last_note = start
-    for line in proc.stdout:
-        lines.append(line.rstrip())
-        now = time.monotonic()
-        if now - last_note > 30:
-            progress(f"  ... still running go {args[0]} ({now - start:.0f} s)")
-            last_note = now
-    rc = proc.wait()
+    done = threading.Event()
+
+    def note() -> None:
+        # go build prints nothing for many minutes: say it is alive
+        while not done.wait(60):
+            progress(f"  ... still running go {args[0]} ({time.monotonic() - start:.0f} s)")
+
+    threading.Thread(target=note, daemon=True).start()
+    try:
+        for line in proc.stdout:
+            lines.append(line.rstrip())
+        rc = proc.wait()
+    except BaseException:
+        # interrupted (Ctrl-C, SIGTERM): do not leave a compiler running
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    finally:
+        done.set()
     if rc != 0:
         tail = "\n".join(lines[-40:])
         raise GoBuildError(f"'go {' '.join(args)}' failed with exit code {rc} in {cwd}:\n{tail}")

@@ -1,0 +1,116 @@
+"""The pytest plugin's fixtures: the session cluster, namespaces, node leases, restarts, xdist sharing."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from e2e_manifests import run_pod
+
+from clusters.base import Cluster
+from clusters.errors import CapabilityMissing
+from clusters.local.binaries import Binaries
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+pytest_plugins = ["pytester"]
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_namespace_fixture_gives_a_usable_namespace(dra_cluster: Cluster, namespace: str) -> None:
+    from kubernetes import client
+
+    core = client.CoreV1Api(dra_cluster.api_client())
+    assert core.read_namespace(namespace).status.phase == "Active"
+    assert core.read_namespaced_service_account("default", namespace).metadata.name == "default"
+
+
+def test_claim_survives_driver_and_kubelet_restarts(
+    dra_cluster: Cluster, namespace: str, node_lease: str
+) -> None:
+    from kubernetes import client
+
+    api = dra_cluster.api_client()
+    pod = run_pod(api, namespace)
+    node = pod.spec.node_name
+    assert node in dra_cluster.nodes()
+    before = dra_cluster.container_view(pod, "c")
+    assert before.cdi_devices
+    if node != node_lease:
+        pytest.skip(f"pod landed on {node}, the leased node is {node_lease}")
+    dra_cluster.restart_driver(node)
+    dra_cluster.restart_kubelet(node)
+    core = client.CoreV1Api(api)
+    assert core.read_namespaced_pod(pod.metadata.name, namespace).status.phase == "Running"
+    assert dra_cluster.container_view(pod, "c").cdi_devices == before.cdi_devices
+    core.delete_namespaced_pod(pod.metadata.name, namespace)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if not core.list_namespaced_pod(namespace).items:
+            break
+        time.sleep(0.25)
+    assert not core.list_namespaced_pod(namespace).items, "pod stuck after delete"
+
+
+def test_missing_capability_names_backend_and_capability() -> None:
+    class Bare(Cluster):
+        backend = "bare"
+
+        @property
+        def kubeconfig(self) -> Path:
+            return Path("/dev/null")
+
+        def nodes(self) -> list[str]:
+            return []
+
+        def stop(self) -> None:
+            pass
+
+    with pytest.raises(CapabilityMissing, match="'bare' cannot restart the kubelet"):
+        Bare().restart_kubelet("n0")
+
+
+def test_xdist_workers_share_one_cluster_that_stops_with_the_run(
+    pytester: pytest.Pytester, local_binaries: Binaries, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(
+        """
+        import json, os
+        import pytest
+
+        @pytest.mark.parametrize("i", range(4))
+        def test_uses_cluster(dra_cluster, namespace, i):
+            out = os.environ["DRAC_TEST_OUT"]
+            with open(os.path.join(out, f"{i}.json"), "w") as f:
+                json.dump({"kubeconfig": str(dra_cluster.kubeconfig), "state": dra_cluster.state}, f)
+        """
+    )
+    out = pytester.path / "out"
+    out.mkdir()
+    monkeypatch.setenv("DRAC_TEST_OUT", str(out))
+    # pytester points HOME elsewhere: name the binaries, or the run would look for its own
+    monkeypatch.setenv("DRAC_BIN_DIR", str(local_binaries.directory))
+    monkeypatch.setenv("DRAC_NO_BUILD", "1")
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--cluster-nodes", "1")
+    result.assert_outcomes(passed=4)
+    seen = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    assert len({s["kubeconfig"] for s in seen}) == 1, "workers started more than one cluster"
+    state = seen[0]["state"]
+    pids = [state["daemon_pid"], *state["control_plane"].values()]
+    pids += [n[k] for n in state["nodes"].values() for k in ("agent_pid", "driver_pid")]
+    deadline = time.monotonic() + 10  # exited children may wait a moment to be reaped
+    alive = [pid for pid in pids if _running(pid)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [pid for pid in pids if _running(pid)]
+    assert not alive, f"processes left after the run: {alive}"
+    assert not Path(state["root"]).exists()
