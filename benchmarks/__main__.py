@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-ENTRIES: list[str] = ["fakegpu_calls", "driver_prepare", "driver_slices"]
+ENTRIES: list[str] = ["fakegpu_calls", "driver_prepare", "driver_slices", "cluster_boot"]
 """Benchmark module names under ``benchmarks/`` in the order they run."""
 
 

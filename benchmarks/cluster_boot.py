@@ -1,0 +1,94 @@
+"""Local cluster: cold binary build time, warm boot to a first prepared claim, control-plane memory.
+
+``run()`` starts a one-node local cluster (control plane, node agent, reference driver on a fake
+DGX H100) from the binaries cache, creates a claim template and a pod, and times each phase up to
+the pod Running (its claim allocated by the real scheduler and prepared by the driver). The cold
+build time comes from the cache's stamp (what the build that filled it took).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+DRIVER = "gpu.dra-conformance.io"
+
+
+def _wait_running(core: Any, namespace: str, name: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if core.read_namespaced_pod(name, namespace).status.phase == "Running":
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"pod {namespace}/{name} not Running after {timeout} s")
+
+
+def run() -> dict[str, Any]:
+    """Boot a local cluster, run one pod with one GPU claim, report the figures."""
+    from kubernetes import client
+
+    from clusters.local.binaries import read_stamp, resolve
+    from clusters.local.cluster import LocalCluster
+    from clusters.local.settings import LocalSettings
+
+    settings = LocalSettings.from_env(os.environ)
+    t0 = time.monotonic()
+    found = resolve(settings.binaries)
+    stamp = read_stamp(found.directory) or {}
+    resolve_s = time.monotonic() - t0
+    cluster = LocalCluster(settings)
+    t_start = time.monotonic()
+    cluster.start()
+    t_ready = time.monotonic()
+    try:
+        api = cluster.api_client()
+        core = client.CoreV1Api(api)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="bench")))
+        while True:  # pods are refused until the default service account exists
+            try:
+                core.read_namespaced_service_account("default", "bench")
+                break
+            except client.exceptions.ApiException:
+                time.sleep(0.05)
+        template: Any = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "gpu"},
+            "spec": {
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}
+            },
+        }
+        client.ResourceV1Api(api).create_namespaced_resource_claim_template("bench", template)
+        t_pod = time.monotonic()
+        pod: Any = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {
+                "containers": [{"name": "c", "image": "none", "resources": {"claims": [{"name": "g"}]}}],
+                "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "gpu"}],
+            },
+        }
+        core.create_namespaced_pod("bench", pod)
+        _wait_running(core, "bench", "p")
+        t_running = time.monotonic()
+        rss = cluster.rss_bytes()
+        cp_names = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
+        cp_rss = {k: v for k, v in rss.items() if k in cp_names}
+    finally:
+        cluster.stop()
+    return {
+        "k8s_version": settings.k8s_version,
+        "binaries_source": stamp.get("source"),
+        "cold_build_seconds": stamp.get("seconds") if stamp.get("source") == "build" else None,
+        "cold_download_seconds": stamp.get("seconds") if stamp.get("source") == "download" else None,
+        "resolve_seconds": round(resolve_s, 3),
+        "control_plane_boot_seconds": round(cluster.timings.get("control_plane", 0.0), 2),
+        "cluster_ready_seconds": round(t_ready - t_start, 2),
+        "pod_to_running_seconds": round(t_running - t_pod, 2),
+        "warm_boot_to_first_prepared_claim_seconds": round(t_running - t_start, 2),
+        "control_plane_rss_mib": {k: round(v / 2**20, 1) for k, v in cp_rss.items()},
+        "control_plane_rss_total_mib": round(sum(cp_rss.values()) / 2**20, 1),
+        "cluster_rss_total_mib": round(sum(rss.values()) / 2**20, 1),
+    }

@@ -1,0 +1,83 @@
+"""Child processes die with their parent: clean stop, SIGTERM/Ctrl-C of the parent, and SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from clusters.local.processes import ManagedProcess
+
+PARENT = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from clusters.local.processes import ManagedProcess, install_signal_handlers
+    install_signal_handlers()
+    out = Path(sys.argv[1])
+    procs = [ManagedProcess(f"s{i}", ["sleep", "300"], out / f"s{i}.log").start() for i in range(2)]
+    (out / "pids").write_text(" ".join(str(p.pid) for p in procs))
+    time.sleep(300)
+    """
+)
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _wait_gone(pids: list[int], timeout: float = 10) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if _running(p)]
+        if not alive:
+            return []
+        time.sleep(0.1)
+    return [p for p in pids if _running(p)]
+
+
+def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
+    # the shell's child (sleep) is in the group too: it must go as well
+    proc = ManagedProcess(
+        "sh", ["sh", "-c", "sleep 300 & echo $! > child; wait"], tmp_path / "sh.log", cwd=tmp_path
+    )
+    proc.start()
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "child").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int((tmp_path / "child").read_text())
+    assert proc.pid is not None
+    assert os.getpgid(child) == proc.pid
+    proc.stop(timeout=5)
+    assert not proc.alive()
+    assert _wait_gone([child]) == []
+    assert "starting: sh -c" in (tmp_path / "sh.log").read_text()
+    proc.stop()  # idempotent
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_children_die_with_the_parent(tmp_path: Path, sig: signal.Signals) -> None:
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)])
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "pids").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+        assert all(_running(p) for p in pids)
+        parent.send_signal(sig)
+        parent.wait(30)
+        assert _wait_gone(pids) == [], f"children outlived the parent after {sig.name}"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
