@@ -234,6 +234,12 @@ def test_failed_prepare_is_an_event_on_the_pod(world: World) -> None:
     found = _until(event, 60, "FailedPrepareDynamicResources event")
     assert "GPU on fire" in found[0]["message"] and DRIVER in found[0]["message"]
     assert world.pod("p3")["status"]["phase"] == "Pending"
+
+    def waiting() -> Any:
+        statuses = world.pod("p3")["status"].get("containerStatuses") or [{}]
+        return statuses[0].get("state", {}).get("waiting", {}).get("reason") == "ContainerCreating"
+
+    _until(waiting, 30, "container waiting in ContainerCreating")
     del world.plugin.claim_errors[claim["metadata"]["uid"]]
     _until(lambda: world.pod("p3")["status"]["phase"] == "Running", 60, "Running after retry")
 

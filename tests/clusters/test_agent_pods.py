@@ -151,7 +151,13 @@ def test_unreserved_claim_keeps_the_pod_pending_with_an_event(env: Env) -> None:
     delay = env.sync()["pod-1"]
     assert delay is not None and delay > 0
     assert env.plugin.prepare_calls == []
-    assert env.kube.pod_now("default", "p1")["status"]["phase"] == "Pending"  # type: ignore[index]
+    pending = env.kube.pod_now("default", "p1")["status"]  # type: ignore[index]
+    assert pending["phase"] == "Pending"
+    assert pending["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    assert {c["type"]: c["status"] for c in pending["conditions"]}["Ready"] == "False"
+    updates = env.kube.status_updates
+    env.sync()  # the same failure again: nothing new to write
+    assert env.kube.status_updates == updates
     event = env.kube.events[-1]
     assert event["reason"] == FAILED_PREPARE and event["type"] == "Warning"
     assert "default/c1 is not reserved for pod p1" in event["message"]

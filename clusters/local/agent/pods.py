@@ -34,7 +34,7 @@ from clusters.local.agent.kube import Kube
 from clusters.local.agent.plugins import PluginManager
 from clusters.local.agent.prepare import prepare, unprepare
 from clusters.local.agent.settings import Settings
-from clusters.local.agent.status import PodRun, pod_ip, pod_status
+from clusters.local.agent.status import PodRun, pending_status, pod_ip, pod_status
 from clusters.local.agent.timeutil import parse
 from clusters.local.agent.views import remove_views, write_view
 from clusters.local.agent.workqueue import WorkQueue
@@ -79,6 +79,8 @@ class PodManager:
         self._prepared: set[str] = set()
         self._failures: dict[str, int] = {}
         self._unprepare_since: dict[str, float] = {}
+        self._pending: dict[str, tuple[float, Obj | None]] = {}
+        """Pods that could not start yet: when first seen, and the status last written."""
         self._claim_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self.events = EventRecorder(kube, settings.node_name)
         self.synced = False
@@ -178,6 +180,7 @@ class PodManager:
             delay = self._backoff(uid)
             log.warning("pod not started", extra={**fields, "error": str(e), "retry_in": delay})
             self.events.pod_event(pod, FAILED_PREPARE, f"Failed to prepare dynamic resources: {e}")
+            self._write_pending(pod)
             return delay
         try:
             edits = self._container_edits(pod, by_pod_claim)
@@ -185,11 +188,12 @@ class PodManager:
             delay = self._backoff(uid)
             log.warning("CDI resolution failed", extra={**fields, "error": str(e), "retry_in": delay})
             self.events.pod_event(pod, FAILED_CDI, f"Error: CDI device injection failed: {e}")
+            self._write_pending(pod)
             return delay
         for container, view in edits.items():
             write_view(self.settings.containers_dir, ns, name, container, view.to_json())
         old_status = pod.get("status") or {}
-        start_time = parse(old_status.get("startTime")) or time.time()
+        start_time = parse(old_status.get("startTime")) or self._pending.get(uid, (time.time(), None))[0]
         started_at = start_time
         for cs in old_status.get("containerStatuses") or []:
             started_at = parse(((cs.get("state") or {}).get("running") or {}).get("startedAt")) or started_at
@@ -205,9 +209,31 @@ class PodManager:
         )
         with self._lock:
             self._runs[uid] = run
+            self._pending.pop(uid, None)
         self._failures.pop(uid, None)
         log.info("pod running", extra={**fields, "claims": sorted(run.claims.values())})
         return self._refresh(pod, run)
+
+    def _write_pending(self, pod: Obj) -> None:
+        """Show a pod that cannot start yet as the kubelet does (only while it is Pending)."""
+        ns, name, uid = _key(pod)
+        if (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+            return  # e.g. Running before an agent restart: its containers would still run
+        with self._lock:
+            first, last = self._pending.get(uid, (time.time(), None))
+        status = pending_status(pod, first)
+        if status == last or status == pod.get("status"):
+            return
+        body = dict(pod)
+        body["status"] = status
+        written: Obj | None = status
+        try:
+            self.kube.update_pod_status(body)
+        except KubeError as e:  # a conflict is fine: the next retry writes it again
+            log.info("pending status not written", extra={"pod": f"{ns}/{name}", "error": str(e)})
+            written = None
+        with self._lock:
+            self._pending[uid] = (first, written)
 
     def _run_seconds(self, pod: Obj) -> float | None:
         value = ((pod.get("metadata") or {}).get("annotations") or {}).get(RUN_SECONDS_ANNOTATION)
@@ -472,6 +498,7 @@ class PodManager:
             self._runs.pop(uid, None)
             self._failures.pop(uid, None)
             self._unprepare_since.pop(uid, None)
+            self._pending.pop(uid, None)
         self.events.forget(uid)
         return None
 

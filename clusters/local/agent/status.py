@@ -144,3 +144,56 @@ def pod_status(pod: Obj, run: PodRun, resources: dict[str, list[Obj]]) -> Obj:
     status.pop("message", None)
     status.pop("reason", None)
     return status
+
+
+def pending_status(pod: Obj, start_time: float) -> Obj:
+    """The status of a pod the node accepted but cannot start yet (e.g. prepare keeps failing).
+
+    Like the kubelet's: phase Pending, containers waiting in ``ContainerCreating`` (or
+    ``PodInitializing`` behind init containers), not ready.
+    """
+    old: Obj = dict(pod.get("status") or {})
+    spec = pod.get("spec") or {}
+    now = rfc3339()
+    status = dict(old)
+    status["phase"] = "Pending"
+    status["hostIP"] = HOST_IP
+    status["hostIPs"] = [{"ip": HOST_IP}]
+    status["startTime"] = old.get("startTime") or rfc3339(start_time)
+    inits = spec.get("initContainers") or []
+    old_conditions = list(old.get("conditions") or [])
+    conditions = [
+        _condition(old_conditions, "PodReadyToStartContainers", "False", now),
+        _condition(
+            old_conditions,
+            "Initialized",
+            "False" if inits else "True",
+            now,
+            "ContainersNotInitialized" if inits else None,
+        ),
+        _condition(old_conditions, "Ready", "False", now, "ContainersNotReady"),
+        _condition(old_conditions, "ContainersReady", "False", now, "ContainersNotReady"),
+    ]
+    scheduled = next((c for c in old_conditions if c.get("type") == "PodScheduled"), None)
+    conditions.append(scheduled or _condition(old_conditions, "PodScheduled", "True", now))
+    known = {c["type"] for c in conditions}
+    conditions.extend(c for c in old_conditions if c.get("type") not in known)
+    status["conditions"] = conditions
+
+    def waiting(c: Obj, reason: str) -> Obj:
+        return {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "",
+            "restartCount": 0,
+            "lastState": {},
+            "ready": False,
+            "started": False,
+            "state": {"waiting": {"reason": reason}},
+        }
+
+    if inits:
+        status["initContainerStatuses"] = [waiting(c, "PodInitializing") for c in inits]
+    regular = "PodInitializing" if inits else "ContainerCreating"
+    status["containerStatuses"] = [waiting(c, regular) for c in spec.get("containers") or []]
+    return status
