@@ -16,23 +16,20 @@ Failures keep the pod where it is, with a Warning event, and back off.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import Any
 
 from clusters.local.agent import cdi, claims
-from clusters.local.agent.checkpoint import Checkpoint, ClaimInfo
-from clusters.local.agent.claims import ClaimRef
-from clusters.local.agent.errors import CDIError, ClaimNotReady, KubeError, PluginError, PrepareError
+from clusters.local.agent.checkpoint import Checkpoint
+from clusters.local.agent.errors import CDIError, ClaimNotReady, KubeError, PluginError
 from clusters.local.agent.events import EventRecorder
 from clusters.local.agent.health import HealthCache
 from clusters.local.agent.kube import Kube
+from clusters.local.agent.manager import ClaimManager
 from clusters.local.agent.plugins import PluginManager
-from clusters.local.agent.prepare import prepare, unprepare
 from clusters.local.agent.settings import Settings
 from clusters.local.agent.status import PodRun, pending_status, pod_ip, pod_status
 from clusters.local.agent.timeutil import parse
@@ -76,12 +73,11 @@ class PodManager:
         self._lock = threading.RLock()
         self._cache: dict[str, Obj] = {}
         self._runs: dict[str, PodRun] = {}
-        self._prepared: set[str] = set()
+        self.dra = ClaimManager(settings.node_name, plugins, checkpoint)
         self._failures: dict[str, int] = {}
         self._unprepare_since: dict[str, float] = {}
         self._pending: dict[str, tuple[float, Obj | None]] = {}
         """Pods that could not start yet: when first seen, and the status last written."""
-        self._claim_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self.events = EventRecorder(kube, settings.node_name)
         self.synced = False
         """Set once the first pod list arrived; orphaned claims are only judged after that."""
@@ -169,7 +165,7 @@ class PodManager:
                     raise ClaimNotReady(f"ResourceClaim {ns}/{pc.claim_name} not found")
                 claims.check_claim(claim, pod)
                 by_pod_claim[pc.pod_claim_name] = claim
-            self._prepare_pod(pod, by_pod_claim)
+            self.dra.prepare_pod(ns, uid, list(by_pod_claim.values()))
         except KubeError as e:  # the API server, not the pod, is the problem: no event
             delay = self._backoff(uid)
             log.warning(
@@ -246,64 +242,6 @@ class PodManager:
                 pod, "InvalidAnnotation", f"{RUN_SECONDS_ANNOTATION}={value!r} is not a number of seconds"
             )
             return None
-
-    @contextlib.contextmanager
-    def _locked(self, claim_uids: list[str]) -> Iterator[None]:
-        with self._lock:
-            locks = [self._claim_locks[u] for u in sorted(set(claim_uids))]
-        with contextlib.ExitStack() as stack:
-            for lock in locks:
-                stack.enter_context(lock)
-            yield
-
-    def _prepare_pod(self, pod: Obj, by_pod_claim: dict[str, Obj]) -> None:
-        ns, _, pod_uid = _key(pod)
-        claim_objs = {c["metadata"]["uid"]: c for c in by_pod_claim.values()}
-        with self._locked(list(claim_objs)):
-            by_driver: dict[str, list[ClaimRef]] = defaultdict(list)
-            todo: list[str] = []
-            for cuid, claim in claim_objs.items():
-                drivers = claims.claim_drivers(claim)
-                info = self.checkpoint.get(cuid)
-                if cuid in self._prepared and info is not None:
-                    self.checkpoint.add_pod(cuid, pod_uid)
-                    continue
-                if info is None:
-                    # recorded before the call, so an unprepare is owed even if the answer is lost
-                    info = ClaimInfo(cuid, ns, claim["metadata"]["name"], drivers, [], {pod_uid})
-                    self.checkpoint.put(info)
-                else:
-                    self.checkpoint.add_pod(cuid, pod_uid)
-                todo.append(cuid)
-                ref = ClaimRef(ns, cuid, claim["metadata"]["name"])
-                for d in drivers:
-                    by_driver[d].append(ref)
-            devices: dict[str, list[Any]] = defaultdict(list)
-            failed: set[str] = set()
-            errors: list[str] = []
-            for driver, refs in sorted(by_driver.items()):
-                try:
-                    answer = prepare(self.plugins.client(driver), refs)
-                except PluginError as e:
-                    errors.append(str(e))
-                    failed.update(r.uid for r in refs)
-                    continue
-                for cuid, devs in answer.items():
-                    devices[cuid].extend(devs)
-            for cuid in todo:
-                if cuid in failed:
-                    continue
-                info = self.checkpoint.get(cuid)
-                assert info is not None
-                info.devices = devices.get(cuid, [])
-                self.checkpoint.put(info)
-                self._prepared.add(cuid)
-                log.info(
-                    "claim prepared",
-                    extra={"node": self.settings.node_name, "claim_uid": cuid, "drivers": info.drivers},
-                )
-            if errors:
-                raise PrepareError("; ".join(errors))
 
     def _container_edits(self, pod: Obj, by_pod_claim: dict[str, Obj]) -> dict[str, cdi.ContainerEdits]:
         spec = pod.get("spec") or {}
@@ -410,47 +348,9 @@ class PodManager:
             return False
         return (pod.get("status") or {}).get("phase") not in TERMINAL
 
-    def _release(self, pod_uid: str) -> None:
-        """Drop ``pod_uid`` from its claims and unprepare those no other pod uses; PrepareError on failure."""
-        mine = [info.uid for info in self.checkpoint.claims() if pod_uid in info.pods]
-        if not mine:
-            return
-        with self._locked(mine):
-            by_driver: dict[str, list[ClaimRef]] = defaultdict(list)
-            todo: list[str] = []
-            for cuid in mine:
-                info = self.checkpoint.get(cuid)
-                if info is None:
-                    continue
-                if any(p != pod_uid and self._pod_holds_claims(p) for p in info.pods):
-                    self.checkpoint.remove_pod(cuid, pod_uid)
-                    continue
-                todo.append(cuid)
-                for d in info.drivers:
-                    by_driver[d].append(ClaimRef(info.namespace, cuid, info.name))
-            failed, errors = self._unprepare(by_driver)
-            for cuid in todo:
-                if cuid not in failed:
-                    self.checkpoint.delete(cuid)
-                    self._prepared.discard(cuid)
-                    log.info("claim unprepared", extra={"node": self.settings.node_name, "claim_uid": cuid})
-            if errors:
-                raise PrepareError("; ".join(errors))
-
-    def _unprepare(self, by_driver: dict[str, list[ClaimRef]]) -> tuple[set[str], list[str]]:
-        failed: set[str] = set()
-        errors: list[str] = []
-        for driver, refs in sorted(by_driver.items()):
-            try:
-                unprepare(self.plugins.client(driver), refs)
-            except PluginError as e:
-                errors.append(str(e))
-                failed.update(r.uid for r in refs)
-        return failed, errors
-
     def _release_terminal(self, uid: str) -> float | None:
         try:
-            self._release(uid)
+            self.dra.release_pod(uid, self._pod_holds_claims)
         except PluginError as e:
             log.warning(
                 "unprepare failed", extra={"node": self.settings.node_name, "pod_uid": uid, "error": str(e)}
@@ -464,7 +364,7 @@ class PodManager:
             run = self._runs.get(uid)
         fields = {"node": self.settings.node_name, "pod_uid": uid}
         try:
-            self._release(uid)
+            self.dra.release_pod(uid, self._pod_holds_claims)
         except PluginError as e:
             since = self._unprepare_since.setdefault(uid, time.monotonic())
             if time.monotonic() - since < self.settings.unprepare_give_up_seconds:
@@ -475,8 +375,7 @@ class PodManager:
                 self.events.pod_event(
                     pod, FAILED_UNPREPARE, f"Failed to unprepare dynamic resources, giving up: {e}"
                 )
-            for info in self.checkpoint.claims():
-                self.checkpoint.remove_pod(info.uid, uid)  # the orphan sweep keeps trying
+            self.dra.abandon_pod(uid)  # the orphan sweep keeps trying
         if pod is not None:
             ns, name, _ = _key(pod)
         elif run is not None:
@@ -508,25 +407,4 @@ class PodManager:
             return
         with self._lock:
             live = {u for u in self._cache if self._pod_holds_claims(u)} | set(self._runs)
-        for info in self.checkpoint.claims():
-            if info.pods & live:
-                continue
-            with self._locked([info.uid]):
-                fresh = self.checkpoint.get(info.uid)
-                if fresh is None or fresh.pods & live:
-                    continue
-                if not all(self.plugins.registered(d) for d in fresh.drivers):
-                    continue
-                ref = ClaimRef(fresh.namespace, fresh.uid, fresh.name)
-                failed, errors = self._unprepare({d: [ref] for d in fresh.drivers})
-                if failed:
-                    log.warning(
-                        "orphan unprepare failed", extra={"claim_uid": fresh.uid, "error": "; ".join(errors)}
-                    )
-                    continue
-                self.checkpoint.delete(fresh.uid)
-                self._prepared.discard(fresh.uid)
-                log.info(
-                    "orphaned claim unprepared",
-                    extra={"node": self.settings.node_name, "claim_uid": fresh.uid},
-                )
+        self.dra.sweep(live)
