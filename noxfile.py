@@ -24,6 +24,8 @@ def _install(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The project's own tests, in parallel (pytest-xdist)."""
     _install(session)
+    # the local cluster's binaries: cache, download or Go build, with progress, before the tests
+    session.run("dra-conformance", "cluster", "binaries")
     args = session.posargs or ["-n", "auto", "--dist", "loadgroup"]
     session.run("pytest", *args)
 

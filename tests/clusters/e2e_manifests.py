@@ -53,3 +53,26 @@ def run_pod(api_client: Any, namespace: str, name: str = "p1", timeout: float = 
     raise AssertionError(
         f"pod {namespace}/{name} not Running after {timeout} s: {got.status.phase}; {events}"
     )
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (an exited process waiting to be reaped does not)."""
+    from pathlib import Path
+
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def still_running(pids: list[int], timeout: float = 10) -> list[int]:
+    """The PIDs still running after up to ``timeout`` s (exited children can take a moment to be reaped)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    alive = [p for p in pids if running(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in alive if running(p)]
+    return alive

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -10,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_manifests import run_pod
+from e2e_manifests import run_pod, still_running
 
 from clusters.local import daemon
 from clusters.local.attached import AttachedLocalCluster
@@ -30,14 +29,6 @@ def _cli(
         env=env,
         check=False,
     )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +95,6 @@ def test_up_status_claim_down(state_dir: Path, local_binaries: Binaries) -> None
     pids = [int(state["daemon_pid"]), *state["control_plane"].values()]
     for node in state["nodes"].values():
         pids += [node["agent_pid"], node["driver_pid"]]
-    assert not [pid for pid in pids if _alive(pid)]
+    assert not still_running(pids)
     assert not Path(state["root"]).exists()
     assert "no cluster running" in _cli("cluster", "down", "--state-dir", str(state_dir)).stderr
