@@ -31,7 +31,7 @@ from clusters.local.agent.kube import Kube
 from clusters.local.agent.manager import ClaimManager
 from clusters.local.agent.plugins import PluginManager
 from clusters.local.agent.settings import Settings
-from clusters.local.agent.status import PodRun, pending_status, pod_ip, pod_status
+from clusters.local.agent.status import HOST_IP, PodRun, pending_status, pod_ip, pod_status
 from clusters.local.agent.timeutil import parse
 from clusters.local.agent.views import remove_views, write_view
 from clusters.local.agent.workqueue import WorkQueue
@@ -199,7 +199,7 @@ class PodManager:
             name=name,
             start_time=start_time,
             started_at=started_at,
-            ip=pod_ip(uid),
+            ip=HOST_IP if (pod.get("spec") or {}).get("hostNetwork") else pod_ip(uid),
             run_seconds=self._run_seconds(pod),
             claims={pc: c["metadata"]["uid"] for pc, c in by_pod_claim.items()},
         )
