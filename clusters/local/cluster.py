@@ -18,7 +18,6 @@ this module never imports it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shlex
 import shutil
@@ -160,25 +159,35 @@ class LocalCluster(Cluster):
         n = self._node(node)
         if n.driver is None:
             raise NodeError(f"no driver runs on node {node}")
+        old_socket = _identity(self._reg_socket(n))
+        slices = self._slice_uids(n)
         if crash:
-            n.driver.kill()
+            n.driver.kill()  # leaves its sockets behind, as a crash would: the new one must cope
         else:
             n.driver.stop()
-        self._remove_reg_socket(n)
         self._start_driver(n)
-        self._wait_driver_registered(n)
+        self._wait_driver_registered(n, old_socket)
+        if slices:  # a driver may keep its slices across a restart, so any slice will do
+            self._wait_republished(n, set())
 
     def restart_kubelet(self, node: str, *, crash: bool = False) -> None:
         """Stop (SIGTERM, or SIGKILL when ``crash``) and restart the node agent on ``node``."""
         n = self._node(node)
         if n.agent is None:
             raise NodeError(f"no node agent runs on node {node}")
+        started = time.time()
+        slices = self._slice_uids(n)
         if crash:
             n.agent.kill()
         else:
             n.agent.stop()
         self._start_agent(n)
         self._wait_nodes_ready([n])
+        self._wait_lease_renewed(n, started)
+        # the agent wipes its node's slices when it starts (as the kubelet does); wait for the
+        # driver's new ones so the next test step does not race the wipe
+        if slices:
+            self._wait_republished(n, slices)
 
     def container_view(self, pod: PodRef, container: str) -> ContainerView:
         """Read the view the node agent wrote for a running container."""
@@ -303,10 +312,43 @@ class LocalCluster(Cluster):
     def _reg_socket(self, n: LocalNode) -> Path:
         return n.registry_dir / f"{self.settings.driver_name}-reg.sock"
 
-    def _remove_reg_socket(self, n: LocalNode) -> None:
-        # a killed driver leaves its socket behind; the restarted one must be seen to create it anew
-        with contextlib.suppress(OSError):
-            self._reg_socket(n).unlink()
+    def _slice_uids(self, n: LocalNode) -> set[str]:
+        from kubernetes import client
+
+        api = client.ResourceV1Api(self.api_client())
+        items = api.list_resource_slice(field_selector=f"spec.nodeName={n.name}", _request_timeout=30).items
+        return {str(s.metadata.uid) for s in items if s.metadata}
+
+    def _wait_republished(self, n: LocalNode, old: set[str], timeout: float = 30.0) -> None:
+        """Wait until the node has slices and none of them is in ``old``.
+
+        Only warns on timeout: a driver under test that does not republish is for the suite
+        to find, not for a restart to fail on.
+        """
+        if not n.driver_command:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            uids = self._slice_uids(n)
+            if uids and not uids & old:
+                return
+            time.sleep(0.2)
+        log.warning("ResourceSlices of %s not republished %.0f s after a restart", n.name, timeout)
+
+    def _wait_lease_renewed(self, n: LocalNode, since: float) -> None:
+        from kubernetes import client
+
+        coord = client.CoordinationV1Api(self.api_client())
+
+        def renewed() -> bool:
+            lease = coord.read_namespaced_lease(n.name, "kube-node-lease", _request_timeout=10)
+            renew = lease.spec.renew_time if lease.spec else None
+            return renew is not None and renew.timestamp() >= since - 1.0
+
+        procs = [n.agent] if n.agent else []
+        self._wait(
+            f"the Lease of {n.name} renewed by the new agent", renewed, procs, self.settings.ready_timeout
+        )
 
     def _wait(
         self, what: str, check: Callable[[], bool], procs: Sequence[ManagedProcess], timeout: float
@@ -325,10 +367,16 @@ class LocalCluster(Cluster):
         logs = "\n".join(f"--- {p.name} ({p.log_path}):\n{p.tail(15)}" for p in procs)
         raise NodeError(f"timed out after {timeout:.0f} s waiting for {what}\n{logs}")
 
-    def _wait_driver_registered(self, n: LocalNode) -> None:
+    def _wait_driver_registered(self, n: LocalNode, old: tuple[int, int] | None = None) -> None:
+        """Wait for the driver's registration socket (a new one, when ``old`` identifies the last)."""
         assert n.driver is not None
         sock = self._reg_socket(n)
-        self._wait(f"{sock} (driver on {n.name})", sock.exists, [n.driver], self.settings.ready_timeout)
+
+        def fresh() -> bool:
+            now = _identity(sock)
+            return now is not None and now != old
+
+        self._wait(f"{sock} (driver on {n.name})", fresh, [n.driver], self.settings.ready_timeout)
 
     def _wait_nodes_ready(self, nodes: Sequence[LocalNode]) -> None:
         from kubernetes import client
@@ -401,6 +449,15 @@ class LocalCluster(Cluster):
             },
             "timings": {k: round(v, 2) for k, v in self.timings.items()},
         }
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(inode, mtime) of a file, or None when it does not exist."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 def device_class_manifests(driver_name: str, python: str = sys.executable) -> list[dict[str, Any]]:

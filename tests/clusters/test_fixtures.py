@@ -11,6 +11,7 @@ from e2e_manifests import run_pod
 
 from clusters.base import Cluster
 from clusters.errors import CapabilityMissing
+from clusters.local.attached import AttachedLocalCluster
 from clusters.local.binaries import Binaries
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -49,6 +50,11 @@ def test_claim_survives_driver_and_kubelet_restarts(
         pytest.skip(f"pod landed on {node}, the leased node is {node_lease}")
     dra_cluster.restart_driver(node)
     dra_cluster.restart_kubelet(node)
+    if isinstance(dra_cluster, AttachedLocalCluster):
+        dra_cluster.restart_driver(node, crash=True)
+        dra_cluster.restart_kubelet(node, crash=True)
+    slices = client.ResourceV1Api(api).list_resource_slice(field_selector=f"spec.nodeName={node}").items
+    assert slices, f"no ResourceSlices for {node} after the restarts"
     core = client.CoreV1Api(api)
     assert core.read_namespaced_pod(pod.metadata.name, namespace).status.phase == "Running"
     assert dra_cluster.container_view(pod, "c").cdi_devices == before.cdi_devices
