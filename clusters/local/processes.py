@@ -59,6 +59,7 @@ class ManagedProcess:
         self.cwd = cwd
         self.die_with_parent = die_with_parent and _SETPRIV is not None
         self._popen: subprocess.Popen[bytes] | None = None
+        self._terminated = False
 
     @property
     def pid(self) -> int | None:
@@ -70,6 +71,7 @@ class ManagedProcess:
         if self.alive():
             raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._terminated = False
         argv = self.argv
         if self.die_with_parent:
             assert _SETPRIV is not None
@@ -100,6 +102,12 @@ class ManagedProcess:
         """Exit status once it ended, else None."""
         return self._popen.poll() if self._popen else None
 
+    def terminate(self) -> None:
+        """Send SIGTERM to the process group without waiting (then :meth:`stop` waits)."""
+        if self._popen is not None and self._popen.poll() is None and not self._terminated:
+            _killpg(self._popen.pid, signal.SIGTERM)
+            self._terminated = True
+
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM the process group, wait up to ``timeout`` s, then SIGKILL it. Idempotent."""
         popen = self._popen
@@ -107,7 +115,7 @@ class ManagedProcess:
             return
         pgid = popen.pid
         if popen.poll() is None:
-            _killpg(pgid, signal.SIGTERM)
+            self.terminate()
             try:
                 popen.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -1,0 +1,100 @@
+"""Local cluster at scale: N fake nodes x 8 GPUs, one single-GPU pod per GPU, time to all Running.
+
+Size from env: ``DRAC_BENCH_NODES`` (default 50) and ``DRAC_BENCH_PODS`` (default 8 per node).
+Each node costs one node-agent and one driver process (Python, ~65 + ~95 MiB resident), so on
+a small machine CPU during start-up and memory set the limit; the result records what was
+attempted, what was reached, memory, and the error if it did not fit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+DRIVER = "gpu.dra-conformance.io"
+
+
+def _pods_running(core: Any, namespace: str) -> int:
+    return sum(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items)
+
+
+def run() -> dict[str, Any]:
+    """Start the cluster, create the pods, report timings and memory."""
+    from kubernetes import client
+
+    from clusters.errors import ClusterError
+    from clusters.local.cluster import LocalCluster
+    from clusters.local.settings import LocalSettings
+
+    settings = LocalSettings.from_env(os.environ)
+    nodes = int(os.environ.get("DRAC_BENCH_NODES", "50"))
+    pods = int(os.environ.get("DRAC_BENCH_PODS", str(8 * nodes)))
+    settings = dataclasses.replace(settings, nodes=nodes, ready_timeout=900.0, slice_timeout=900.0)
+    result: dict[str, Any] = {"nodes": nodes, "gpus_per_node": 8, "pods": pods, "cpus": os.cpu_count()}
+    cluster = LocalCluster(settings)
+    t0 = time.monotonic()
+    try:
+        try:
+            cluster.start()
+        except ClusterError as e:
+            result["error"] = f"start: {str(e)[:500]}"
+            return result
+        result["start_to_all_slices_seconds"] = round(time.monotonic() - t0, 1)
+        result["start_phases_seconds"] = {k: round(v, 1) for k, v in cluster.timings.items()}
+        api = cluster.api_client()
+        core = client.CoreV1Api(api)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="scale")))
+        while True:
+            try:
+                core.read_namespaced_service_account("default", "scale")
+                break
+            except client.exceptions.ApiException:
+                time.sleep(0.1)
+        template: Any = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "gpu"},
+            "spec": {
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}
+            },
+        }
+        client.ResourceV1Api(api).create_namespaced_resource_claim_template("scale", template)
+        t_pods = time.monotonic()
+        for i in range(pods):
+            pod: Any = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"p{i}"},
+                "spec": {
+                    "containers": [{"name": "c", "image": "none", "resources": {"claims": [{"name": "g"}]}}],
+                    "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "gpu"}],
+                },
+            }
+            core.create_namespaced_pod("scale", pod)
+        result["create_pods_seconds"] = round(time.monotonic() - t_pods, 1)
+        deadline = time.monotonic() + 900
+        running = 0
+        while time.monotonic() < deadline:
+            running = _pods_running(core, "scale")
+            if running >= pods:
+                break
+            time.sleep(1)
+        result["pods_running"] = running
+        result["pods_to_all_running_seconds"] = (
+            round(time.monotonic() - t_pods, 1) if running >= pods else None
+        )
+        rss = cluster.rss_bytes()
+        cp = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
+        result["control_plane_rss_mib"] = round(sum(v for k, v in rss.items() if k in cp) / 2**20, 1)
+        result["agents_rss_mib"] = round(sum(v for k, v in rss.items() if k.startswith("agent-")) / 2**20, 1)
+        result["drivers_rss_mib"] = round(
+            sum(v for k, v in rss.items() if k.startswith("driver-")) / 2**20, 1
+        )
+        result["total_rss_mib"] = round(sum(rss.values()) / 2**20, 1)
+    finally:
+        t_stop = time.monotonic()
+        cluster.stop()
+        result["stop_seconds"] = round(time.monotonic() - t_stop, 1)
+    return result
