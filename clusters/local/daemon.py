@@ -162,27 +162,42 @@ def launch(
     _LAUNCHED[state_dir.resolve()] = proc
     deadline = None if timeout is None else time.monotonic() + timeout
     shown = log_path.stat().st_size
-    while True:
-        if echo:
-            shown = _echo_new(log_path, shown)
-        state = read_state(state_dir)
-        if state is not None and state.get("ready"):
-            return state
-        if (state_dir / ERROR_FILE).exists() or proc.poll() is not None:
-            proc.wait()
-            _LAUNCHED.pop(state_dir.resolve(), None)
-            error = (state_dir / ERROR_FILE).read_text() if (state_dir / ERROR_FILE).exists() else ""
-            raise ClusterError(
-                f"the local cluster did not start (daemon exit status {proc.returncode}): "
-                f"{error or _tail(log_path)}\n(daemon log: {log_path})"
-            )
-        if deadline is not None and time.monotonic() > deadline:
+    try:
+        while True:
+            if echo:
+                shown = _echo_new(log_path, shown)
+            state = read_state(state_dir)
+            if state is not None and state.get("ready"):
+                return state
+            if (state_dir / ERROR_FILE).exists() or proc.poll() is not None:
+                _abort(proc, state_dir)
+                error = (state_dir / ERROR_FILE).read_text() if (state_dir / ERROR_FILE).exists() else ""
+                raise ClusterError(
+                    f"the local cluster did not start (daemon exit status {proc.returncode}): "
+                    f"{error or _tail(log_path)}\n(daemon log: {log_path})"
+                )
+            if deadline is not None and time.monotonic() > deadline:
+                _abort(proc, state_dir)
+                raise ClusterError(f"the local cluster was not ready after {timeout:.0f} s; log {log_path}")
+            time.sleep(0.25)
+    except KeyboardInterrupt:
+        # Ctrl-C while waiting: the user gave up on this cluster, so it goes too
+        _abort(proc, state_dir)
+        raise
+
+
+def _abort(proc: subprocess.Popen[bytes], state_dir: Path) -> None:
+    """Stop a daemon that is still starting (it stops what it started) and reap it."""
+    _LAUNCHED.pop(state_dir.resolve(), None)
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(30)
-            _LAUNCHED.pop(state_dir.resolve(), None)
-            raise ClusterError(f"the local cluster was not ready after {timeout:.0f} s; log {log_path}")
-        time.sleep(0.25)
+                os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _echo_new(path: Path, offset: int) -> int:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import re
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_manifests import run_pod, still_running
+from e2e_manifests import run_pod, running, still_running
 
 from clusters.local import daemon
 from clusters.local.attached import AttachedLocalCluster
@@ -98,3 +101,58 @@ def test_up_status_claim_down(state_dir: Path, local_binaries: Binaries) -> None
     assert not still_running(pids)
     assert not Path(state["root"]).exists()
     assert "no cluster running" in _cli("cluster", "down", "--state-dir", str(state_dir)).stderr
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmdline and running(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+def test_ctrl_c_during_up_leaves_nothing(tmp_path: Path, local_binaries: Binaries) -> None:
+    state = tmp_path / "state"
+    up = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "clusters.cli",
+            "cluster",
+            "up",
+            "--state-dir",
+            str(state),
+            "--bin-dir",
+            str(local_binaries.directory),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        log = state / "daemon.log"
+        deadline = time.monotonic() + 60
+        root = None
+        while root is None and time.monotonic() < deadline:
+            match = re.search(r"in (/\S+/drac-\w+)", log.read_text() if log.exists() else "")
+            root = match.group(1) if match else None
+            time.sleep(0.05)
+        assert root is not None, "the daemon never said where the cluster goes"
+        up.send_signal(signal.SIGINT)
+        _out, err = up.communicate(timeout=90)
+        assert up.returncode == 130, err
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    deadline = time.monotonic() + 10
+    while (_processes_mentioning(root) or _processes_mentioning(str(state))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_mentioning(root) == []
+    assert _processes_mentioning(str(state)) == []
+    assert daemon.read_state(state) is None
