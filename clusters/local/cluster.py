@@ -19,9 +19,7 @@ this module never imports it.
 from __future__ import annotations
 
 import logging
-import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,58 +28,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from clusters.base import Cluster, ContainerView, PodRef, pod_key
-from clusters.errors import ClusterError, ControlPlaneError, NodeError
+from clusters.errors import ClusterError, NodeError
 from clusters.local.binaries import Binaries, resolve
 from clusters.local.controlplane import ControlPlane, ControlPlaneConfig
+from clusters.local.driverproc import (
+    create_objects,
+    default_driver_command,
+    device_class_manifests,
+    expand_command,
+)
 from clusters.local.processes import ManagedProcess, install_signal_handlers
 from clusters.local.settings import LocalSettings
 
-__all__ = ["LocalCluster", "LocalNode", "default_driver_command", "expand_command"]
+__all__ = ["LocalCluster", "LocalNode"]
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
-
-
-def default_driver_command(driver_name: str) -> list[str]:
-    """The reference driver on a fakegpu DGX H100 profile, with placeholders for the node."""
-    return [
-        sys.executable,
-        "-m",
-        "driver",
-        "--driver-name",
-        driver_name,
-        "--backend",
-        "fake",
-        "--fake-profile",
-        "dgx-h100",
-        "--fake-state-dir",
-        "{root}/gpus",
-        "--node-name",
-        "{node}",
-        "--kubeconfig",
-        "{kubeconfig}",
-        "--registry-dir",
-        "{root}/kubelet/plugins_registry",
-        "--plugin-dir",
-        "{root}/kubelet/plugins/{driver}",
-        "--cdi-dir",
-        "{root}/cdi",
-    ]
-
-
-def expand_command(command: Sequence[str], **values: str) -> list[str]:
-    """Fill ``{node}``, ``{root}``, ``{kubeconfig}``, ``{driver}`` placeholders in each argument."""
-    out = []
-    for arg in command:
-        filled = arg
-        for key, value in values.items():
-            filled = filled.replace("{" + key + "}", value)
-        out.append(filled)
-    return out
 
 
 @dataclass
@@ -459,40 +423,3 @@ def _identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_ino, st.st_mtime_ns
-
-
-def device_class_manifests(driver_name: str, python: str = sys.executable) -> list[dict[str, Any]]:
-    """The reference driver's DeviceClasses, from ``python -m driver device-classes`` (a process)."""
-    proc = subprocess.run(
-        [python, "-m", "driver", "device-classes", "--driver-name", driver_name],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise NodeError(
-            f"'{shlex.join([python, '-m', 'driver', 'device-classes'])}' failed ({proc.returncode}): "
-            f"{proc.stderr.strip()[-2000:]}"
-        )
-    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
-
-
-def create_objects(api_client: Any, manifests: Sequence[dict[str, Any]]) -> None:
-    """Create each manifest (DeviceClasses and other cluster-scoped kinds); existing ones are replaced."""
-    from kubernetes import dynamic
-    from kubernetes.client.exceptions import ApiException
-
-    dyn = dynamic.DynamicClient(api_client)  # type: ignore[no-untyped-call]
-    for manifest in manifests:
-        resource = dyn.resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"])
-        try:
-            resource.create(body=manifest)
-        except ApiException as e:
-            if e.status != 409:
-                raise ControlPlaneError(
-                    f"creating {manifest['kind']} {manifest['metadata']['name']}: {e.status} {e.reason}"
-                ) from e
-            existing = resource.get(name=manifest["metadata"]["name"])
-            meta = {**manifest["metadata"], "resourceVersion": existing.metadata.resourceVersion}
-            resource.replace(body={**manifest, "metadata": meta})

@@ -1,0 +1,94 @@
+"""The driver under test as a process: its default command line, placeholders, its DeviceClasses.
+
+The local tier never imports the driver: it starts it from a command line, the way it would
+start a vendor's driver, and asks it for its DeviceClasses through ``device-classes``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from clusters.errors import ControlPlaneError, NodeError
+
+__all__ = ["create_objects", "default_driver_command", "device_class_manifests", "expand_command"]
+
+
+def default_driver_command(driver_name: str) -> list[str]:
+    """The reference driver on a fakegpu DGX H100 profile, with placeholders for the node."""
+    return [
+        sys.executable,
+        "-m",
+        "driver",
+        "--driver-name",
+        driver_name,
+        "--backend",
+        "fake",
+        "--fake-profile",
+        "dgx-h100",
+        "--fake-state-dir",
+        "{root}/gpus",
+        "--node-name",
+        "{node}",
+        "--kubeconfig",
+        "{kubeconfig}",
+        "--registry-dir",
+        "{root}/kubelet/plugins_registry",
+        "--plugin-dir",
+        "{root}/kubelet/plugins/{driver}",
+        "--cdi-dir",
+        "{root}/cdi",
+    ]
+
+
+def expand_command(command: Sequence[str], **values: str) -> list[str]:
+    """Fill ``{node}``, ``{root}``, ``{kubeconfig}``, ``{driver}`` placeholders in each argument."""
+    out = []
+    for arg in command:
+        filled = arg
+        for key, value in values.items():
+            filled = filled.replace("{" + key + "}", value)
+        out.append(filled)
+    return out
+
+
+def device_class_manifests(driver_name: str, python: str = sys.executable) -> list[dict[str, Any]]:
+    """The reference driver's DeviceClasses, from ``python -m driver device-classes`` (a process)."""
+    proc = subprocess.run(
+        [python, "-m", "driver", "device-classes", "--driver-name", driver_name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise NodeError(
+            f"'{shlex.join([python, '-m', 'driver', 'device-classes'])}' failed ({proc.returncode}): "
+            f"{proc.stderr.strip()[-2000:]}"
+        )
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def create_objects(api_client: Any, manifests: Sequence[dict[str, Any]]) -> None:
+    """Create each manifest (DeviceClasses and other cluster-scoped kinds); existing ones are replaced."""
+    from kubernetes import dynamic
+    from kubernetes.client.exceptions import ApiException
+
+    dyn = dynamic.DynamicClient(api_client)  # type: ignore[no-untyped-call]
+    for manifest in manifests:
+        resource = dyn.resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"])
+        try:
+            resource.create(body=manifest)
+        except ApiException as e:
+            if e.status != 409:
+                raise ControlPlaneError(
+                    f"creating {manifest['kind']} {manifest['metadata']['name']}: {e.status} {e.reason}"
+                ) from e
+            existing = resource.get(name=manifest["metadata"]["name"])
+            meta = {**manifest["metadata"], "resourceVersion": existing.metadata.resourceVersion}
+            resource.replace(body={**manifest, "metadata": meta})
