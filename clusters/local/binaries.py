@@ -212,7 +212,7 @@ def store_in_cache(
 def _go_build(settings: BinariesSettings, dest: Path, progress: Progress) -> None:
     progress(
         f"building Kubernetes {settings.k8s_version} and etcd {settings.etcd_version} from Go modules "
-        "(30-60 min on 2 cores the first time; later runs use the cache)"
+        "(minutes to an hour, by cores and Go caches; once per version, then the cache is used)"
     )
     gobuild.build_etcd(dest, progress, module_version=f"v{settings.etcd_version}")
     gobuild.build_kubernetes(settings.k8s_version, dest, progress)

@@ -75,6 +75,7 @@ def _run_go(args: list[str], cwd: Path, env: dict[str, str], progress: Progress)
         raise
     finally:
         done.set()
+        proc.stdout.close()
     if rc != 0:
         tail = "\n".join(lines[-40:])
         raise GoBuildError(f"'go {' '.join(args)}' failed with exit code {rc} in {cwd}:\n{tail}")

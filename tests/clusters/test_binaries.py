@@ -6,6 +6,8 @@ import dataclasses
 import hashlib
 import http.server
 import io
+import json
+import os
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -200,3 +202,58 @@ def test_settings_from_env() -> None:
     default = LocalSettings.from_env({})
     assert default.k8s_version == "1.37.2"
     assert default.binaries.cache_root.parts[-3:] == (".cache", "dra-conformance", "k8s")
+
+
+FAKE_GO = """#!{python}
+import json, os, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_GO_LOG"], "a") as log:
+    log.write(json.dumps(args) + "\\n")
+if args[:3] == ["mod", "download", "-json"]:
+    gomod = os.path.join(os.environ["FAKE_GO_LOG"] + ".gomod")
+    with open(gomod, "w") as f:
+        f.write("module k8s.io/kubernetes\\n\\ngo 1.24.0\\n\\ngodebug default=go1.23\\n\\nreplace (\\n")
+        f.write("\\tk8s.io/api => ./staging/src/k8s.io/api\\n")
+        f.write("\\tk8s.io/client-go => ./staging/src/k8s.io/client-go\\n)\\n")
+    print(json.dumps({"Path": "k8s.io/kubernetes", "GoMod": gomod}))
+elif args[:2] == ["mod", "tidy"] and "kube" in os.getcwd():
+    with open("go.mod") as src, open(os.environ["FAKE_GO_LOG"] + ".wrapper", "w") as dst:
+        dst.write(src.read())
+elif args[0] == "build":
+    out = args[args.index("-o") + 1]
+    targets = [os.path.join(out, p.rsplit("/", 1)[1]) for p in args if p.startswith("k8s.io/kubernetes/cmd/")]
+    for target in targets or [out]:
+        with open(target, "w") as f:
+            f.write("#!/bin/sh\\necho built\\n")
+        os.chmod(target, 0o755)
+"""
+
+
+def test_go_build_fills_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    bindir = tmp_path / "gobin"
+    bindir.mkdir()
+    (bindir / "go").write_text(FAKE_GO.replace("{python}", sys.executable))
+    (bindir / "go").chmod(0o755)
+    log = tmp_path / "go.log"
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GO_LOG", str(log))
+    settings = BinariesSettings(k8s_version=VERSION, cache_root=tmp_path / "cache", download=False)
+    notes: list[str] = []
+    found = binaries.resolve(settings, progress=notes.append)
+    assert found.source == "build"
+    stamp = binaries.read_stamp(found.directory)
+    assert stamp is not None and stamp["source"] == "build"
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    kube_build = next(c for c in calls if c[0] == "build" and any("kube-apiserver" in a for a in c))
+    ldflags = kube_build[kube_build.index("-ldflags") + 1]
+    assert f"gitVersion=v{VERSION}" in ldflags
+    assert "gitMinor=37" in ldflags
+    assert any("building" in n for n in notes)
+    wrapper = Path(f"{log}.wrapper").read_text()
+    assert "k8s.io/client-go => k8s.io/client-go v0.37.2" in wrapper
+    assert f"require k8s.io/kubernetes v{VERSION}" in wrapper
+    assert "godebug default=go1.23" in wrapper
+    left = sorted(p.name for p in settings.cache_root.iterdir())
+    assert left == [f".{VERSION}.lock", VERSION]
