@@ -100,3 +100,19 @@ def test_stop_leaves_no_process(local_binaries: Binaries) -> None:
         cp.stop()
         assert not [pid for pid in pids if _alive(pid)]
         cp.stop()  # idempotent
+
+
+def test_apiserver_restart_keeps_the_data(control_plane: ControlPlane) -> None:
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    try:
+        core = client.CoreV1Api(api)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="survives")))
+        old_pid = control_plane.processes["kube-apiserver"].pid
+        control_plane.restart("kube-apiserver")
+        assert control_plane.processes["kube-apiserver"].pid != old_pid
+        assert core.read_namespace("survives").metadata.name == "survives"
+        assert all(control_plane.healthy().values())
+    finally:
+        api.close()
