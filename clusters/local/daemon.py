@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -386,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
             (state_dir / STATE_FILE).unlink()
         cluster.stop()
         log.info("cluster stopped")
+        if args.watch_pid is not None and not _pid_alive(args.watch_pid):
+            # the session that owned this state dir died without cleaning up: do it for it
+            shutil.rmtree(state_dir, ignore_errors=True)
     return 0
 
 
