@@ -120,3 +120,52 @@ def test_xdist_workers_share_one_cluster_that_stops_with_the_run(
         alive = [pid for pid in pids if _running(pid)]
     assert not alive, f"processes left after the run: {alive}"
     assert not Path(state["root"]).exists()
+
+
+def test_a_crashed_run_leaves_nothing_behind(
+    pytester: pytest.Pytester, local_binaries: Binaries, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    out = pytester.path / "state.json"
+    pytester.makepyfile(
+        f"""
+        import json, time
+
+        def test_hangs(dra_cluster):
+            with open({str(out)!r}, "w") as f:
+                json.dump(dra_cluster.state, f)
+            time.sleep(600)
+        """
+    )
+    monkeypatch.setenv("DRAC_BIN_DIR", str(local_binaries.directory))
+    monkeypatch.setenv("DRAC_NO_BUILD", "1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(pytester.path)],
+        cwd=pytester.path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not out.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert out.exists(), "the inner run never got its cluster"
+        time.sleep(0.2)  # let the writer finish
+        state = json.loads(out.read_text())
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    pids = [state["daemon_pid"], *state["control_plane"].values()]
+    pids += [n[k] for n in state["nodes"].values() for k in ("agent_pid", "driver_pid")]
+    deadline = time.monotonic() + 30
+    alive = [pid for pid in pids if _running(pid)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [pid for pid in pids if _running(pid)]
+    assert not alive, f"processes outlived the crashed run: {alive}"
