@@ -49,15 +49,14 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_LAUNCHED: dict[Path, subprocess.Popen[bytes]] = {}
-"""Daemons this process started, kept so they are reaped (and not reported as leaked) on shutdown."""
-
 STATE_FILE = "state.json"
 """Written by the daemon once the cluster is ready."""
 ERROR_FILE = "error.txt"
 """Written by the daemon when the cluster could not start."""
 SETTINGS_FILE = "settings.json"
 """The settings the daemon starts the cluster with (written by :func:`launch`)."""
+PID_FILE = "daemon.pid"
+"""The daemon's PID, written as soon as it runs."""
 LOG_FILE = "daemon.log"
 """The daemon's own log (progress, requests)."""
 
@@ -152,17 +151,35 @@ def launch(
         with contextlib.suppress(FileNotFoundError):
             (state_dir / name).unlink()
     (state_dir / SETTINGS_FILE).write_text(settings_to_json(settings))
-    argv = [sys.executable, "-m", "clusters.local.daemon", "--state-dir", str(state_dir.resolve())]
+    argv = [
+        sys.executable,
+        "-m",
+        "clusters.local.daemon",
+        "--state-dir",
+        str(state_dir.resolve()),
+        "--detach",
+    ]
     if watch_pid is not None:
         argv += ["--watch-pid", str(watch_pid)]
     log_path = state_dir / LOG_FILE
+    with contextlib.suppress(FileNotFoundError):
+        (state_dir / PID_FILE).unlink()
     with open(log_path, "ab") as out:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        # the daemon forks away from this short-lived child, so it is nobody's child here and
+        # outlives this process (an xdist worker) without being reaped or reported as leaked
+        starter = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            check=False,
         )
-    _LAUNCHED[state_dir.resolve()] = proc
+    if starter.returncode != 0:
+        raise ClusterError(f"the cluster daemon did not start ({starter.returncode}): {_tail(log_path)}")
     deadline = None if timeout is None else time.monotonic() + timeout
     shown = log_path.stat().st_size
+    pid = 0
     try:
         while True:
             if echo:
@@ -170,35 +187,48 @@ def launch(
             state = read_state(state_dir)
             if state is not None and state.get("ready"):
                 return state
-            if (state_dir / ERROR_FILE).exists() or proc.poll() is not None:
-                _abort(proc, state_dir)
+            pid = pid or _read_pid(state_dir)
+            if (state_dir / ERROR_FILE).exists() or (pid and not _pid_alive(pid)):
+                _abort(pid)
                 error = (state_dir / ERROR_FILE).read_text() if (state_dir / ERROR_FILE).exists() else ""
                 raise ClusterError(
-                    f"the local cluster did not start (daemon exit status {proc.returncode}): "
-                    f"{error or _tail(log_path)}\n(daemon log: {log_path})"
+                    f"the local cluster did not start: {error or _tail(log_path)}\n(daemon log: {log_path})"
                 )
             if deadline is not None and time.monotonic() > deadline:
-                _abort(proc, state_dir)
+                _abort(pid)
                 raise ClusterError(f"the local cluster was not ready after {timeout:.0f} s; log {log_path}")
             time.sleep(0.25)
     except KeyboardInterrupt:
         # Ctrl-C while waiting: the user gave up on this cluster, so it goes too
-        _abort(proc, state_dir)
+        _abort(pid or _read_pid(state_dir))
         raise
 
 
-def _abort(proc: subprocess.Popen[bytes], state_dir: Path) -> None:
-    """Stop a daemon that is still starting (it stops what it started) and reap it."""
-    _LAUNCHED.pop(state_dir.resolve(), None)
-    if proc.poll() is None:
+def _read_pid(state_dir: Path) -> int:
+    try:
+        return int((state_dir / PID_FILE).read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _pid_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _abort(pid: int) -> None:
+    """Stop a daemon that is still starting (it stops what it started)."""
+    if not pid:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    if not _wait_gone(pid, 60):
         with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+            os.kill(pid, signal.SIGKILL)  # its children die with it (parent-death signal)
 
 
 def _echo_new(path: Path, offset: int) -> int:
@@ -259,18 +289,9 @@ def shutdown(state_dir: Path, timeout: float = 60.0) -> bool:
     except ClusterError:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    child = _LAUNCHED.pop(state_dir.resolve(), None)
-    while _pid_alive(pid) and time.monotonic() < deadline:
-        if child is not None and child.poll() is not None:
-            break
-        time.sleep(0.1)
-    if child is not None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(5)  # reap it
-    if _pid_alive(pid):
+    if not _wait_gone(pid, timeout):
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)  # its children die with it (parent-death signal)
     with contextlib.suppress(FileNotFoundError):
         (state_dir / STATE_FILE).unlink()
     return True
@@ -365,10 +386,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clusters.local.daemon")
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--watch-pid", type=int, default=None, help="stop when this process is gone")
+    parser.add_argument("--detach", action="store_true", help="fork; the parent exits at once")
     args = parser.parse_args(argv)
+    if args.detach and os.fork() > 0:
+        os._exit(0)  # no threads yet, nothing to flush: the child carries on
+    state_dir: Path = args.state_dir
+    (state_dir / PID_FILE).write_text(str(os.getpid()))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     install_signal_handlers()
-    state_dir: Path = args.state_dir
     settings = settings_from_json((state_dir / SETTINGS_FILE).read_text())
     if args.watch_pid is not None:
         # also while starting: a first binary build can take most of an hour
