@@ -1,7 +1,9 @@
 """The DRAResourceHealth services (``v1`` and ``v1alpha1``): device health streamed to the kubelet.
 
 Each message is the complete list of the driver's devices; a new one is sent whenever the
-health monitor reports a change. The monitor is reached through ``HealthSource``, so the
+health monitor reports a change, and again every ``resend_seconds`` without one: the kubelet
+ages each report from its arrival and turns a device ``Unknown`` once its health check timeout
+(30 s by default) passes without news. The monitor is reached through ``HealthSource``, so the
 stream can be tested without NVML.
 """
 
@@ -18,7 +20,7 @@ from typing import Any, Protocol
 
 from draproto import health_v1_pb2, health_v1alpha1_pb2
 
-__all__ = ["DeviceHealth", "HealthService", "HealthSource", "StaticHealth"]
+__all__ = ["RESEND_SECONDS", "DeviceHealth", "HealthService", "HealthSource", "StaticHealth"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,9 @@ class StaticHealth:
 
 _STOP = object()
 
+RESEND_SECONDS = 10.0
+"""How often the complete list is sent again without a change (well inside the kubelet's 30 s)."""
+
 
 class HealthService:
     """One ``DRAResourceHealth`` servicer for a given protocol version (pb2 module)."""
@@ -97,6 +102,7 @@ class HealthService:
         *,
         silent: bool = False,
         timeout_seconds: int = 0,
+        resend_seconds: float = RESEND_SECONDS,
     ) -> None:
         self._pb2 = pb2
         self._source = source
@@ -104,15 +110,18 @@ class HealthService:
         self._stopping = stopping
         self._silent = silent
         self._timeout = timeout_seconds
+        self._resend = resend_seconds
 
     def _message(self) -> Any:
         pb2 = self._pb2
         codes = {HEALTHY: pb2.HEALTHY, UNHEALTHY: pb2.UNHEALTHY}
+        # The monitor re-checks every device continuously, so each state was determined now.
+        now = int(time.time())
         devices = [
             pb2.DeviceHealth(
                 device=pb2.DeviceIdentifier(pool_name=self._pool, device_name=name),
                 health=codes.get(state.status, pb2.UNKNOWN),
-                last_updated_time=int(state.updated or time.time()),
+                last_updated_time=max(int(state.updated), now),
                 health_check_timeout_seconds=self._timeout,
                 message=state.message,
             )
@@ -121,7 +130,7 @@ class HealthService:
         return pb2.NodeWatchResourcesResponse(devices=devices)
 
     def NodeWatchResources(self, request: Any, context: Any) -> Iterator[Any]:
-        """Send the full device list now and after each change, until the client or server stops."""
+        """Send the full device list now, after each change and every ``resend_seconds``, until stopped."""
         events: queue.Queue[object] = queue.Queue()
         context.add_callback(lambda: events.put(_STOP))
         unsubscribe = self._source.subscribe(lambda: events.put(None))
@@ -129,10 +138,15 @@ class HealthService:
         try:
             if not self._silent:
                 yield self._message()
+            last_sent = time.monotonic()
             while not self._stopping.is_set() and context.is_active():
                 try:
-                    item = events.get(timeout=0.5)
+                    item = events.get(timeout=min(0.5, self._resend))
                 except queue.Empty:
+                    if time.monotonic() - last_sent >= self._resend:
+                        if not self._silent:
+                            yield self._message()
+                        last_sent = time.monotonic()
                     continue
                 if item is _STOP:
                     break
@@ -141,16 +155,26 @@ class HealthService:
                         return
                 if not self._silent:
                     yield self._message()
+                last_sent = time.monotonic()
         finally:
             unsubscribe()
             log.info("health stream closed")
 
 
 def services(
-    source: HealthSource, pool_name: str, stopping: threading.Event, *, silent: bool = False
+    source: HealthSource,
+    pool_name: str,
+    stopping: threading.Event,
+    *,
+    silent: bool = False,
+    resend_seconds: float = RESEND_SECONDS,
 ) -> tuple[HealthService, HealthService]:
     """The ``v1`` and ``v1alpha1`` servicers over one source."""
     return (
-        HealthService(health_v1_pb2, source, pool_name, stopping, silent=silent),
-        HealthService(health_v1alpha1_pb2, source, pool_name, stopping, silent=silent),
+        HealthService(
+            health_v1_pb2, source, pool_name, stopping, silent=silent, resend_seconds=resend_seconds
+        ),
+        HealthService(
+            health_v1alpha1_pb2, source, pool_name, stopping, silent=silent, resend_seconds=resend_seconds
+        ),
     )

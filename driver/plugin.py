@@ -176,7 +176,11 @@ class PluginServer:
         )
         if settings.health.enabled and self.health is not None:
             v1, v1alpha1 = services(
-                self.health, settings.pool_name, self._stopping, silent=settings.breaks("no-health")
+                self.health,
+                settings.pool_name,
+                self._stopping,
+                silent=settings.breaks("no-health"),
+                resend_seconds=settings.health.resend_seconds,
             )
             health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(v1, dra)
             health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(v1alpha1, dra)

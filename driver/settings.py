@@ -73,6 +73,8 @@ class HealthSettings:
     """Watch NVML events, stream device health to the kubelet, taint unhealthy devices."""
     ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
     """XIDs that do not mark a device unhealthy."""
+    resend_seconds: float = 10.0
+    """Send the complete health list again after this long without a change (kubelet times out at 30 s)."""
 
 
 @dataclass(frozen=True)

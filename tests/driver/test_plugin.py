@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -249,3 +250,18 @@ def test_health_stream_ends_when_the_server_stops(node: Node) -> None:
     server.stop(0.5)
     with pytest.raises((grpc.RpcError, StopIteration)):
         next(stream)
+
+
+def test_health_stream_resends_the_full_list_without_a_change(node: Node) -> None:
+    """The kubelet turns a device Unknown when no report arrives within its timeout (30 s)."""
+    node.settings = replace(node.settings, health=HealthSettings(resend_seconds=0.3))
+    node.serve(health=StaticHealth({"gpu-0": DeviceHealth(HEALTHY, updated=1.0)}))
+    servicer = health_v1_pb2_grpc.DRAResourceHealthStub(node.channel())
+    stream = servicer.NodeWatchResources(health_v1_pb2.NodeWatchResourcesRequest(), timeout=10)
+    first = next(stream)
+    assert first.devices[0].last_updated_time > 1  # determined now, not at the last change
+    started = time.monotonic()
+    second = next(stream)  # no change happened: this is the periodic resend
+    assert time.monotonic() - started >= 0.2
+    assert [d.device.device_name for d in second.devices] == ["gpu-0"]
+    stream.cancel()
