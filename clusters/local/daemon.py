@@ -164,6 +164,7 @@ def launch(
     log_path = state_dir / LOG_FILE
     with contextlib.suppress(FileNotFoundError):
         (state_dir / PID_FILE).unlink()
+    shown = log_path.stat().st_size if log_path.exists() else 0
     with open(log_path, "ab") as out:
         # the daemon forks away from this short-lived child, so it is nobody's child here and
         # outlives this process (an xdist worker) without being reaped or reported as leaked
@@ -178,7 +179,7 @@ def launch(
     if starter.returncode != 0:
         raise ClusterError(f"the cluster daemon did not start ({starter.returncode}): {_tail(log_path)}")
     deadline = None if timeout is None else time.monotonic() + timeout
-    shown = log_path.stat().st_size
+    pid_deadline = time.monotonic() + 30
     pid = 0
     try:
         while True:
@@ -188,7 +189,8 @@ def launch(
             if state is not None and state.get("ready"):
                 return state
             pid = pid or _read_pid(state_dir)
-            if (state_dir / ERROR_FILE).exists() or (pid and not _pid_alive(pid)):
+            vanished = not _pid_alive(pid) if pid else time.monotonic() > pid_deadline
+            if (state_dir / ERROR_FILE).exists() or vanished:
                 _abort(pid)
                 error = (state_dir / ERROR_FILE).read_text() if (state_dir / ERROR_FILE).exists() else ""
                 raise ClusterError(
