@@ -156,3 +156,18 @@ def test_ctrl_c_during_up_leaves_nothing(tmp_path: Path, local_binaries: Binarie
     assert _processes_mentioning(root) == []
     assert _processes_mentioning(str(state)) == []
     assert daemon.read_state(state) is None
+
+
+def test_up_with_broken_binaries_fails_clearly(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"):
+        (bin_dir / name).write_text('#!/bin/sh\necho "broken $0" >&2\nexit 3\n')
+        (bin_dir / name).chmod(0o755)
+    state = tmp_path / "state"
+    up = _cli("cluster", "up", "--state-dir", str(state), "--bin-dir", str(bin_dir), timeout=120)
+    assert up.returncode == 1
+    assert "did not start" in up.stderr
+    assert "export KUBECONFIG" not in up.stdout
+    assert daemon.read_state(state) is None
+    assert _processes_mentioning(str(state)) == []
