@@ -129,7 +129,8 @@ class ControlPlane:
         self.controllers = features.choose_controllers(available, self.config.controllers)
         if not self.controllers:
             raise ControlPlaneError(
-                f"could not read the controller list from {b.path('kube-controller-manager')} --help"
+                f"could not read the controller list from {b.path('kube-controller-manager')} --help "
+                f"(is it really kube-controller-manager? it said: {helps['kube-controller-manager'][:300]!r})"
             )
         self.runtime_config = list(self.config.runtime_config)
         self._pki = pki.generate(self.root / "pki", service_ip=SERVICE_IP)
