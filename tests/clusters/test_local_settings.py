@@ -1,0 +1,76 @@
+"""Small pieces: versions, settings round trip, command placeholders, pod references, views."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from clusters.base import ContainerView, pod_key
+from clusters.local.daemon import settings_from_json, settings_to_json
+from clusters.local.driverproc import default_driver_command, expand_command
+from clusters.local.settings import LocalSettings, normalize_version
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [("v1.37.2", "1.37.2"), ("1.36", "1.36.3"), ("1.34.0", "1.34.0"), (" 1.35 ", "1.35.4")],
+)
+def test_versions_normalize(given: str, expected: str) -> None:
+    assert normalize_version(given) == expected
+
+
+@pytest.mark.parametrize("bad", ["1", "1.99", "latest", "1.37.x"])
+def test_bad_versions_are_refused_with_the_value(bad: str) -> None:
+    with pytest.raises(ValueError, match="is not of the form"):
+        normalize_version(bad)
+
+
+def test_settings_survive_the_trip_to_the_daemon() -> None:
+    settings = dataclasses.replace(
+        LocalSettings.from_env({"XDG_CACHE_HOME": "/c", "DRAC_BIN_DIR": "/b"}).with_version("1.36"),
+        nodes=3,
+        driver_command=("x", "--node", "{node}"),
+        work_dir=Path("/w"),
+    )
+    assert settings_from_json(settings_to_json(settings)) == settings
+    plain = LocalSettings()
+    assert settings_from_json(settings_to_json(plain)) == plain
+
+
+def test_driver_command_placeholders() -> None:
+    command = expand_command(
+        default_driver_command("gpu.example.com"),
+        node="n1",
+        root="/r/n1",
+        kubeconfig="/k",
+        driver="gpu.example.com",
+    )
+    assert command[1:3] == ["-m", "driver"]
+    assert "/r/n1/kubelet/plugins/gpu.example.com" in command
+    assert command[command.index("--node-name") + 1] == "n1"
+    assert not [arg for arg in command if "{" in arg]
+
+
+def test_pod_references() -> None:
+    assert pod_key("ns/p") == ("ns", "p")
+    assert pod_key({"metadata": {"namespace": "ns", "name": "p"}}) == ("ns", "p")
+    assert pod_key(SimpleNamespace(metadata=SimpleNamespace(namespace="ns", name="p"))) == ("ns", "p")
+    with pytest.raises(ValueError, match="namespace/name"):
+        pod_key("just-a-name")
+
+
+def test_container_view_from_agent_json() -> None:
+    view = ContainerView.from_dict(
+        {
+            "env": {"A": "1"},
+            "device_nodes": [{"path": "/dev/x"}],
+            "mounts": [{"hostPath": "/h", "containerPath": "/c"}],
+            "cdi_devices": ["k8s.example.com/gpu=a"],
+        }
+    )
+    assert view.env == {"A": "1"}
+    assert view.cdi_devices == ["k8s.example.com/gpu=a"]
+    assert ContainerView.from_dict({}) == ContainerView()
