@@ -23,6 +23,7 @@ import os
 import re
 import shlex
 import shutil
+import sys
 import tempfile
 import time
 import uuid
@@ -138,14 +139,18 @@ def local_settings(request: pytest.FixtureRequest) -> LocalSettings:
 
 
 @pytest.fixture(scope="session")
-def local_binaries(local_settings: LocalSettings) -> binaries.Binaries:
+def local_binaries(local_settings: LocalSettings, request: pytest.FixtureRequest) -> binaries.Binaries:
     """The control-plane binaries, found, downloaded or built (once, under a file lock)."""
-    return binaries.resolve(local_settings.binaries, progress=_report)
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    found = binaries.read_stamp(local_settings.binaries.cache_dir)
+    if found is not None or capture is None or local_settings.binaries.bin_dir is not None:
+        return binaries.resolve(local_settings.binaries)
+    with capture.global_and_fixture_disabled():  # a first build takes minutes: show progress
+        return binaries.resolve(local_settings.binaries, progress=_report)
 
 
 def _report(message: str) -> None:
-    # pytest captures output; progress of a long build goes to the terminal's stderr anyway
-    os.write(2, f"[dra-conformance] {message}\n".encode())
+    print(f"[dra-conformance] {message}", file=sys.stderr, flush=True)
 
 
 @pytest.fixture(scope="session")
