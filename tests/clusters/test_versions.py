@@ -1,0 +1,36 @@
+"""Older Kubernetes versions (1.34-1.36) boot and allocate a claim end to end, when their binaries are cached.
+
+CI builds only the default version; these run where the other versions were fetched or built
+(``dra-conformance cluster binaries --k8s-version 1.36``) and skip elsewhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from e2e_manifests import run_pod
+
+from clusters.local.binaries import read_stamp
+from clusters.local.cluster import LocalCluster
+from clusters.local.settings import LocalSettings
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+
+@pytest.mark.parametrize("minor", ["1.34", "1.35", "1.36"])
+def test_version_boots_and_prepares_a_claim(local_settings: LocalSettings, minor: str) -> None:
+    from kubernetes import client
+
+    settings = dataclasses.replace(local_settings.with_version(minor).with_bin_dir(None), nodes=1)
+    if read_stamp(settings.binaries.cache_dir) is None:
+        pytest.skip(
+            f"no cached binaries for Kubernetes {settings.k8s_version} in {settings.binaries.cache_dir}"
+        )
+    with LocalCluster(settings).start() as cluster:
+        api = cluster.api_client()
+        version = client.VersionApi(api).get_code()
+        assert version.git_version == f"v{settings.k8s_version}"
+        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="v")))
+        pod = run_pod(api, "v")
+        assert cluster.container_view(pod, "c").cdi_devices
