@@ -38,10 +38,14 @@ def run_pod(api_client: Any, namespace: str, name: str = "p1", timeout: float = 
 
     from kubernetes import client
 
+    core = client.CoreV1Api(api_client)
+    for _ in range(100):  # pods are refused until the service-account controller made "default"
+        if any(sa.metadata.name == "default" for sa in core.list_namespaced_service_account(namespace).items):
+            break
+        time.sleep(0.1)
     client.ResourceV1Api(api_client).create_namespaced_resource_claim_template(
         namespace, claim_template(namespace)
     )
-    core = client.CoreV1Api(api_client)
     core.create_namespaced_pod(namespace, pod(namespace, name))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
