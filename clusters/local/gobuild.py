@@ -27,9 +27,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from clusters.local.settings import ETCD_VERSION
+
 __all__ = ["ETCD_MODULE_VERSION", "GoBuildError", "build_etcd", "build_kubernetes"]
 
-ETCD_MODULE_VERSION = "v3.6.16"
+ETCD_MODULE_VERSION = f"v{ETCD_VERSION}"
 """etcd server version built from Go modules (Kubernetes 1.34-1.37 accept 3.6)."""
 
 KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
