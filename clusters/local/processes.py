@@ -20,7 +20,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -180,8 +179,3 @@ def install_signal_handlers() -> None:
         if signal.getsignal(sig) is signal.SIG_DFL:
             signal.signal(sig, _exit)
     _installed.append(True)
-
-
-def python_argv(module: str, *args: str) -> list[str]:
-    """``[<this python>, -m, module, *args]``."""
-    return [sys.executable, "-m", module, *args]
