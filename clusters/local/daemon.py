@@ -109,12 +109,17 @@ def _pid_alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
+_STOPPING = threading.Event()
+"""Set once the daemon has begun to stop; a later SIGTERM must not cut that short."""
+
+
 def _watch(pid: int) -> None:
     """Interrupt the main thread (SIGTERM to ourselves) once ``pid`` is gone."""
     while _pid_alive(pid):
         time.sleep(1.0)
-    log.info("watched process %s is gone; stopping", pid)
-    os.kill(os.getpid(), signal.SIGTERM)
+    if not _STOPPING.is_set():
+        log.info("watched process %s is gone; stopping", pid)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def read_state(state_dir: Path) -> dict[str, Any] | None:
@@ -314,6 +319,7 @@ class _Daemon:
         return {
             "ready": True,
             "daemon_pid": os.getpid(),
+            "state_dir": str(self.state_dir.resolve()),
             "control_socket": str(self.cluster.root / "ctl.sock"),
             "settings": json.loads(settings_to_json(self.cluster.settings)),
             **self.cluster.describe(),
@@ -361,9 +367,6 @@ class _Daemon:
             self.write_state()
             log.info("cluster ready; serving %s", path)
             while not self.stopping:
-                if self.watch_pid is not None and not _pid_alive(self.watch_pid):
-                    log.info("watched process %s is gone; stopping", self.watch_pid)
-                    return
                 readable, _, _ = select.select([server], [], [], 1.0)
                 if not readable:
                     continue
@@ -410,6 +413,10 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         _Daemon(cluster, state_dir, args.watch_pid).serve()
     finally:
+        # stopping takes seconds; a second SIGTERM (the watcher, an impatient user) must not
+        # interrupt it halfway and leave processes or files behind
+        _STOPPING.set()
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
         with contextlib.suppress(FileNotFoundError):
             (state_dir / STATE_FILE).unlink()
         cluster.stop()

@@ -169,3 +169,5 @@ def test_a_crashed_run_leaves_nothing_behind(
         time.sleep(0.2)
         alive = [pid for pid in pids if _running(pid)]
     assert not alive, f"processes outlived the crashed run: {alive}"
+    leftovers = [p for p in (state["root"], state["state_dir"]) if Path(p).exists()]
+    assert not leftovers, f"files outlived the crashed run: {leftovers}"
