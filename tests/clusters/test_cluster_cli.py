@@ -47,7 +47,7 @@ def test_status_without_a_cluster_says_so(tmp_path: Path) -> None:
     assert "no cluster running" in result.stderr
 
 
-def test_up_status_claim_down(state_dir: Path, local_binaries: Binaries) -> None:
+def test_up_status_claim_down(state_dir: Path, local_binaries: Binaries, tmp_path: Path) -> None:
     up = _cli(
         "cluster",
         "up",
@@ -92,6 +92,25 @@ def test_up_status_claim_down(state_dir: Path, local_binaries: Binaries) -> None
         assert any(k.startswith("GPU_DEVICE") for k in view.env)
     finally:
         cluster.stop()
+
+    # a test run can use this cluster instead of starting its own, and leaves it running
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    (inner / "test_inner.py").write_text(
+        "def test_uses_the_running_cluster(dra_cluster, namespace):\n"
+        f"    assert str(dra_cluster.kubeconfig) == {str(kubeconfig)!r}\n"
+        "    assert dra_cluster.nodes() == ['node-0', 'node-1']\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--cluster-state-dir={state_dir}"],
+        cwd=inner,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert daemon.read_state(state_dir) is not None, "the inner run stopped a cluster it did not start"
 
     down = _cli("cluster", "down", "--state-dir", str(state_dir))
     assert down.returncode == 0
