@@ -13,7 +13,7 @@ Loaded through the ``pytest11`` entry point. Nothing starts unless a test asks f
   an exclusive lease on it (:func:`node_lease`).
 
 Options: ``--cluster-nodes``, ``--k8s-version``, ``--bin-dir``, ``--driver-command``,
-``--cluster-state-dir``; env vars as in :mod:`clusters.local.settings`.
+``--driver-name``, ``--cluster-state-dir``; env vars as in :mod:`clusters.local.settings`.
 """
 
 from __future__ import annotations
@@ -76,6 +76,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="driver command per node (shell words, placeholders {node} {root})",
     )
     group.addoption(
+        "--driver-name", default=None, help="DRA driver name whose registration socket the cluster waits for"
+    )
+    group.addoption(
         "--cluster-state-dir",
         default=None,
         help="use the cluster 'dra-conformance cluster up --state-dir DIR' started instead of starting one",
@@ -91,6 +94,8 @@ def _settings(config: pytest.Config) -> LocalSettings:
     nodes = config.getoption("cluster_nodes")
     if nodes is not None:
         settings = dataclasses.replace(settings, nodes=nodes)
+    if config.getoption("driver_name"):
+        settings = dataclasses.replace(settings, driver_name=config.getoption("driver_name"))
     command = config.getoption("driver_command")
     if command:
         settings = dataclasses.replace(settings, driver_command=tuple(shlex.split(command)))
