@@ -32,8 +32,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== bench {name}", flush=True)
         started = time.time()
         result = importlib.import_module(f"benchmarks.{name}").run()
-        record = {"name": name, "started": started, "python": sys.version.split()[0],
-                  "machine": platform.machine(), "results": result}
+        record = {
+            "name": name,
+            "started": started,
+            "python": sys.version.split()[0],
+            "machine": platform.machine(),
+            "results": result,
+        }
         (out / f"{name}.json").write_text(json.dumps(record, indent=2) + "\n")
         print(json.dumps(result, indent=2), flush=True)
     return 0

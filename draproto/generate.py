@@ -20,7 +20,7 @@ SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 
 def _generate(out_root: Path) -> Path:
-    from grpc_tools import protoc  # noqa: PLC0415  (dev-only dependency)
+    from grpc_tools import protoc  # dev-only dependency
 
     src_root = out_root / "src"
     (src_root / "draproto" / "_gen").mkdir(parents=True)
@@ -53,10 +53,17 @@ def main(argv: list[str] | None = None) -> int:
         fresh = _generate(Path(tmp))
         names = _outputs(fresh)
         if args.check:
-            stale = [n for n in names if not (target / n).exists() or not filecmp.cmp(fresh / n, target / n, shallow=False)]
+            stale = [
+                n
+                for n in names
+                if not (target / n).exists() or not filecmp.cmp(fresh / n, target / n, shallow=False)
+            ]
             extra = sorted(set(_outputs(target)) - set(names))
             if stale or extra:
-                print(f"stale generated stubs: {stale + extra}; run: python -m draproto.generate", file=sys.stderr)
+                print(
+                    f"stale generated stubs: {stale + extra}; run: python -m draproto.generate",
+                    file=sys.stderr,
+                )
                 return 1
             return 0
         for n in names:
