@@ -1,4 +1,4 @@
-"""nox sessions: tests, conformance, lint, typecheck, bench, fakegpu.
+"""nox sessions: tests, lint, typecheck, bench, fakegpu.
 
 ``nox -s tests`` runs the project's own tests in parallel; ``nox -s lint`` and
 ``nox -s typecheck`` are what CI adds. Extra arguments after ``--`` go to the
