@@ -243,7 +243,11 @@ class FakeMachine:
     # -- MIG ---------------------------------------------------------------------------------
 
     def set_mig_mode(self, gpu: GpuRef, enabled: bool) -> int:
-        """Request MIG on/off; returns the activation status (0, or RESET_REQUIRED when pending)."""
+        """Request MIG on/off; returns the activation status.
+
+        0: the mode is current now. ERROR_IN_USE (GPU instances exist) or ERROR_RESET_REQUIRED
+        (the profile marks the GPU ``needs_reset``): the mode is pending until :meth:`reset`.
+        """
         with self._store.mutate() as state:
             g = self._find(state, gpu)
             return _mig.set_mig_mode(g, MODELS[g.model], c.MIG_ENABLE if enabled else c.MIG_DISABLE)

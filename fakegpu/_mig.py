@@ -260,16 +260,21 @@ def mig_devices(gpu: Gpu) -> list[tuple[GpuInstance, ComputeInstance]]:
 def set_mig_mode(gpu: Gpu, model: Model, mode: int) -> int:
     """Request a MIG mode; return the activation status (SUCCESS when the reset happened).
 
-    The driver resets an idle GPU itself, so the new mode is current at once; a GPU marked
-    ``needs_reset`` keeps it pending (activation RESET_REQUIRED) until :func:`reset_gpu`.
+    The driver resets an idle GPU itself, so the new mode is current at once. When it cannot,
+    the new mode stays pending until :func:`reset_gpu` and the activation status says why:
+    IN_USE while GPU instances exist, RESET_REQUIRED on a GPU the profile marks ``needs_reset``
+    (a property of the GPU: every change on it waits for a reset). Asking for the current mode
+    cancels a pending change.
     """
     if not model.mig_capable:
         raise MigError(f"{model.name} does not support MIG", c.ERROR_NOT_SUPPORTED)
     if mode not in (c.MIG_DISABLE, c.MIG_ENABLE):
-        raise MigError(f"MIG mode must be 0 or 1, not {mode}", c.ERROR_INVALID_ARGUMENT)
-    if gpu.gpu_instances and mode != gpu.mig_current:
-        raise MigError(f"GPU {gpu.index} still has GPU instances; destroy them first", c.ERROR_IN_USE)
+        raise MigError(f"MIG mode must be 0 (disable) or 1 (enable), not {mode}", c.ERROR_INVALID_ARGUMENT)
     gpu.mig_pending = mode
+    if mode == gpu.mig_current:
+        return c.SUCCESS
+    if gpu.gpu_instances:
+        return c.ERROR_IN_USE
     if gpu.needs_reset:
         return c.ERROR_RESET_REQUIRED
     gpu.mig_current = mode
@@ -280,10 +285,10 @@ def reset_gpu(gpu: Gpu) -> None:
     """A GPU reset: pending MIG mode takes effect, volatile ECC counters clear, a lost GPU is back.
 
     MIG instances do not survive a reset (as on hardware, where they are not persistent).
+    ``needs_reset`` stays: it describes the GPU, not one request.
     """
     gpu.gpu_instances.clear()
     gpu.mig_current = gpu.mig_pending
-    gpu.needs_reset = False
     gpu.lost = False
     gpu.ecc_volatile_corrected = 0
     gpu.ecc_volatile_uncorrected = 0

@@ -12,7 +12,7 @@ Schema (every key but ``name`` and ``gpus`` is optional)::
       - model: h100-80gb            # one of fakegpu.MODELS
         count: 8                    # default 1
         mig: true                   # MIG mode at start (MIG-capable models only), default false
-        needs_reset: false          # a MIG mode change stays pending until `fakegpu reset`
+        needs_reset: false          # every MIG mode change stays pending until `fakegpu reset`
         mig_instances:              # GPU instances present at start (needs mig: true)
           - profile: 3g.40gb        # profile name or driver profile id (9)
             placement: 4            # optional start slice; default: where the driver would put it

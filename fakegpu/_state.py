@@ -61,7 +61,7 @@ class Gpu:
     mig_current: int = 0
     mig_pending: int = 0
     needs_reset: bool = False
-    """A MIG mode change cannot take effect until a reset (``fakegpu reset``)."""
+    """MIG mode changes on this GPU never take effect before a reset (``fakegpu reset``)."""
     lost: bool = False
     """The GPU has fallen off the bus: every call on it answers GPU_IS_LOST."""
     ecc_volatile_corrected: int = 0

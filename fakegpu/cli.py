@@ -25,10 +25,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import _codes
 from ._errors import FakeGpuError
 from ._install import DEFAULT_PROFILE, ENV_NODE_NAME, ENV_PROFILE, ENV_STATE_DIR
 from ._machine import ECC_KINDS, FakeMachine
 from ._profiles import available_profiles, load_profile
+
+_PENDING = {
+    _codes.ERROR_IN_USE: "the GPU has MIG instances",
+    _codes.ERROR_RESET_REQUIRED: "this GPU needs a reset for every MIG change",
+}
 
 
 def _gpu(text: str) -> int | str:
@@ -157,7 +163,8 @@ def _change(machine: FakeMachine, args: argparse.Namespace) -> int:
         cmd = args.mig_command
         if cmd in ("enable", "disable"):
             status = machine.set_mig_mode(args.gpu, cmd == "enable")
-            pending = " (pending: needs `fakegpu reset`)" if status else ""
+            why = _PENDING.get(status, f"activation status {status}")
+            pending = f" (pending: {why}; `fakegpu reset` applies it)" if status else ""
             print(f"GPU {args.gpu}: MIG {cmd}d{pending}")
         elif cmd == "create":
             gi = machine.create_gpu_instance(

@@ -99,3 +99,23 @@ def test_python_dash_m_and_console_script(tmp_path: Path) -> None:
     if script.exists():
         out = subprocess.run([str(script), "profiles"], capture_output=True, text=True, check=True).stdout
         assert "dgx-h200" in out
+
+
+def test_mig_mode_change_that_waits_for_reset(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    d = str(tmp_path)
+    profile = tmp_path / "needs-reset.yaml"
+    profile.write_text("name: nr\ngpus:\n  - {model: h100-80gb, needs_reset: true}\n  - {model: h100-80gb}\n")
+    assert run(capsys, "--state-dir", d, "show", "--profile", str(profile))[0] == 0
+    out = run(capsys, "--state-dir", d, "mig", "enable", "0")[1]
+    assert out == (
+        "GPU 0: MIG enabled (pending: this GPU needs a reset for every MIG change; "
+        "`fakegpu reset` applies it)\n"
+    )
+    assert "MIG off (pending on)" in run(capsys, "--state-dir", d, "show")[1]
+    run(capsys, "--state-dir", d, "mig", "enable", "1")
+    run(capsys, "--state-dir", d, "mig", "create", "1", "7g.80gb")
+    out = run(capsys, "--state-dir", d, "mig", "disable", "1")[1]
+    assert out == "GPU 1: MIG disabled (pending: the GPU has MIG instances; `fakegpu reset` applies it)\n"
+    assert run(capsys, "--state-dir", d, "reset")[0] == 0
+    snap = json.loads(run(capsys, "--state-dir", d, "show", "--json")[1])
+    assert [(g["mig"]["current"], g["mig"]["pending"]) for g in snap["gpus"]] == [(1, 1), (0, 0)]

@@ -127,13 +127,38 @@ def test_set_mig_mode_stays_pending_until_reset(install: Install) -> None:
     m.reset(0)
     assert pynvml.nvmlDeviceGetMigMode(h) == [1, 1]
     assert _create(h, 0) == 0
+    m.clear_mig(0)
+    # the mark describes the GPU: the next change waits for a reset again
+    assert pynvml.nvmlDeviceSetMigMode(h, 0) == pynvml.NVML_ERROR_RESET_REQUIRED
+    assert pynvml.nvmlDeviceGetMigMode(h) == [1, 0]
+    m.reset()
+    assert pynvml.nvmlDeviceGetMigMode(h) == [0, 0]
 
 
-def test_disabling_mig_with_instances_is_in_use(h100: fakegpu.FakeMachine) -> None:
+def test_asking_for_the_current_mode_cancels_a_pending_change(install: Install) -> None:
+    install(fakegpu.parse_profile({"name": "r", "gpus": [{"model": "a100-40gb", "needs_reset": True}]}))
+    h = _gpu()
+    assert pynvml.nvmlDeviceSetMigMode(h, 1) == pynvml.NVML_ERROR_RESET_REQUIRED
+    assert pynvml.nvmlDeviceSetMigMode(h, 0) == pynvml.NVML_SUCCESS
+    assert pynvml.nvmlDeviceGetMigMode(h) == [0, 0]
+
+
+def test_disabling_mig_with_instances_stays_pending_in_use(h100: fakegpu.FakeMachine) -> None:
     h = _enable()
     _create(h, 9)
-    with pytest.raises(pynvml.NVMLError_InUse):
-        pynvml.nvmlDeviceSetMigMode(h, 0)
+    assert pynvml.nvmlDeviceSetMigMode(h, 0) == pynvml.NVML_ERROR_IN_USE
+    assert pynvml.nvmlDeviceGetMigMode(h) == [1, 0]
+    assert pynvml.nvmlDeviceGetMaxMigDeviceCount(h) == 7  # MIG is still on until the reset
+    assert _create(h, 9) == 1  # the first 3g went to slice 4 (GPU instance 2)
+    h100.reset(0)
+    assert pynvml.nvmlDeviceGetMigMode(h) == [0, 0]
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceCreateGpuInstance(h, 9)
+
+
+def test_set_mig_mode_rejects_other_modes(h100: fakegpu.FakeMachine) -> None:
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        pynvml.nvmlDeviceSetMigMode(_gpu(), 2)
 
 
 @pytest.mark.parametrize(
