@@ -7,20 +7,18 @@ DeviceClass manifests and exits. Logging handlers are configured here and nowher
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
 from driver.errors import DriverError, SettingsError
-from driver.settings import DEFAULT_DRIVER_NAME, Settings, from_args
+from driver.settings import Settings, device_classes_driver_name, from_args
 
 __all__ = ["main", "run"]
 
@@ -86,25 +84,13 @@ def _api_client(settings: Settings) -> Any:
     return client.ApiClient(configuration)
 
 
-def _taints(faults: Mapping[str, Any], driver_name: str) -> dict[str, list[Any]]:
-    """Device taints from the health monitor's faults: ``<driver>/unhealthy=<reason>:<effect>``."""
-    from driver.slices import DeviceTaint
-
-    return {
-        name: [
-            DeviceTaint(key=f"{driver_name}/unhealthy", value=f.reason, effect=f.severity, time_added=f.since)
-        ]
-        for name, f in faults.items()
-    }
-
-
 def run(settings: Settings, stop: threading.Event) -> int:
     """Run the driver until ``stop`` is set; returns the exit code."""
     from driver import devices
     from driver.claims import ApiClaimSource
     from driver.health import HealthMonitor
     from driver.plugin import PluginServer
-    from driver.slices import KubeSliceStore, SlicePublisher
+    from driver.slices import KubeSliceStore, SlicePublisher, taints_from_faults
     from driver.state import DeviceState
 
     api = _api_client(settings)
@@ -128,8 +114,10 @@ def run(settings: Settings, stop: threading.Event) -> int:
         keep=settings.keep_slices,
         breaks=settings.breaks,
     )
-    publisher.update(inventory=inventory, taints=_taints(monitor.faults(), settings.driver_name))
-    monitor.subscribe(lambda: publisher.update(taints=_taints(monitor.faults(), settings.driver_name)))
+    publisher.update(inventory=inventory, taints=taints_from_faults(monitor.faults(), settings.driver_name))
+    monitor.subscribe(
+        lambda: publisher.update(taints=taints_from_faults(monitor.faults(), settings.driver_name))
+    )
     server = PluginServer(settings, state, monitor if settings.health.enabled else None)
     started: list[Callable[[], None]] = []
     try:
@@ -154,18 +142,9 @@ def run(settings: Settings, stop: threading.Event) -> int:
 
 
 def _device_classes(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="dra-gpu-driver device-classes", description="Print the driver's DeviceClass manifests (YAML)."
-    )
-    parser.add_argument(
-        "--driver-name",
-        default=os.environ.get("DRA_GPU_DRIVER_NAME") or DEFAULT_DRIVER_NAME,
-        help=f"DRA driver name (default {DEFAULT_DRIVER_NAME}; env DRA_GPU_DRIVER_NAME)",
-    )
-    args = parser.parse_args(argv)
     from driver import deviceclasses
 
-    sys.stdout.write(deviceclasses.render(args.driver_name))
+    sys.stdout.write(deviceclasses.render(device_classes_driver_name(argv)))
     return 0
 
 
@@ -191,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(settings, stop)
     except DriverError as e:
-        log.error("driver failed: %s", e)
+        log.error("driver failed", extra={"error": str(e)})
         return 1
     except Exception:
         log.exception("driver crashed")

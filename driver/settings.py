@@ -25,6 +25,7 @@ __all__ = [
     "KubeletSettings",
     "Settings",
     "build_parser",
+    "device_classes_driver_name",
     "from_args",
 ]
 
@@ -304,3 +305,23 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
         keep_slices=keep_slices,
         break_rules=rules,
     )
+
+
+def device_classes_driver_name(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> str:
+    """The driver name for ``dra-gpu-driver device-classes [--driver-name NAME]``.
+
+    The subcommand needs only this one setting; it is read like ``--driver-name`` of the
+    driver itself (flag, then ``DRA_GPU_DRIVER_NAME``, then the default).
+    """
+    env = os.environ if environ is None else environ
+    parser = argparse.ArgumentParser(
+        prog="dra-gpu-driver device-classes",
+        description="Print the driver's DeviceClass manifests (YAML, one document each) and exit.",
+    )
+    parser.add_argument(
+        "--driver-name",
+        metavar="NAME",
+        help=f"DRA driver name (default {DEFAULT_DRIVER_NAME}) (env {_env_name('--driver-name')})",
+    )
+    args = parser.parse_args(argv)
+    return str(args.driver_name or env.get(_env_name("--driver-name")) or DEFAULT_DRIVER_NAME)

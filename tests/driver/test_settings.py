@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from driver.errors import SettingsError
-from driver.settings import DEFAULT_IGNORED_XIDS, build_parser, from_args
+from driver.settings import DEFAULT_IGNORED_XIDS, build_parser, device_classes_driver_name, from_args
 
 
 def test_defaults() -> None:
@@ -110,3 +110,10 @@ def test_help_explains_every_flag_and_its_env_var() -> None:
 def test_unknown_rule_query_is_a_bug() -> None:
     with pytest.raises(ValueError, match="unknown break rule"):
         from_args(["--node-name", "n"], {}).breaks("no-such-rule")
+
+
+def test_device_classes_reads_the_driver_name_like_the_driver() -> None:
+    assert device_classes_driver_name([], {}) == "gpu.dra-conformance.io"
+    assert device_classes_driver_name([], {"DRA_GPU_DRIVER_NAME": "gpu.env.io"}) == "gpu.env.io"
+    flag = ["--driver-name", "gpu.flag.io"]
+    assert device_classes_driver_name(flag, {"DRA_GPU_DRIVER_NAME": "gpu.env.io"}) == "gpu.flag.io"
