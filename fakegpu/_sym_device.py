@@ -8,6 +8,7 @@ from typing import Any
 from . import _codes as c
 from . import _mig
 from ._ctypes import Status, handle_out, num, put, put_str, target, text_in
+from ._models import MODELS
 from ._profiles import mig_uuid
 from ._symbase import MIB, Resolved, SymbolBase
 
@@ -112,7 +113,7 @@ class DeviceSymbols(SymbolBase):
             return c.ERROR_INVALID_ARGUMENT
         domain, bus, dev = int(m.group(1) or "0", 16), int(m.group(2), 16), int(m.group(3), 16)
         for g in self.store.read().gpus:
-            if (g.pci_domain, g.pci_bus, 0) == (domain, bus, dev) and not g.model.startswith("jetson"):
+            if (g.pci_domain, g.pci_bus, 0) == (domain, bus, dev) and not MODELS[g.model].identity_only:
                 if g.lost:
                     return c.ERROR_GPU_IS_LOST
                 handle_out(out, self.device_handle(g))
@@ -153,7 +154,7 @@ class DeviceSymbols(SymbolBase):
         return c.SUCCESS
 
     def nvmlDeviceGetArchitecture(self, handle: Any, out: Any) -> int:
-        put(out, self.dev(handle).model.architecture)
+        put(out, self.full(handle).model.architecture)
         return c.SUCCESS
 
     def nvmlDeviceGetBrand(self, handle: Any, out: Any) -> int:

@@ -329,7 +329,7 @@ class MigSymbols(SymbolBase):
     # -- MIG devices -------------------------------------------------------------------------
 
     def nvmlDeviceIsMigDeviceHandle(self, handle: Any, out: Any) -> int:
-        put(out, int(self.dev(handle).is_mig))
+        put(out, int(self.full(handle).is_mig))
         return c.SUCCESS
 
     def nvmlDeviceGetGpuInstanceId(self, handle: Any, out: Any) -> int:
@@ -365,7 +365,7 @@ class MigSymbols(SymbolBase):
         return c.SUCCESS
 
     def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: Any, out: Any) -> int:
-        r = self.dev(handle)
+        r = self.full(handle)
         if not r.is_mig:
             return c.ERROR_INVALID_ARGUMENT
         handle_out(out, self.device_handle(r.gpu))

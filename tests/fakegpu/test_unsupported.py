@@ -17,6 +17,7 @@ def test_jetson_identity_answers(install: Install) -> None:
     install("jetson-orin")
     assert pynvml.nvmlDeviceGetCount() == 1
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    assert pynvml.nvmlDeviceGetIndex(h) == 0  # part of the handle's identity
     assert pynvml.nvmlDeviceGetName(h) == "Orin (nvgpu)"
     assert pynvml.nvmlDeviceGetUUID(h).startswith("GPU-")
     assert pynvml.nvmlDeviceGetCudaComputeCapability(h) == (8, 7)
@@ -43,6 +44,17 @@ def test_jetson_everything_else_not_supported(install: Install) -> None:
         lambda: pynvml.nvmlDeviceGetTemperature(h, 0),
         lambda: pynvml.nvmlDeviceGetMinorNumber(h),
         lambda: pynvml.nvmlDeviceGetSerial(h),
+        lambda: pynvml.nvmlDeviceGetArchitecture(h),
+        lambda: pynvml.nvmlDeviceGetBrand(h),
+        lambda: pynvml.nvmlDeviceGetAttributes(h),
+        lambda: pynvml.nvmlDeviceGetUtilizationRates(h),
+        lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(h),
+        lambda: pynvml.nvmlDeviceGetMemoryErrorCounter(h, 1, 0, 2),
+        lambda: pynvml.nvmlDeviceSetMigMode(h, 1),
+        lambda: pynvml.nvmlDeviceIsMigDeviceHandle(h),
+        lambda: pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, 0),
+        lambda: pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(h),
+        lambda: pynvml.nvmlDeviceGetGpuInstanceId(h),
     ]
     for call in calls:
         with pytest.raises(pynvml.NVMLError_NotSupported):
