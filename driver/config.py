@@ -285,17 +285,26 @@ def entries_from_allocation(configs: Iterable[Mapping[str, Any]], driver_name: s
 
 
 def select(entries: Sequence[ConfigEntry], request: str, device_kind: str) -> DeviceConfig | None:
-    """The config for one allocated device: the last matching entry of the right kind.
+    """The config for one allocated device: the last entry that applies to it.
 
-    Raises ``ConfigError`` when configs match the request but none is of the kind the
-    device needs (a ``GpuConfig`` aimed at a MIG device).
+    As in NVIDIA's driver, an entry that names the device's request applies whatever its
+    kind, and one without a request list applies only to devices of its kind (a claim-wide
+    ``GpuConfig`` leaves the claim's MIG devices alone). Raises ``ConfigError`` when the entry
+    that applies is of the wrong kind (a ``GpuConfig`` naming a request that got a MIG device).
     """
     wanted = _KIND_FOR_DEVICE.get(device_kind, GPU_CONFIG)
-    matching = [entry for entry in entries if entry.matches(request)]
-    fitting = [entry for entry in matching if entry.config.kind == wanted]
-    if fitting:
-        return fitting[-1].config
-    if matching:
-        kinds = sorted({entry.config.kind for entry in matching})
-        raise ConfigError("kind", f"{', '.join(kinds)} cannot configure a {device_kind} device; use {wanted}")
-    return None
+    applying = [
+        entry
+        for entry in entries
+        if (entry.requests and entry.matches(request)) or (not entry.requests and entry.config.kind == wanted)
+    ]
+    if not applying:
+        return None
+    chosen = applying[-1]
+    if chosen.config.kind != wanted:
+        raise ConfigError(
+            "kind",
+            f"{chosen.config.kind} (config #{chosen.index}, {chosen.source}) names request {request!r}, "
+            f"which got a {device_kind} device; use {wanted}",
+        )
+    return chosen.config

@@ -142,9 +142,14 @@ def test_invalid_entry_names_its_position() -> None:
 
 
 def test_wrong_kind_for_device() -> None:
-    entries = [ConfigEntry("FromClaim", (), parse(gpu_config()), 0)]
-    with pytest.raises(ConfigError, match="MigDeviceConfig"):
-        select(entries, "r", "mig")
+    general = ConfigEntry("FromClaim", (), parse(gpu_config()), 0)
+    named = ConfigEntry("FromClaim", ("r",), parse(gpu_config()), 1)
+    assert select([general], "r", "mig") is None  # a config for all requests fits its kind only
+    with pytest.raises(ConfigError, match="MigDeviceConfig") as err:
+        select([general, named], "r/sub0", "mig")
+    assert err.value.field == "kind" and "#1" in str(err.value)
+    mig = ConfigEntry("FromClaim", (), parse({"apiVersion": API_VERSION, "kind": "MigDeviceConfig"}), 2)
+    assert select([named, mig], "r", "partition") == mig.config  # the later entry wins
     assert select([], "r", "mig") is None
 
 

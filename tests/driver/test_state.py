@@ -105,11 +105,24 @@ def test_invalid_config_is_a_per_claim_error_naming_the_field(node: Node) -> Non
     assert not list(node.settings.kubelet.cdi_dir.glob("*.json"))
 
 
-def test_gpu_config_on_a_partition_is_refused(node: Node) -> None:
+def test_gpu_config_naming_a_partition_request_is_refused(node: Node) -> None:
     state = node.state()
-    claim = node.put(make_claim("c", [result("mig", "gpu-4-part-3g71gb-0")], [opaque(TS_LONG)]))
-    with pytest.raises(PrepareError, match="MigDeviceConfig"):
+    claim = node.put(
+        make_claim("c", [result("mig", "gpu-4-part-3g71gb-0")], [opaque(TS_LONG, requests=["mig"])])
+    )
+    with pytest.raises(PrepareError, match="MigDeviceConfig") as err:
         state.prepare(ref(claim))
+    assert "gpu-4-part-3g71gb-0" in str(err.value) and "default/c" in str(err.value)
+
+
+def test_claim_wide_gpu_config_leaves_mig_devices_of_the_claim_alone(node: Node) -> None:
+    state = node.state()
+    claim = node.put(
+        make_claim("c", [result("gpu", "gpu-0"), result("mig", "gpu-4-part-3g71gb-0")], [opaque(TS_LONG)])
+    )
+    state.prepare(ref(claim))
+    assert env_of(node, claim, 0)["GPU_TIMESLICE_INTERVAL"] == "Long"
+    assert "GPU_SHARING_STRATEGY" not in env_of(node, claim, 1)
 
 
 def test_device_held_by_another_claim_is_refused_unless_both_share(node: Node) -> None:
