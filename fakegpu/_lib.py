@@ -2,7 +2,8 @@
 
 Each symbol is a plain function (pynvml sets attributes such as ``restype`` on some) that
 returns an int status like the C function. Python exceptions never escape: a bad argument
-answers INVALID_ARGUMENT, and a symbol the fake does not model answers NOT_SUPPORTED, so pynvml
+answers INVALID_ARGUMENT, a symbol the fake does not model answers NOT_SUPPORTED, and anything
+else that goes wrong inside (an unreadable state directory, a bug) answers UNKNOWN, so pynvml
 raises its own ``NVMLError_*`` classes exactly as on real hardware.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 
 from . import _codes as c
 from ._ctypes import Status
-from ._errors import MigError
+from ._errors import FakeGpuError, MigError
 from ._machine import FakeMachine
 from ._sym_device import DeviceSymbols
 from ._sym_events import EventSymbols
@@ -44,6 +45,12 @@ def _wrap(name: str, method: Callable[..., Any], impl: _Symbols) -> Callable[...
         except _BAD_ARGUMENT as e:
             log.debug("fake %s%r: invalid argument: %s", name, args, e)
             return c.ERROR_INVALID_ARGUMENT
+        except FakeGpuError as e:  # e.g. the state directory became unreadable
+            log.warning("fake %s: %s", name, e)
+            return c.ERROR_UNKNOWN
+        except Exception:  # a bug in the fake: the caller gets an NVML error, never a crash
+            log.exception("fake %s%r failed", name, args)
+            return c.ERROR_UNKNOWN
 
     symbol.__name__ = symbol.__qualname__ = name
     return symbol

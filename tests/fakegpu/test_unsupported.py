@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
+from pathlib import Path
 
 import pynvml
 import pytest
@@ -99,3 +100,14 @@ def test_symbols_accept_attributes_like_ctypes_functions(h100: fakegpu.FakeMachi
     assert pynvml.nvmlLib.nvmlDeviceGetSomethingNew(1, 2) == pynvml.NVML_ERROR_NOT_SUPPORTED
     with pytest.raises(AttributeError):
         _ = pynvml.nvmlLib.not_a_symbol
+
+
+def test_an_unreadable_state_dir_is_an_nvml_error_not_a_crash(
+    install: Install, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    install("t4", state_dir=tmp_path)
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    (tmp_path / "machine.json").write_text("{truncated")
+    with pytest.raises(pynvml.NVMLError_Unknown):
+        pynvml.nvmlDeviceGetName(h)
+    assert "cannot read fake machine state" in caplog.text
