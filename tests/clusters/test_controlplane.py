@@ -116,3 +116,44 @@ def test_apiserver_restart_keeps_the_data(control_plane: ControlPlane) -> None:
         assert all(control_plane.healthy().values())
     finally:
         api.close()
+
+
+def _cmdline(pid: int | None) -> list[str]:
+    assert pid is not None
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+
+
+def _flag(argv: list[str], name: str) -> str | None:
+    return next((a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")), None)
+
+
+def test_components_run_with_the_documented_flags(control_plane: ControlPlane) -> None:
+    """What the running processes were given: no fsync, RBAC, one gate set for all, served versions."""
+    argv = {name: _cmdline(p.pid) for name, p in control_plane.processes.items()}
+    assert _flag(argv["etcd"], "unsafe-no-fsync") == "true"
+    api = argv["kube-apiserver"]
+    assert _flag(api, "authorization-mode") == "Node,RBAC"
+    for name in ("service-account-key-file", "service-account-signing-key-file", "client-ca-file"):
+        assert Path(str(_flag(api, name))).is_file(), name
+    served = {gv.split("=")[0] for gv in str(_flag(api, "runtime-config")).split(",")}
+    assert served == set(control_plane.runtime_config)
+    # the gates come from the binaries' --help and every Kubernetes component gets the same set
+    gates = {
+        _flag(argv[n], "feature-gates")
+        for n in ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+    }
+    assert len(gates) == 1
+    given = dict(g.split("=") for g in str(gates.pop()).split(","))
+    assert given == {k: str(v).lower() for k, v in control_plane.feature_gates.items()}
+    assert given.get("ResourceHealthStatus") == "true"
+    kcm = argv["kube-controller-manager"]
+    controllers = str(_flag(kcm, "controllers")).split(",")
+    for wanted in (
+        "resourceclaim",
+        "namespace",
+        "garbage-collector",
+        "serviceaccount",
+        "device-taint-eviction",
+    ):
+        assert f"{wanted}-controller" in controllers or wanted in controllers, wanted
+    assert _flag(kcm, "use-service-account-credentials") == "true"
