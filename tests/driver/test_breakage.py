@@ -1,19 +1,29 @@
-"""Rule-breaking switches: off by default, each one breaks its rule and nothing else."""
+"""Rule-breaking switches: off by default; each one, turned on, breaks its rule.
+
+Each switch has a scenario that checks every part of the rule it names; the same scenario
+runs with the switch off (every check holds) and on (none holds), so a switch that stopped
+working, or that broke nothing, fails here.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
+import grpc
 import pytest
-from drvkit import DRIVER, Node, make_claim, opaque, result
+from drvkit import DRIVER, NODE, Node, gpu, make_claim, opaque, result
 
 from draproto import dra_v1_pb2, dra_v1_pb2_grpc, health_v1_pb2, health_v1_pb2_grpc
 from driver.breakage import RULES, parse_rules
 from driver.cdi import validate
+from driver.devices import Inventory
 from driver.errors import CDIError, SettingsError
-from driver.healthstream import HEALTHY, DeviceHealth, StaticHealth
+from driver.health import HealthMonitor
 from driver.settings import from_args
+from driver.slices import MAX_DEVICES_PER_SLICE, SlicePublisher
 
 TS = {"apiVersion": "gpu.dra-conformance.io/v1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}
 
@@ -63,63 +73,121 @@ def test_every_rule_is_documented() -> None:
     }  # fmt: skip
 
 
-def test_non_idempotent_prepare(node: Node) -> None:
-    broken(node, "non-idempotent-prepare").serve()
+def _spec_path(node: Node, claim: dict) -> Path:
+    return node.settings.kubelet.cdi_dir / f"{DRIVER}-{claim['metadata']['uid']}.json"
+
+
+def _idempotent_prepare(node: Node) -> tuple[bool, ...]:
+    node.serve()
     claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
     uid = claim["metadata"]["uid"]
-    assert prepare(node, claim).claims[uid].error == ""
-    assert "already prepared" in prepare(node, claim).claims[uid].error
+    first, second = prepare(node, claim).claims[uid], prepare(node, claim).claims[uid]
+    return (first.error == "" and first == second,)
 
 
-def test_drop_claim_from_batch(node: Node) -> None:
-    broken(node, "drop-claim-from-batch").serve()
+def _whole_batch_answered(node: Node) -> tuple[bool, ...]:
+    node.serve()
     a = node.put(make_claim("a", [result("gpu", "gpu-0")]))
     b = node.put(make_claim("b", [result("gpu", "gpu-1")]))
-    assert set(prepare(node, a, b).claims) == {a["metadata"]["uid"]}
-    assert set(prepare(node, b).claims) == {b["metadata"]["uid"]}
+    both = {a["metadata"]["uid"], b["metadata"]["uid"]}
+    return set(prepare(node, a, b).claims) == both, set(unprepare(node, a, b).claims) == both
 
 
-def test_invalid_cdi_spec(node: Node) -> None:
-    broken(node, "invalid-cdi-spec").serve()
+def _valid_cdi_spec(node: Node) -> tuple[bool, ...]:
+    node.serve()
     claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
     assert prepare(node, claim).claims[claim["metadata"]["uid"]].error == ""
-    spec = json.loads(
-        (node.settings.kubelet.cdi_dir / f"{DRIVER}-{claim['metadata']['uid']}.json").read_text()
-    )
-    with pytest.raises(CDIError):
-        validate(spec)
+    try:
+        validate(json.loads(_spec_path(node, claim).read_text()))
+    except CDIError:
+        return (False,)
+    return (True,)
 
 
-def test_leave_cdi_on_unprepare(node: Node) -> None:
-    broken(node, "leave-cdi-on-unprepare").serve()
+def _cdi_removed_on_unprepare(node: Node) -> tuple[bool, ...]:
+    node.serve()
     claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
     prepare(node, claim)
     assert unprepare(node, claim).claims[claim["metadata"]["uid"]].error == ""
-    assert (node.settings.kubelet.cdi_dir / f"{DRIVER}-{claim['metadata']['uid']}.json").exists()
+    return (not _spec_path(node, claim).exists(),)
 
 
-def test_ignore_config(node: Node) -> None:
-    broken(node, "ignore-config").serve()
-    claim = node.put(make_claim("c", [result("gpu", "gpu-0")], [opaque(TS), opaque({"kind": "Nonsense"})]))
+def _config_applied(node: Node) -> tuple[bool, ...]:
+    node.serve()
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")], [opaque(TS)]))
     assert prepare(node, claim).claims[claim["metadata"]["uid"]].error == ""
-    spec = json.loads(
-        (node.settings.kubelet.cdi_dir / f"{DRIVER}-{claim['metadata']['uid']}.json").read_text()
+    env = json.loads(_spec_path(node, claim).read_text())["devices"][0]["containerEdits"]["env"]
+    return ("GPU_SHARING_STRATEGY=TimeSlicing" in env,)
+
+
+def _slices_split(node: Node) -> tuple[bool, ...]:
+    publisher = SlicePublisher(
+        None,  # type: ignore[arg-type]  # desired() makes no API call
+        driver_name=DRIVER,
+        node_name=NODE,
+        breaks=node.settings.breaks,
     )
-    assert not any("SHARING" in e for e in spec["devices"][0]["containerEdits"]["env"])
+    publisher.update(Inventory(devices={d.name: d for d in map(gpu, range(200))}))
+    return (max(len(s["spec"]["devices"]) for s in publisher.desired()) <= MAX_DEVICES_PER_SLICE,)
 
 
-def test_wrong_pool_name(node: Node) -> None:
-    broken(node, "wrong-pool-name").serve()
+def _allocated_pool_answered(node: Node) -> tuple[bool, ...]:
+    node.serve()
     claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
     (device,) = prepare(node, claim).claims[claim["metadata"]["uid"]].devices
-    assert device.pool_name != node.settings.pool_name
+    return (device.pool_name == NODE,)
 
 
-def test_no_health_keeps_the_stream_silent(node: Node) -> None:
-    broken(node, "no-health").serve(health=StaticHealth({"gpu-0": DeviceHealth(HEALTHY)}))
+def _health_reported(node: Node) -> tuple[bool, ...]:
+    monitor = HealthMonitor.from_settings(node.inventory, node.settings)
+    monitor.record_xid(gpu(0).uuid or "", 62)
+    node.serve(health=monitor)
     stream = health_v1_pb2_grpc.DRAResourceHealthStub(node.channel()).NodeWatchResources(
-        health_v1_pb2.NodeWatchResourcesRequest(), timeout=1.5
+        health_v1_pb2.NodeWatchResourcesRequest(), timeout=1.0
     )
-    with pytest.raises(Exception) as err:
-        next(stream)
-    assert "DEADLINE_EXCEEDED" in str(err.value)
+    try:
+        first = next(stream)
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        streamed = False
+    else:
+        streamed = any(d.health == health_v1_pb2.UNHEALTHY for d in first.devices)
+    return streamed, "gpu-0" in monitor.faults()
+
+
+KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
+    "non-idempotent-prepare": _idempotent_prepare,
+    "drop-claim-from-batch": _whole_batch_answered,
+    "invalid-cdi-spec": _valid_cdi_spec,
+    "leave-cdi-on-unprepare": _cdi_removed_on_unprepare,
+    "ignore-config": _config_applied,
+    "oversized-slice": _slices_split,
+    "wrong-pool-name": _allocated_pool_answered,
+    "no-health": _health_reported,
+}
+"""Per switch: the checks of the rule it breaks."""
+
+
+def test_every_switch_has_a_scenario() -> None:
+    assert set(KEPT) == set(RULES)
+
+
+@pytest.mark.parametrize("on", [False, True], ids=["off", "on"])
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_each_switch_breaks_its_rule_and_only_when_on(node: Node, rule: str, on: bool) -> None:
+    checks = KEPT[rule](broken(node, rule) if on else node)
+    if on:
+        assert not any(checks), f"{rule} is on, yet the rule still holds: {checks}"
+    else:
+        assert all(checks), f"{rule} is off, yet the rule is broken: {checks}"
+
+
+def test_ignore_config_ignores_invalid_configs_too(node: Node) -> None:
+    broken(node, "ignore-config").serve()
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")], [opaque({"kind": "Nonsense"})]))
+    assert prepare(node, claim).claims[claim["metadata"]["uid"]].error == ""
+
+
+def test_switches_leave_other_rules_alone(node: Node) -> None:
+    node.settings = replace(node.settings, break_rules=frozenset(RULES) - {"non-idempotent-prepare"})
+    assert all(_idempotent_prepare(node))
