@@ -21,7 +21,7 @@ from :class:`FakeGpuError`; the fake library itself never raises, it returns NVM
 
 from __future__ import annotations
 
-from ._errors import FakeGpuError, MigError, ProfileError, StateError, UnknownGpuError
+from ._errors import FakeGpuError, FaultError, MigError, ProfileError, StateError, UnknownGpuError
 from ._install import (
     DEFAULT_PROFILE,
     ENV_NODE_NAME,
@@ -45,6 +45,7 @@ __all__ = [
     "MODELS",
     "FakeGpuError",
     "FakeMachine",
+    "FaultError",
     "MigError",
     "Profile",
     "ProfileError",

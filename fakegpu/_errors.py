@@ -5,7 +5,8 @@ Hierarchy::
     FakeGpuError                 root: catch this to catch everything below
     ├── ProfileError             a profile is unknown, malformed or describes an impossible layout
     ├── StateError               a state directory is unreadable or holds a different machine
-    ├── UnknownGpuError          a GPU index or UUID names no GPU of the machine
+    ├── UnknownGpuError          a GPU index or UUID names no GPU of the machine (also a LookupError)
+    ├── FaultError               a fault request is malformed: bad XID, ECC kind or count (also a ValueError)
     └── MigError                 a MIG request the machine refuses (carries the NVML return code)
 """
 
@@ -26,6 +27,10 @@ class StateError(FakeGpuError):
 
 class UnknownGpuError(FakeGpuError, LookupError):
     """A GPU reference (index or UUID) names no GPU of the machine."""
+
+
+class FaultError(FakeGpuError, ValueError):
+    """A fault to inject is malformed: a negative XID, an unknown ECC kind, a count below 1."""
 
 
 class MigError(FakeGpuError):

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import _codes as c
 from . import _mig
-from ._errors import MigError, StateError, UnknownGpuError
+from ._errors import FaultError, MigError, StateError, UnknownGpuError
 from ._models import MODELS, Model, gi_profile_by_id, gi_profile_by_name
 from ._profiles import Profile, initial_state, load_profile, mig_uuid
 from ._state import Gpu, GpuInstance, MachineState
@@ -180,8 +180,8 @@ class FakeMachine:
         self, gpu: GpuRef, xid: int, *, gpu_instance: int | None = None, compute_instance: int | None = None
     ) -> int:
         """Raise XID ``xid`` on ``gpu`` (an XidCriticalError event); returns its sequence number."""
-        if xid < 0:
-            raise ValueError(f"an XID is a non-negative number, not {xid}")
+        if isinstance(xid, bool) or not isinstance(xid, int) or xid < 0:
+            raise FaultError(f"an XID is a non-negative integer (e.g. 48 or 79), not {xid!r}")
         with self._store.mutate() as state:
             g = self._find(state, gpu)
             ev = state.add_event(
@@ -197,7 +197,9 @@ class FakeMachine:
     def inject_ecc(self, gpu: GpuRef, kind: str = "double", count: int = 1) -> int:
         """Count ``count`` ECC errors of ``kind`` (``"single"`` or ``"double"``) and raise the event."""
         if kind not in ECC_KINDS:
-            raise ValueError(f"ECC kind must be one of {ECC_KINDS}, not {kind!r}")
+            raise FaultError(f"ECC kind must be one of {list(ECC_KINDS)}, not {kind!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise FaultError(f"an ECC error count is an integer >= 1, not {count!r}")
         with self._store.mutate() as state:
             g = self._find(state, gpu)
             if kind == "single":
@@ -294,7 +296,11 @@ class FakeMachine:
             g = self._find(state, gpu)
             gi = g.gpu_instance(gpu_instance)
             if gi is None:
-                raise MigError(f"GPU {g.index} has no GPU instance {gpu_instance}", c.ERROR_NOT_FOUND)
+                have = [x.id for x in g.gpu_instances]
+                raise MigError(
+                    f"GPU {g.index} has no GPU instance {gpu_instance}; it has {have or 'none'}",
+                    c.ERROR_NOT_FOUND,
+                )
             gi.compute_instances.clear()
             _mig.destroy_gpu_instance(g, gi)
 

@@ -54,7 +54,11 @@ def require_mig(gpu: Gpu, model: Model) -> None:
     if not model.mig_capable:
         raise MigError(f"{model.name} does not support MIG", c.ERROR_NOT_SUPPORTED)
     if gpu.mig_current != c.MIG_ENABLE:
-        raise MigError(f"MIG mode is disabled on GPU {gpu.index}", c.ERROR_NOT_SUPPORTED)
+        raise MigError(
+            f"MIG mode is disabled on GPU {gpu.index}; enable it first "
+            f"(nvmlDeviceSetMigMode or `fakegpu mig enable {gpu.index}`)",
+            c.ERROR_NOT_SUPPORTED,
+        )
 
 
 def profile_for(model: Model, profile_id: int) -> GiProfile:

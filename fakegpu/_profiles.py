@@ -111,7 +111,10 @@ def load_profile(name_or_path: str | Path) -> Profile:
     path = Path(text)
     if isinstance(name_or_path, Path) or text.endswith((".yaml", ".yml")) or "/" in text:
         if not path.is_file():
-            raise ProfileError(f"profile file {text} does not exist")
+            raise ProfileError(
+                f"profile file {text} does not exist; give an existing YAML file or a shipped "
+                f"profile name: {', '.join(available_profiles())}"
+            )
     else:
         path = _shipped_dir() / f"{text}.yaml"
         if not path.is_file():

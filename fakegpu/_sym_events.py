@@ -40,26 +40,22 @@ class EventSymbols(SymbolBase):
         self._event_sets: dict[int, EventSet] = {}
         self._set_ids = itertools.count(1)
 
-    def _sets(self) -> dict[int, EventSet]:
-        return self._event_sets
-
     def _set(self, handle: Any) -> EventSet:
         h = handle_in(handle)
-        es = self._sets().get(h) if h >> 56 == H.EVENT_SET else None
+        es = self._event_sets.get(h) if h >> 56 == H.EVENT_SET else None
         if es is None:
             raise Status(c.ERROR_INVALID_ARGUMENT)
         return es
 
     def nvmlEventSetCreate(self, out: Any) -> int:
-        sets = self._sets()
         h = H.encode(H.EVENT_SET, ci=next(self._set_ids))
-        sets[h] = EventSet(cursor=self.store.read().next_seq - 1)
+        self._event_sets[h] = EventSet(cursor=self.store.read().next_seq - 1)
         handle_out(out, h)
         return c.SUCCESS
 
     def nvmlEventSetFree(self, handle: Any) -> int:
         self._set(handle)
-        del self._sets()[handle_in(handle)]
+        del self._event_sets[handle_in(handle)]
         return c.SUCCESS
 
     def nvmlDeviceGetSupportedEventTypes(self, handle: Any, out: Any) -> int:

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from . import _codes
-from ._errors import FakeGpuError
+from ._errors import FakeGpuError, FaultError
 from ._install import DEFAULT_PROFILE, ENV_NODE_NAME, ENV_PROFILE, ENV_STATE_DIR
 from ._machine import ECC_KINDS, FakeMachine
 from ._profiles import available_profiles, load_profile
+from ._store import STATE_FILE
 
 _PENDING = {
     _codes.ERROR_IN_USE: "the GPU has MIG instances",
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "show":
             profile = args.profile or os.environ.get(ENV_PROFILE)
             node = args.node_name or os.environ.get(ENV_NODE_NAME)
-            if state_dir and not profile and (Path(state_dir) / "machine.json").exists():
+            if state_dir and not profile and (Path(state_dir) / STATE_FILE).exists():
                 machine = FakeMachine.attach(state_dir)
             else:
                 machine = FakeMachine(profile or DEFAULT_PROFILE, state_dir=state_dir, node_name=node)
@@ -150,12 +151,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         machine = FakeMachine.attach(state_dir)
         return _change(machine, args)
+    except FaultError as e:
+        print(f"fakegpu: error: {e}", file=sys.stderr)
+        return 2
     except FakeGpuError as e:
         print(f"fakegpu: error: {e}", file=sys.stderr)
         return 1
-    except ValueError as e:
-        print(f"fakegpu: error: {e}", file=sys.stderr)
-        return 2
 
 
 def _change(machine: FakeMachine, args: argparse.Namespace) -> int:

@@ -85,6 +85,10 @@ def test_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch:
     assert code == 1 and "no GPU 9" in err
     code, _, err = run(capsys, "--state-dir", str(tmp_path), "mig", "enable", "0")
     assert code == 1 and "does not support MIG" in err
+    code, _, err = run(capsys, "--state-dir", str(tmp_path), "inject", "xid", "0", "-1")
+    assert code == 2 and "non-negative integer" in err
+    code, _, err = run(capsys, "--state-dir", str(tmp_path), "inject", "ecc", "0", "single", "--count", "0")
+    assert code == 2 and "count is an integer >= 1" in err
 
 
 def test_python_dash_m_and_console_script(tmp_path: Path) -> None:

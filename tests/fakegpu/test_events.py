@@ -103,8 +103,15 @@ def test_ecc_counters_and_events(h100: fakegpu.FakeMachine) -> None:
     h100.heal(3)
     assert pynvml.nvmlDeviceGetTotalEccErrors(h, c, pynvml.NVML_VOLATILE_ECC) == 0
     assert pynvml.nvmlDeviceGetTotalEccErrors(h, c, pynvml.NVML_AGGREGATE_ECC) == 2
-    with pytest.raises(ValueError, match="ECC kind"):
+    with pytest.raises(fakegpu.FaultError, match=r"one of \['single', 'double'\], not 'triple'"):
         h100.inject_ecc(3, "triple")
+    with pytest.raises(fakegpu.FaultError, match="count is an integer >= 1, not 0"):
+        h100.inject_ecc(3, "single", count=0)
+    with pytest.raises(fakegpu.FaultError, match="non-negative integer"):
+        h100.inject_xid(3, -1)
+    with pytest.raises(fakegpu.UnknownGpuError, match=r"no GPU 8 on this machine \(indexes 0..7"):
+        h100.inject_xid(8, 48)
+    assert pynvml.nvmlDeviceGetTotalEccErrors(h, c, pynvml.NVML_AGGREGATE_ECC) == 2  # nothing counted
 
 
 def test_lost_gpu_answers_gpu_is_lost_others_keep_working(h100: fakegpu.FakeMachine) -> None:

@@ -390,6 +390,8 @@ def test_profile_preset_layout(install: Install) -> None:
 
 
 def test_machine_api_mig(h100: fakegpu.FakeMachine) -> None:
+    with pytest.raises(fakegpu.MigError, match=r"disabled on GPU 1; enable it .*`fakegpu mig enable 1`"):
+        h100.create_gpu_instance(1, "3g.40gb")
     h100.set_mig_mode(1, True)
     assert h100.create_gpu_instance(1, "3g.40gb", 4) == 2
     assert h100.create_gpu_instance("1", 14) == 4  # highest free 2g start left of the 3g is 2
@@ -399,6 +401,8 @@ def test_machine_api_mig(h100: fakegpu.FakeMachine) -> None:
         h100.create_gpu_instance(1, "5g.50gb")
     snap = h100.snapshot()["gpus"][1]["mig"]
     assert [gi["id"] for gi in snap["gpu_instances"]] == [2, 4]
+    with pytest.raises(fakegpu.MigError, match=r"no GPU instance 9; it has \[2, 4\]"):
+        h100.destroy_gpu_instance(1, 9)
     h100.destroy_gpu_instance(1, 2)
     assert pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(_gpu(1), 9) == 1
 

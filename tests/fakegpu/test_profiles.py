@@ -37,7 +37,7 @@ def test_unknown_profile_lists_available() -> None:
 
 
 def test_missing_file() -> None:
-    with pytest.raises(fakegpu.ProfileError, match="does not exist"):
+    with pytest.raises(fakegpu.ProfileError, match=r"does not exist; .* profile name: dgx-a100-40gb"):
         fakegpu.load_profile("/nonexistent/profile.yaml")
 
 
