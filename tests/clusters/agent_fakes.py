@@ -59,6 +59,8 @@ class FakePlugin:
         self.extra_uid: str | None = None
         self.drop_uid: str | None = None
         self.hang = threading.Event()
+        self.garbage: bytes | None = None
+        """When set before :meth:`start`, the DRA calls answer these raw bytes instead of a message."""
         self.health_queue: queue.Queue[list[tuple[str, str, int]] | None] = queue.Queue()
         self.health_opened: list[str] = []
         self.health_unimplemented = False
@@ -151,6 +153,9 @@ class FakePlugin:
         ):
             if version not in self.serve:
                 continue
+            if self.garbage is not None:
+                server.add_generic_rpc_handlers((_GarbageHandler(self.garbage),))
+                continue
 
             def make(pb: Any = pb, version: str = version, mod: Any = mod) -> Any:
                 class Service(mod.DRAPluginServicer):  # type: ignore[misc]
@@ -211,6 +216,19 @@ class FakePlugin:
         if remove_sockets:
             for s in (self.reg_socket, self.dra_socket):
                 s.unlink(missing_ok=True)
+
+
+class _GarbageHandler(grpc.GenericRpcHandler):
+    """Answers every DRAPlugin call with fixed raw bytes (a plugin that talks garbage)."""
+
+    def __init__(self, garbage: bytes) -> None:
+        self.garbage = garbage
+
+    def service(self, handler_call_details: Any) -> Any:
+        if ".DRAPlugin/" not in str(handler_call_details.method):
+            return None
+        # no (de)serializers: the request arrives and the answer leaves as raw bytes
+        return grpc.unary_unary_rpc_method_handler(lambda _request, _context: self.garbage)
 
 
 class FakeKube:
