@@ -1,4 +1,4 @@
-"""The driver process against a real local API server: slices published, claims read, slices removed.
+"""The driver process on a real local API server: slices, claims read, health taints, slices removed.
 
 Needs the local control-plane binaries (``cluster`` marker); no scheduler decisions are
 needed: the test writes the claim's allocation itself, as the scheduler would.
@@ -72,6 +72,13 @@ def _slices(api: Any) -> list[dict[str, Any]]:
     return items
 
 
+def _device(api: Any, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(
+        d for s in _slices(api) for d in s["spec"].get("devices", []) if d["name"] == name
+    )
+    return found
+
+
 def test_driver_publishes_prepares_from_the_api_and_cleans_up(control_plane: ControlPlane, api: Any) -> None:
     from kubernetes import client
 
@@ -133,6 +140,17 @@ def test_driver_publishes_prepares_from_the_api_and_cleans_up(control_plane: Con
                 dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[ref]), timeout=45
             )
             assert undo.claims[uid].error == ""
+
+        # health drives the taints: a GPU that falls off the bus is tainted NoExecute, and healed, not
+        fake = [sys.executable, "-m", "fakegpu", "--state-dir", str(root / "fake")]
+        subprocess.run([*fake, "inject", "lost", "2"], env=env, check=True, capture_output=True, timeout=60)
+        taints = _until("a taint on gpu-2", lambda: _device(api, "gpu-2").get("taints"))
+        assert [(t["key"], t["value"], t["effect"]) for t in taints] == [
+            (f"{DRIVER}/unhealthy", "gpu-lost", "NoExecute")
+        ]
+        assert "taints" not in _device(api, "gpu-1")
+        subprocess.run([*fake, "heal", "2"], env=env, check=True, capture_output=True, timeout=60)
+        _until("gpu-2 without taints", lambda: "taints" not in _device(api, "gpu-2"))
 
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=30)
