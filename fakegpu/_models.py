@@ -16,7 +16,6 @@ ARCH_AMPERE = 7
 ARCH_ADA = 8
 ARCH_HOPPER = 9
 
-BRAND_TESLA = 2
 BRAND_NVIDIA = 14
 
 
@@ -256,7 +255,7 @@ MODELS: dict[str, Model] = {
             architecture=ARCH_TURING,
             pci_device_id=0x1EB810DE,
             pci_subsystem_id=0x12A210DE,
-            brand=BRAND_TESLA,
+            brand=BRAND_NVIDIA,  # current drivers report "NVIDIA", not "Tesla", for the T4 too (seen on 530)
             multiprocessors=40,
             power_limit_mw=70000,
             idle_power_mw=9000,

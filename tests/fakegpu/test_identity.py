@@ -11,13 +11,13 @@ import pytest
 import fakegpu
 
 MODEL_FACTS = {
-    # profile: (name, memory.total, compute capability, architecture, PCI device id)
-    "dgx-h200": ("NVIDIA H200", 150754820096, (9, 0), 9, 0x233510DE),
-    "dgx-h100": ("NVIDIA H100 80GB HBM3", 85520809984, (9, 0), 9, 0x233010DE),
-    "dgx-a100-80gb": ("NVIDIA A100-SXM4-80GB", 85899345920, (8, 0), 7, 0x20B210DE),
-    "dgx-a100-40gb": ("NVIDIA A100-SXM4-40GB", 42949672960, (8, 0), 7, 0x20B010DE),
-    "l4x4": ("NVIDIA L4", 24152899584, (8, 9), 8, 0x27B810DE),
-    "t4": ("Tesla T4", 16106127360, (7, 5), 6, 0x1EB810DE),
+    # profile: (name, memory.total, compute capability, architecture, PCI device id, brand)
+    "dgx-h200": ("NVIDIA H200", 150754820096, (9, 0), 9, 0x233510DE, pynvml.NVML_BRAND_NVIDIA),
+    "dgx-h100": ("NVIDIA H100 80GB HBM3", 85520809984, (9, 0), 9, 0x233010DE, pynvml.NVML_BRAND_NVIDIA),
+    "dgx-a100-80gb": ("NVIDIA A100-SXM4-80GB", 85899345920, (8, 0), 7, 0x20B210DE, pynvml.NVML_BRAND_NVIDIA),
+    "dgx-a100-40gb": ("NVIDIA A100-SXM4-40GB", 42949672960, (8, 0), 7, 0x20B010DE, pynvml.NVML_BRAND_NVIDIA),
+    "l4x4": ("NVIDIA L4", 24152899584, (8, 9), 8, 0x27B810DE, pynvml.NVML_BRAND_NVIDIA),
+    "t4": ("Tesla T4", 16106127360, (7, 5), 6, 0x1EB810DE, pynvml.NVML_BRAND_NVIDIA),  # recent drivers
 }
 UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 Install = Callable[..., fakegpu.FakeMachine]
@@ -25,7 +25,7 @@ Install = Callable[..., fakegpu.FakeMachine]
 
 @pytest.mark.parametrize("profile", sorted(MODEL_FACTS))
 def test_model_facts(install: Install, profile: str) -> None:
-    name, total, cc, arch, pci_id = MODEL_FACTS[profile]
+    name, total, cc, arch, pci_id, brand = MODEL_FACTS[profile]
     install(profile)
     for i in range(pynvml.nvmlDeviceGetCount()):
         h = pynvml.nvmlDeviceGetHandleByIndex(i)
@@ -37,6 +37,8 @@ def test_model_facts(install: Install, profile: str) -> None:
         assert pynvml.nvmlDeviceGetCudaComputeCapability(h) == cc
         assert pynvml.nvmlDeviceGetArchitecture(h) == arch
         assert pynvml.nvmlDeviceGetPciInfo(h).pciDeviceId == pci_id
+        assert pynvml.nvmlDeviceGetBrand(h) == brand
+        assert pynvml.nvmlDeviceGetIndex(h) == pynvml.nvmlDeviceGetMinorNumber(h) == i
 
 
 def test_memory_v2_adds_up(h100: fakegpu.FakeMachine) -> None:
@@ -45,12 +47,6 @@ def test_memory_v2_adds_up(h100: fakegpu.FakeMachine) -> None:
     assert m.total == 85520809984
     assert m.reserved > 0
     assert m.free + m.used + m.reserved == m.total
-
-
-def test_brand(install: Install) -> None:
-    install("mixed")
-    brands = [pynvml.nvmlDeviceGetBrand(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(6)]
-    assert brands == [pynvml.NVML_BRAND_NVIDIA] * 5 + [pynvml.NVML_BRAND_TESLA]
 
 
 @pytest.mark.parametrize("profile", ["dgx-h100", "mixed", "hgx-16xh100", "l4x4"])
@@ -90,8 +86,8 @@ def test_bad_index_is_invalid_argument(h100: fakegpu.FakeMachine) -> None:
         pynvml.nvmlDeviceGetHandleByIndex(8)
 
 
-def _uuids(install: Install, **kwargs: object) -> list[str]:
-    install("dgx-h100", **kwargs)
+def _uuids(install: Install, profile: str = "dgx-h100", **kwargs: object) -> list[str]:
+    install(profile, **kwargs)
     out = [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(8)]
     fakegpu.uninstall()
     return out
@@ -101,6 +97,7 @@ def test_uuids_deterministic_and_seeded_by_node_name(install: Install) -> None:
     a = _uuids(install, node_name="node-a")
     assert _uuids(install, node_name="node-a") == a
     assert not set(_uuids(install, node_name="node-b")) & set(a)
+    assert not set(_uuids(install, "dgx-h200", node_name="node-a")) & set(a)  # the profile counts too
 
 
 def test_driver_and_cuda_versions(h100: fakegpu.FakeMachine) -> None:

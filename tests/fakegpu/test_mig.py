@@ -26,9 +26,19 @@ SMS_HOPPER = {19: 16, 20: 16, 15: 26, 14: 32, 9: 60, 5: 64, 0: 132}
 NAMES = {
     "dgx-a100-40gb": {19: "1g.5gb", 20: "1g.5gb+me", 15: "1g.10gb", 14: "2g.10gb", 9: "3g.20gb", 5: "4g.20gb",
                       0: "7g.40gb"},
+    "dgx-a100-80gb": {19: "1g.10gb", 20: "1g.10gb+me", 15: "1g.20gb", 14: "2g.20gb", 9: "3g.40gb",
+                      5: "4g.40gb", 0: "7g.80gb"},
+    "dgx-h100": {19: "1g.10gb", 20: "1g.10gb+me", 15: "1g.20gb", 14: "2g.20gb", 9: "3g.40gb", 5: "4g.40gb",
+                 0: "7g.80gb"},
     "dgx-h200": {19: "1g.18gb", 20: "1g.18gb+me", 15: "1g.35gb", 14: "2g.35gb", 9: "3g.71gb", 5: "4g.71gb",
                  0: "7g.141gb"},
 }  # fmt: skip
+GPU_NAMES = {
+    "dgx-a100-40gb": "NVIDIA A100-SXM4-40GB",
+    "dgx-a100-80gb": "NVIDIA A100-SXM4-80GB",
+    "dgx-h100": "NVIDIA H100 80GB HBM3",
+    "dgx-h200": "NVIDIA H200",
+}
 ONE_SLICE = [0, 1, 2, 3, 4, 5, 6]
 PLACEMENTS = {19: ONE_SLICE, 20: ONE_SLICE, 15: [0, 2, 4, 6], 14: [0, 2, 4], 9: [0, 4], 5: [0], 0: [0]}
 SIZES = {19: 1, 20: 1, 15: 2, 14: 2, 9: 4, 5: 4, 0: 8}
@@ -75,8 +85,7 @@ def test_profile_info_ids_memory_and_sms(install: Install, profile: str) -> None
             assert info.memorySizeMB == MEMORY[profile][pid]
             assert info.multiprocessorCount == sms[pid]
             assert info.instanceCount == COUNTS[pid]
-        if profile in NAMES:
-            assert info.name == f"MIG {NAMES[profile][pid]}"
+        assert info.name == f"MIG {NAMES[profile][pid]}"
 
 
 def test_profile_info_works_with_mig_off_and_rejects_unknown_indexes(h100: fakegpu.FakeMachine) -> None:
@@ -417,3 +426,18 @@ def test_h200_mig_device_name_and_memory(install: Install) -> None:
     attrs = pynvml.nvmlDeviceGetAttributes(mig)
     assert attrs.gpuInstanceSliceCount == attrs.computeInstanceSliceCount == 7
     assert attrs.multiprocessorCount == 132
+
+
+@pytest.mark.parametrize("profile", sorted(NAMES))
+def test_mig_device_name_memory_and_sms_per_model(install: Install, profile: str) -> None:
+    m = install(profile)
+    sms = SMS_A100 if "a100" in profile else SMS_HOPPER
+    for gpu, pid in enumerate(INDEX_TO_ID.values()):  # one profile per GPU, each on an empty GPU
+        m.set_mig_mode(gpu, True)
+        m.create_gpu_instance(gpu, pid)
+        mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(_gpu(gpu), 0)
+        assert pynvml.nvmlDeviceGetName(mig) == f"{GPU_NAMES[profile]} MIG {NAMES[profile][pid]}"
+        mem = pynvml.nvmlDeviceGetMemoryInfo(mig)
+        assert mem.total == MEMORY[profile][pid] << 20
+        assert mem.used > 0 and mem.free + mem.used == mem.total
+        assert pynvml.nvmlDeviceGetAttributes(mig).multiprocessorCount == sms[pid]
