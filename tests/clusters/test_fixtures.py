@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from pathlib import Path
@@ -53,6 +54,13 @@ def test_claim_survives_driver_and_kubelet_restarts(
     if isinstance(dra_cluster, AttachedLocalCluster):
         dra_cluster.restart_driver(node, crash=True)
         dra_cluster.restart_kubelet(node, crash=True)
+        # start_driver replaces the driver with a given command line (here: the same one)
+        command = dra_cluster.state["nodes"][node]["driver_command"]
+        old_pid = AttachedLocalCluster(dra_cluster.state_dir).state["nodes"][node]["driver_pid"]
+        dra_cluster.start_driver(node, command)
+        fresh = AttachedLocalCluster(dra_cluster.state_dir)
+        assert fresh.state["nodes"][node]["driver_pid"] != old_pid
+        assert fresh.status()["healthy"][f"driver-{node}"]
     slices = client.ResourceV1Api(api).list_resource_slice(field_selector=f"spec.nodeName={node}").items
     assert slices, f"no ResourceSlices for {node} after the restarts"
     core = client.CoreV1Api(api)
@@ -90,14 +98,25 @@ def test_xdist_workers_share_one_cluster_that_stops_with_the_run(
 ) -> None:
     pytester.makepyfile(
         """
-        import json, os
+        import json, os, time
         import pytest
 
         @pytest.mark.parametrize("i", range(4))
-        def test_uses_cluster(dra_cluster, namespace, i):
+        def test_uses_cluster(dra_cluster, namespace, node_lease, i):
+            held = [time.time()]
+            time.sleep(0.5)  # hold the node a while: another worker must wait for it
+            held.append(time.time())
             out = os.environ["DRAC_TEST_OUT"]
             with open(os.path.join(out, f"{i}.json"), "w") as f:
-                json.dump({"kubeconfig": str(dra_cluster.kubeconfig), "state": dra_cluster.state}, f)
+                json.dump(
+                    {
+                        "kubeconfig": str(dra_cluster.kubeconfig),
+                        "state": dra_cluster.state,
+                        "namespace": namespace,
+                        "lease": [node_lease, *held],
+                    },
+                    f,
+                )
         """
     )
     out = pytester.path / "out"
@@ -110,6 +129,11 @@ def test_xdist_workers_share_one_cluster_that_stops_with_the_run(
     result.assert_outcomes(passed=4)
     seen = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
     assert len({s["kubeconfig"] for s in seen}) == 1, "workers started more than one cluster"
+    assert len({s["namespace"] for s in seen}) == 4, "tests shared a namespace"
+    # one node: its lease is exclusive, so the tests held it one after another
+    spans = sorted((start, end) for node, start, end in (s["lease"] for s in seen) if node == "node-0")
+    assert len(spans) == 4
+    assert all(prev_end <= start for (_, prev_end), (start, _) in itertools.pairwise(spans)), spans
     state = seen[0]["state"]
     pids = [state["daemon_pid"], *state["control_plane"].values()]
     pids += [n[k] for n in state["nodes"].values() for k in ("agent_pid", "driver_pid")]
