@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from pathlib import Path
 from types import ModuleType
@@ -105,37 +105,34 @@ class _DRAPlugin:
             fields["share_id"] = device.share_id
         return self._pb2.Device(**fields)
 
-    def NodePrepareResources(self, request: Any, context: Any) -> Any:
-        pb2 = self._pb2
-        response = pb2.NodePrepareResourcesResponse()
+    def _each_claim(
+        self, request: Any, response: Any, verb: str, handle: Callable[[ClaimRef, Any], None]
+    ) -> Any:
+        """Run ``handle(ref, entry)`` per claim; a failure goes in that claim's ``error`` only."""
         for claim in self._batch(request.claims):
             ref = ClaimRef(namespace=claim.namespace, uid=claim.uid, name=claim.name)
             entry = response.claims[claim.uid]
             try:
-                entry.devices.extend(self._device(d) for d in self._state.prepare(ref))
+                handle(ref, entry)
             except PrepareError as e:
-                log.warning("prepare failed", extra={"claim": ref.uid, "error": str(e)})
+                log.warning("claim failed", extra={"call": verb, "claim": ref.uid, "error": str(e)})
                 entry.error = str(e)
             except Exception as e:
-                log.exception("prepare failed unexpectedly", extra={"claim": ref.uid})
+                log.exception("claim failed unexpectedly", extra={"call": verb, "claim": ref.uid})
                 entry.error = f"claim {ref}: internal driver error: {e!r}"
         return response
 
+    def NodePrepareResources(self, request: Any, context: Any) -> Any:
+        def prepare(ref: ClaimRef, entry: Any) -> None:
+            entry.devices.extend(self._device(d) for d in self._state.prepare(ref))
+
+        return self._each_claim(request, self._pb2.NodePrepareResourcesResponse(), "prepare", prepare)
+
     def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
-        pb2 = self._pb2
-        response = pb2.NodeUnprepareResourcesResponse()
-        for claim in self._batch(request.claims):
-            ref = ClaimRef(namespace=claim.namespace, uid=claim.uid, name=claim.name)
-            entry = response.claims[claim.uid]
-            try:
-                self._state.unprepare(ref)
-            except PrepareError as e:
-                log.warning("unprepare failed", extra={"claim": ref.uid, "error": str(e)})
-                entry.error = str(e)
-            except Exception as e:
-                log.exception("unprepare failed unexpectedly", extra={"claim": ref.uid})
-                entry.error = f"claim {ref}: internal driver error: {e!r}"
-        return response
+        def unprepare(ref: ClaimRef, entry: Any) -> None:
+            self._state.unprepare(ref)
+
+        return self._each_claim(request, self._pb2.NodeUnprepareResourcesResponse(), "unprepare", unprepare)
 
 
 def _unlink(path: Path) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc
 
+from draproto import dra_v1_pb2, dra_v1_pb2_grpc
 from driver.claims import MemoryClaimSource
 from driver.devices import DeviceInfo, Inventory, MigProfile, Placement
 from driver.plugin import PluginServer
@@ -153,3 +154,26 @@ def node_settings(root: Path, **changes: Any) -> Settings:
         backend=BackendSettings(kind="fake", node_name=NODE),
     )
     return replace(settings, **changes)
+
+
+def _claims(pb2: Any, claims: Sequence[Mapping[str, Any]]) -> list[Any]:
+    return [
+        pb2.Claim(namespace=c["metadata"]["namespace"], uid=c["metadata"]["uid"], name=c["metadata"]["name"])
+        for c in claims
+    ]
+
+
+def prepare(
+    node: Node, *claims: Mapping[str, Any], pb2: Any = dra_v1_pb2, grpc_mod: Any = dra_v1_pb2_grpc
+) -> Any:
+    """``NodePrepareResources`` over the node's DRA socket (v1 unless other modules are given)."""
+    request = pb2.NodePrepareResourcesRequest(claims=_claims(pb2, claims))
+    return grpc_mod.DRAPluginStub(node.channel()).NodePrepareResources(request, timeout=10)
+
+
+def unprepare(
+    node: Node, *claims: Mapping[str, Any], pb2: Any = dra_v1_pb2, grpc_mod: Any = dra_v1_pb2_grpc
+) -> Any:
+    """``NodeUnprepareResources`` over the node's DRA socket (v1 unless other modules are given)."""
+    request = pb2.NodeUnprepareResourcesRequest(claims=_claims(pb2, claims))
+    return grpc_mod.DRAPluginStub(node.channel()).NodeUnprepareResources(request, timeout=10)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from drvkit import DRIVER, NODE, Node, gpu, make_claim, opaque, result
+from drvkit import DRIVER, NODE, Node, gpu, make_claim, opaque, prepare, result, unprepare
 
-from draproto import dra_v1_pb2, dra_v1_pb2_grpc, health_v1_pb2, health_v1_pb2_grpc
+from draproto import health_v1_pb2, health_v1_pb2_grpc
 from driver.breakage import RULES, parse_rules
 from driver.cdi import validate
 from driver.devices import Inventory
@@ -26,25 +26,6 @@ from driver.settings import from_args
 from driver.slices import MAX_DEVICES_PER_SLICE, SlicePublisher
 
 TS = {"apiVersion": "gpu.dra-conformance.io/v1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}
-
-
-def _claim(c: dict) -> dra_v1_pb2.Claim:
-    m = c["metadata"]
-    return dra_v1_pb2.Claim(namespace=m["namespace"], uid=m["uid"], name=m["name"])
-
-
-def prepare(node: Node, *claims: dict) -> dra_v1_pb2.NodePrepareResourcesResponse:
-    stub = dra_v1_pb2_grpc.DRAPluginStub(node.channel())
-    return stub.NodePrepareResources(
-        dra_v1_pb2.NodePrepareResourcesRequest(claims=[_claim(c) for c in claims])
-    )
-
-
-def unprepare(node: Node, *claims: dict) -> dra_v1_pb2.NodeUnprepareResourcesResponse:
-    stub = dra_v1_pb2_grpc.DRAPluginStub(node.channel())
-    return stub.NodeUnprepareResources(
-        dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[_claim(c) for c in claims])
-    )
 
 
 def broken(node: Node, rule: str) -> Node:

@@ -7,15 +7,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 import grpc
 import pytest
-from drvkit import DRIVER, NODE, Node, make_claim, result
+from drvkit import DRIVER, NODE, Node, make_claim, prepare, result, unprepare
 
 import draproto
 from draproto import (
-    dra_v1_pb2,
-    dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
     dra_v1beta1_pb2_grpc,
     health_v1_pb2,
@@ -25,39 +24,9 @@ from draproto import (
     registration_pb2,
     registration_pb2_grpc,
 )
+from driver.claims import MemoryClaimSource
 from driver.healthstream import HEALTHY, UNHEALTHY, DeviceHealth, StaticHealth
 from driver.settings import HealthSettings
-
-
-def _ref(pb2, claim: dict):  # type: ignore[no-untyped-def]
-    meta = claim["metadata"]
-    return pb2.Claim(namespace=meta["namespace"], uid=meta["uid"], name=meta["name"])
-
-
-def _prepare(node: Node, *claims: dict, pb2=dra_v1_pb2, grpc_mod=dra_v1_pb2_grpc):  # type: ignore[no-untyped-def]
-    stub = grpc_mod.DRAPluginStub(node.channel())
-    request = pb2.NodePrepareResourcesRequest(
-        claims=[
-            pb2.Claim(
-                namespace=c["metadata"]["namespace"], uid=c["metadata"]["uid"], name=c["metadata"]["name"]
-            )
-            for c in claims
-        ]
-    )
-    return stub.NodePrepareResources(request, timeout=10)
-
-
-def _unprepare(node: Node, *claims: dict, pb2=dra_v1_pb2, grpc_mod=dra_v1_pb2_grpc):  # type: ignore[no-untyped-def]
-    stub = grpc_mod.DRAPluginStub(node.channel())
-    request = pb2.NodeUnprepareResourcesRequest(
-        claims=[
-            pb2.Claim(
-                namespace=c["metadata"]["namespace"], uid=c["metadata"]["uid"], name=c["metadata"]["name"]
-            )
-            for c in claims
-        ]
-    )
-    return stub.NodeUnprepareResources(request, timeout=10)
 
 
 def test_get_info_names_the_driver_endpoint_and_versions(node: Node) -> None:
@@ -100,7 +69,7 @@ def test_prepare_answers_devices_with_cdi_ids_and_spec_on_disk(node: Node) -> No
     node.serve()
     claim = node.put(make_claim("c1", [result("gpu", "gpu-0")]))
     uid = claim["metadata"]["uid"]
-    response = _prepare(node, claim)
+    response = prepare(node, claim)
     entry = response.claims[uid]
     assert entry.error == ""
     (device,) = entry.devices
@@ -116,7 +85,7 @@ def test_prepare_answers_devices_with_cdi_ids_and_spec_on_disk(node: Node) -> No
 def test_first_available_result_answers_the_parent_request(node: Node) -> None:
     node.serve()
     claim = node.put(make_claim("c1", [result("gpu/sub0", "gpu-1")]))
-    (device,) = _prepare(node, claim).claims[claim["metadata"]["uid"]].devices
+    (device,) = prepare(node, claim).claims[claim["metadata"]["uid"]].devices
     assert list(device.request_names) == ["gpu"]
 
 
@@ -124,10 +93,10 @@ def test_share_id_is_answered_in_v1_and_absent_in_v1beta1(node: Node) -> None:
     node.serve()
     share = "0b1c2d3e-aaaa-bbbb-cccc-000000000001"
     claim = node.put(make_claim("c1", [result("gpu", "gpu-0", shareID=share)]))
-    (v1,) = _prepare(node, claim).claims[claim["metadata"]["uid"]].devices
+    (v1,) = prepare(node, claim).claims[claim["metadata"]["uid"]].devices
     assert v1.share_id == share
     (beta,) = (
-        _prepare(node, claim, pb2=dra_v1beta1_pb2, grpc_mod=dra_v1beta1_pb2_grpc)
+        prepare(node, claim, pb2=dra_v1beta1_pb2, grpc_mod=dra_v1beta1_pb2_grpc)
         .claims[claim["metadata"]["uid"]]
         .devices
     )
@@ -141,7 +110,7 @@ def test_batch_answers_every_claim_with_per_claim_errors(node: Node) -> None:
     missing = make_claim("missing", [result("gpu", "gpu-1")])  # never stored in the API
     wrong_pool = node.put(make_claim("wp", [{**result("gpu", "gpu-2"), "pool": "other-node"}]))
     no_device = node.put(make_claim("nd", [result("gpu", "gpu-99")]))
-    response = _prepare(node, good, missing, wrong_pool, no_device)
+    response = prepare(node, good, missing, wrong_pool, no_device)
     uids = {c["metadata"]["uid"] for c in (good, missing, wrong_pool, no_device)}
     assert set(response.claims) == uids
     assert response.claims[good["metadata"]["uid"]].error == ""
@@ -152,43 +121,60 @@ def test_batch_answers_every_claim_with_per_claim_errors(node: Node) -> None:
     assert "gpu-99" in err and "default/nd" in err
 
 
+def test_a_driver_bug_fails_only_its_claim(node: Node) -> None:
+    class Flaky(MemoryClaimSource):
+        def get_claim(self, namespace: str, name: str) -> Any:
+            if name == "bad":
+                raise RuntimeError("boom")
+            return super().get_claim(namespace, name)
+
+    node.claims = Flaky()
+    node.serve()
+    good = node.put(make_claim("good", [result("gpu", "gpu-0")]))
+    bad = node.put(make_claim("bad", [result("gpu", "gpu-1")]))
+    response = prepare(node, good, bad)
+    assert response.claims[good["metadata"]["uid"]].error == ""
+    err = response.claims[bad["metadata"]["uid"]].error
+    assert "default/bad" in err and "internal driver error" in err and "boom" in err
+
+
 def test_prepare_and_unprepare_are_idempotent(node: Node) -> None:
     node.serve()
     claim = node.put(make_claim("c1", [result("gpu", "gpu-0")]))
     uid = claim["metadata"]["uid"]
-    first = _prepare(node, claim).claims[uid]
-    second = _prepare(node, claim).claims[uid]
+    first = prepare(node, claim).claims[uid]
+    second = prepare(node, claim).claims[uid]
     assert first == second
     spec = node.settings.kubelet.cdi_dir / f"{DRIVER}-{uid}.json"
     assert spec.exists()
-    assert _unprepare(node, claim).claims[uid].error == ""
+    assert unprepare(node, claim).claims[uid].error == ""
     assert not spec.exists()
-    assert _unprepare(node, claim).claims[uid].error == ""
+    assert unprepare(node, claim).claims[uid].error == ""
 
 
 def test_unprepare_of_an_unknown_claim_succeeds(node: Node) -> None:
     node.serve()
     claim = make_claim("ghost", [result("gpu", "gpu-0")])
-    assert _unprepare(node, claim).claims[claim["metadata"]["uid"]].error == ""
+    assert unprepare(node, claim).claims[claim["metadata"]["uid"]].error == ""
 
 
 def test_v1beta1_prepare_matches_v1(node: Node) -> None:
     node.serve()
     claim = node.put(make_claim("c1", [result("gpu", "gpu-3")]))
     uid = claim["metadata"]["uid"]
-    beta = _prepare(node, claim, pb2=dra_v1beta1_pb2, grpc_mod=dra_v1beta1_pb2_grpc).claims[uid]
-    v1 = _prepare(node, claim).claims[uid]
+    beta = prepare(node, claim, pb2=dra_v1beta1_pb2, grpc_mod=dra_v1beta1_pb2_grpc).claims[uid]
+    v1 = prepare(node, claim).claims[uid]
     assert [(d.device_name, list(d.cdi_device_ids)) for d in beta.devices] == [
         (d.device_name, list(d.cdi_device_ids)) for d in v1.devices
     ]
-    assert _unprepare(node, claim, pb2=dra_v1beta1_pb2, grpc_mod=dra_v1beta1_pb2_grpc).claims[uid].error == ""
+    assert unprepare(node, claim, pb2=dra_v1beta1_pb2, grpc_mod=dra_v1beta1_pb2_grpc).claims[uid].error == ""
 
 
 def test_concurrent_prepares_of_distinct_and_same_claims(node: Node) -> None:
     node.serve()
     claims = [node.put(make_claim(f"c{i}", [result("gpu", f"gpu-{i}")])) for i in range(4)]
     with ThreadPoolExecutor(8) as pool:
-        responses = list(pool.map(lambda c: _prepare(node, c), claims + claims))
+        responses = list(pool.map(lambda c: prepare(node, c), claims + claims))
     for claim, response in zip(claims + claims, responses, strict=True):
         assert response.claims[claim["metadata"]["uid"]].error == ""
     assert len(list(node.settings.kubelet.cdi_dir.iterdir())) == 4
@@ -202,7 +188,7 @@ def test_two_claims_racing_for_one_device_get_one_refusal(node: Node) -> None:
 
     def go(claim: dict) -> str:
         barrier.wait()
-        return str(_prepare(node, claim).claims[claim["metadata"]["uid"]].error)
+        return str(prepare(node, claim).claims[claim["metadata"]["uid"]].error)
 
     with ThreadPoolExecutor(2) as pool:
         errors = list(pool.map(go, [a, b]))
