@@ -35,7 +35,7 @@ from typing import Any
 import pynvml
 
 from driver.devices import DeviceInfo, Inventory, nvml
-from driver.healthstream import HEALTHY, UNHEALTHY, DeviceHealth
+from driver.healthstream import HEALTHY, UNHEALTHY, DeviceHealth, Subscribers
 from driver.settings import Settings
 
 __all__ = [
@@ -122,7 +122,7 @@ class HealthMonitor:
         self._ecc_seen: dict[str, int] = {}
         self._changed_at: dict[str, float] = {}
         self._view: dict[str, Fault | None] = {}
-        self._callbacks: list[Callable[[], None]] = []
+        self._subscribers = Subscribers()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._event_set: Any = None
@@ -170,15 +170,7 @@ class HealthMonitor:
         Returns a function that unsubscribes. Callbacks run on the monitor's thread and
         must not block.
         """
-        with self._lock:
-            self._callbacks.append(callback)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                if callback in self._callbacks:
-                    self._callbacks.remove(callback)
-
-        return unsubscribe
+        return self._subscribers.add(callback)
 
     def set_inventory(self, inventory: Inventory) -> None:
         """Follow a new inventory (devices added or gone)."""
@@ -207,7 +199,6 @@ class HealthMonitor:
             for name in changed:
                 self._changed_at[name] = now
             self._view = view
-            callbacks = list(self._callbacks) if changed and self.enabled else []
         sick = {name: view[name] for name in changed if view[name] is not None}
         if sick:
             log.warning(
@@ -221,12 +212,8 @@ class HealthMonitor:
         well = sorted(name for name in changed if view[name] is None)
         if well and notify:
             log.info("devices healthy again", extra={"devices": well})
-        if notify:
-            for callback in callbacks:
-                try:
-                    callback()
-                except Exception:
-                    log.exception("health subscriber failed")
+        if notify and changed and self.enabled:
+            self._subscribers.notify()
 
     def _add_gpu_fault(self, gpu_uuid: str, fault: Fault) -> None:
         with self._lock:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from draproto import health_v1_pb2, health_v1alpha1_pb2
 
-__all__ = ["RESEND_SECONDS", "DeviceHealth", "HealthService", "HealthSource", "StaticHealth"]
+__all__ = ["RESEND_SECONDS", "DeviceHealth", "HealthService", "HealthSource", "StaticHealth", "Subscribers"]
 
 log = logging.getLogger(__name__)
 
@@ -52,27 +52,15 @@ class HealthSource(Protocol):
         ...
 
 
-class StaticHealth:
-    """A ``HealthSource`` whose states are set by hand: tests, and the fallback without a monitor."""
+class Subscribers:
+    """Callbacks to run after a change, added and removed from any thread."""
 
-    def __init__(self, devices: Mapping[str, DeviceHealth] | None = None) -> None:
-        self._states = dict(devices or {})
+    def __init__(self) -> None:
         self._callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
-    def set(self, device: str, status: str, message: str = "") -> None:
-        """Change one device's health and notify subscribers."""
-        with self._lock:
-            self._states[device] = DeviceHealth(status, message, time.time())
-            callbacks = list(self._callbacks)
-        for callback in callbacks:
-            callback()
-
-    def snapshot(self) -> Mapping[str, DeviceHealth]:
-        with self._lock:
-            return dict(self._states)
-
-    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+    def add(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Subscribe ``callback``; returns a function that unsubscribes it."""
         with self._lock:
             self._callbacks.append(callback)
 
@@ -82,6 +70,38 @@ class StaticHealth:
                     self._callbacks.remove(callback)
 
         return unsubscribe
+
+    def notify(self) -> None:
+        """Run every callback; one that fails is logged and does not stop the others."""
+        with self._lock:
+            callbacks = list(self._callbacks)
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("health subscriber failed")
+
+
+class StaticHealth:
+    """A ``HealthSource`` whose states are set by hand: tests, and the fallback without a monitor."""
+
+    def __init__(self, devices: Mapping[str, DeviceHealth] | None = None) -> None:
+        self._states = dict(devices or {})
+        self._subscribers = Subscribers()
+        self._lock = threading.Lock()
+
+    def set(self, device: str, status: str, message: str = "") -> None:
+        """Change one device's health and notify subscribers."""
+        with self._lock:
+            self._states[device] = DeviceHealth(status, message, time.time())
+        self._subscribers.notify()
+
+    def snapshot(self) -> Mapping[str, DeviceHealth]:
+        with self._lock:
+            return dict(self._states)
+
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        return self._subscribers.add(callback)
 
 
 _STOP = object()

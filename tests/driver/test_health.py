@@ -133,6 +133,22 @@ def test_subscribers_hear_each_change_once(clock: Clock) -> None:
     assert len(calls) == 1
 
 
+def test_a_failing_subscriber_does_not_silence_the_others(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    mon = HealthMonitor(inventory(), clock=clock)
+    calls: list[int] = []
+
+    def broken() -> None:
+        raise RuntimeError("subscriber bug")
+
+    mon.subscribe(broken)
+    mon.subscribe(lambda: calls.append(1))
+    mon.record_lost(GPU0)
+    assert calls == [1]
+    assert "health subscriber failed" in caplog.text
+
+
 def test_disabled_monitor_never_reports(clock: Clock) -> None:
     mon = HealthMonitor(inventory(), enabled=False, clock=clock)
     calls: list[int] = []
