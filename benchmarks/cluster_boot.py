@@ -24,6 +24,29 @@ def _wait_running(core: Any, namespace: str, name: str, timeout: float = 120) ->
     raise TimeoutError(f"pod {namespace}/{name} not Running after {timeout} s")
 
 
+def namespace_with_gpu_template(api: Any, namespace: str) -> None:
+    """Create ``namespace`` (wait for its default service account) and a one-GPU claim template ``gpu``."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    while True:  # pods are refused until the default service account exists
+        try:
+            core.read_namespaced_service_account("default", namespace)
+            break
+        except client.exceptions.ApiException:
+            time.sleep(0.05)
+    template: Any = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "gpu"},
+        "spec": {
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}
+        },
+    }
+    client.ResourceV1Api(api).create_namespaced_resource_claim_template(namespace, template)
+
+
 def run() -> dict[str, Any]:
     """Boot a local cluster, run one pod with one GPU claim, report the figures."""
     from kubernetes import client
@@ -44,22 +67,7 @@ def run() -> dict[str, Any]:
     try:
         api = cluster.api_client()
         core = client.CoreV1Api(api)
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="bench")))
-        while True:  # pods are refused until the default service account exists
-            try:
-                core.read_namespaced_service_account("default", "bench")
-                break
-            except client.exceptions.ApiException:
-                time.sleep(0.05)
-        template: Any = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "gpu"},
-            "spec": {
-                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}
-            },
-        }
-        client.ResourceV1Api(api).create_namespaced_resource_claim_template("bench", template)
+        namespace_with_gpu_template(api, "bench")
         t_pod = time.monotonic()
         pod: Any = {
             "apiVersion": "v1",

@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-DRIVER = "gpu.dra-conformance.io"
+from benchmarks.cluster_boot import namespace_with_gpu_template
 
 
 def _pods_running(core: Any, namespace: str) -> int:
@@ -45,22 +45,7 @@ def run() -> dict[str, Any]:
         result["start_phases_seconds"] = {k: round(v, 1) for k, v in cluster.timings.items()}
         api = cluster.api_client()
         core = client.CoreV1Api(api)
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="scale")))
-        while True:
-            try:
-                core.read_namespaced_service_account("default", "scale")
-                break
-            except client.exceptions.ApiException:
-                time.sleep(0.1)
-        template: Any = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "gpu"},
-            "spec": {
-                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}
-            },
-        }
-        client.ResourceV1Api(api).create_namespaced_resource_claim_template("scale", template)
+        namespace_with_gpu_template(api, "scale")
         t_pods = time.monotonic()
         for i in range(pods):
             pod: Any = {
