@@ -7,7 +7,7 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,16 @@ import draproto
 from clusters.local.agent.errors import KubeError
 
 Obj = dict[str, Any]
+
+
+def until(cond: Callable[[], object], timeout: float = 10.0) -> None:
+    """Poll ``cond`` until it is true; AssertionError after ``timeout`` s (generous: CI machines are slow)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"condition not met in {timeout} s")
 
 
 class FakePlugin:

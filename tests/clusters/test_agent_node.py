@@ -5,11 +5,11 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_fakes import FakeKube, FakePlugin, make_claim, make_pod
+from agent_fakes import FakeKube, FakePlugin, make_claim, make_pod, until
 
 from clusters.local.agent.agent import Agent
 from clusters.local.agent.node import NodeHeartbeat
@@ -24,15 +24,6 @@ def root() -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(dir="/tmp", prefix="agt"))
     yield d
     shutil.rmtree(d, ignore_errors=True)
-
-
-def _until(cond: Callable[[], object], timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 def _slice(name: str, driver: str, node: str = NODE) -> dict[str, object]:
@@ -83,7 +74,7 @@ def test_slices_wiped_at_start_and_after_a_grace_unless_the_driver_returns(root:
     janitor.driver_gone("d2")
     up["d2"] = True  # d2 comes back well within its grace period, even on a loaded machine
     janitor.driver_registered("d2")
-    _until(lambda: len(kube.slices) == 2)  # d1's grace ran out
+    until(lambda: len(kube.slices) == 2)  # d1's grace ran out
     time.sleep(0.3)  # past d2's (cancelled) deadline as well
     assert sorted(s["metadata"]["name"] for s in kube.slices) == ["b2", "c"]  # type: ignore[index]
     janitor.stop()
@@ -108,13 +99,13 @@ def test_agent_runs_and_tears_down_a_pod_on_its_threads(root: Path) -> None:
         )
         kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
         kube.add_pod(make_pod("p1", "pod-1", claims={"g": "c1"}, containers={"a": [("g", None)]}))
-        _until(lambda: (kube.pod_now("default", "p1") or {}).get("status", {}).get("phase") == "Running")
+        until(lambda: (kube.pod_now("default", "p1") or {}).get("status", {}).get("phase") == "Running")
         kube.pods[("default", "p1")]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-        _until(lambda: kube.deleted_pods == [("default", "p1", "pod-1")])
+        until(lambda: kube.deleted_pods == [("default", "p1", "pod-1")])
         assert plugin.unprepare_calls == [[("default", "u1", "c1")]]
         kube.slices = [_slice("mine", "gpu.example.com")]
         plugin.stop()
-        _until(lambda: kube.slices == [])  # deleted after the grace period
+        until(lambda: kube.slices == [])  # deleted after the grace period
     finally:
         plugin.stop()
         agent.stop()
@@ -156,7 +147,7 @@ def test_a_hanging_plugin_does_not_hold_up_other_pods(root: Path) -> None:
         agent.start()
         stuck.start().hang.set()
         fine.start().fixed_devices = [{"request_names": [], "pool": "p", "device": "d", "cdi": []}]
-        _until(
+        until(
             lambda: (
                 agent.plugins.registered("stuck.example.com") and agent.plugins.registered("fine.example.com")
             )
@@ -165,11 +156,11 @@ def test_a_hanging_plugin_does_not_hold_up_other_pods(root: Path) -> None:
         kube.add_claim(make_claim("c2", "u2", drivers=("fine.example.com",), reserved_for=("pod-2",)))
         kube.add_pod(make_pod("stuck", "pod-1", claims={"g": "c1"}))
         kube.add_pod(make_pod("fine", "pod-2", claims={"g": "c2"}))
-        _until(lambda: (kube.pod_now("default", "fine") or {}).get("status", {}).get("phase") == "Running")
-        _until(lambda: any("DEADLINE_EXCEEDED" in e["message"] for e in kube.events))
+        until(lambda: (kube.pod_now("default", "fine") or {}).get("status", {}).get("phase") == "Running")
+        until(lambda: any("DEADLINE_EXCEEDED" in e["message"] for e in kube.events))
         assert kube.pod_now("default", "stuck")["status"]["phase"] == "Pending"  # type: ignore[index]
         stuck.hang.clear()
-        _until(lambda: (kube.pod_now("default", "stuck") or {}).get("status", {}).get("phase") == "Running")
+        until(lambda: (kube.pod_now("default", "stuck") or {}).get("status", {}).get("phase") == "Running")
     finally:
         stuck.stop()
         fine.stop()
@@ -190,7 +181,7 @@ def test_a_plugin_answering_garbage_gives_an_event_and_other_pods_run(root: Path
         agent.start()
         bad.start()
         fine.start()
-        _until(
+        until(
             lambda: (
                 agent.plugins.registered("bad.example.com") and agent.plugins.registered("fine.example.com")
             )
@@ -199,8 +190,8 @@ def test_a_plugin_answering_garbage_gives_an_event_and_other_pods_run(root: Path
         kube.add_claim(make_claim("c2", "u2", drivers=("fine.example.com",), reserved_for=("pod-2",)))
         kube.add_pod(make_pod("bad", "pod-1", claims={"g": "c1"}))
         kube.add_pod(make_pod("fine", "pod-2", claims={"g": "c2"}))
-        _until(lambda: (kube.pod_now("default", "fine") or {}).get("status", {}).get("phase") == "Running")
-        _until(lambda: any(e["involvedObject"]["name"] == "bad" for e in kube.events))
+        until(lambda: (kube.pod_now("default", "fine") or {}).get("status", {}).get("phase") == "Running")
+        until(lambda: any(e["involvedObject"]["name"] == "bad" for e in kube.events))
         event = next(e for e in kube.events if e["involvedObject"]["name"] == "bad")
         assert event["reason"] == "FailedPrepareDynamicResources" and event["type"] == "Warning"
         assert "bad.example.com" in event["message"] and "default/c1" in event["message"], event
@@ -209,7 +200,7 @@ def test_a_plugin_answering_garbage_gives_an_event_and_other_pods_run(root: Path
         kube.add_claim(make_claim("c3", "u3", drivers=("fine.example.com",), reserved_for=("pod-3",)))
         del kube.claims[("default", "c3")]
         kube.add_pod(make_pod("orphan", "pod-3", claims={"g": "c3"}))
-        _until(lambda: any("default/c3 not found" in e["message"] for e in kube.events))
+        until(lambda: any("default/c3 not found" in e["message"] for e in kube.events))
     finally:
         bad.stop()
         fine.stop()

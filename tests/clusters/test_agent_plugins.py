@@ -10,7 +10,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from agent_fakes import FakePlugin
+from agent_fakes import FakePlugin, until
 
 import draproto
 from clusters.local.agent.claims import ClaimRef
@@ -37,15 +37,6 @@ def _settings(root: Path, **kw: object) -> Settings:
     }
     base.update(kw)
     return Settings(**base)  # type: ignore[arg-type]
-
-
-def _until(cond: Callable[[], object], timeout: float = 5.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture
@@ -93,12 +84,12 @@ def test_registration_handshake_and_unregistration(
     ).start()
     plugins.append(p)
     assert manager.wait_for(p.driver, 5)
-    _until(lambda: manager.events)  # type: ignore[attr-defined]
+    until(lambda: manager.events)  # type: ignore[attr-defined]
     assert p.registration_status == [(True, "")]
     assert manager.client(p.driver).version == draproto.DRA_V1BETA1
     assert manager.events == [("up", p.driver)]  # type: ignore[attr-defined]
     p.stop()
-    _until(lambda: not manager.registered(p.driver))
+    until(lambda: not manager.registered(p.driver))
     assert manager.events[-1] == ("down", p.driver)  # type: ignore[attr-defined]
     with pytest.raises(PluginError, match="not registered"):
         manager.client(p.driver)
@@ -117,7 +108,7 @@ def test_bad_plugins_are_told_why(
 ) -> None:
     p = FakePlugin(root, **kw).start()  # type: ignore[arg-type]
     plugins.append(p)
-    _until(lambda: p.registration_status)
+    until(lambda: p.registration_status)
     registered, error = p.registration_status[0]
     assert not registered
     assert message in error
@@ -132,7 +123,7 @@ def test_a_replaced_socket_is_registered_again(
     p.stop()
     p2 = FakePlugin(root).start()
     plugins.append(p2)
-    _until(lambda: p2.registration_status == [(True, "")])
+    until(lambda: p2.registration_status == [(True, "")])
     assert manager.registered(p2.driver)
 
 
@@ -224,12 +215,12 @@ def test_health_stream_feeds_the_cache(root: Path, plugins: list[FakePlugin]) ->
         plugins.append(p)
         assert m.wait_for(p.driver, 5)
         p.health_queue.put([("pool-a", "gpu-0", 1), ("pool-a", "gpu-1", 2)])
-        _until(lambda: cache.get(p.driver, "pool-a", "gpu-1") == UNHEALTHY)
+        until(lambda: cache.get(p.driver, "pool-a", "gpu-1") == UNHEALTHY)
         assert p.health_opened == [draproto.HEALTH_V1]  # 1.37 prefers v1 whatever the order
         assert cache.get(p.driver, "pool-a", "gpu-0") == HEALTHY
         assert cache.get(p.driver, "pool-a", "gpu-0", now=time.time() + 60) == UNKNOWN  # stale
         p.stop()
-        _until(lambda: cache.get(p.driver, "pool-a", "gpu-0") == UNKNOWN)
+        until(lambda: cache.get(p.driver, "pool-a", "gpu-0") == UNKNOWN)
     finally:
         m.stop()
 
@@ -243,7 +234,7 @@ def test_unimplemented_health_stops_watching_on_137_and_136_opens_v1alpha1(
         p = FakePlugin(root).start()  # advertises no health; 1.36 opens v1alpha1 anyway
         plugins.append(p)
         assert m.wait_for(p.driver, 5)
-        _until(lambda: p.health_opened)
+        until(lambda: p.health_opened)
         time.sleep(0.3)
         assert p.health_opened == [draproto.HEALTH_V1ALPHA1]  # Unimplemented: not retried
     finally:
@@ -257,9 +248,9 @@ def test_a_socket_that_is_not_a_plugin_is_retried_with_backoff(root: Path, manag
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.bind(str(path))  # bound, never accepts: GetInfo cannot succeed
     try:
-        _until(lambda: path in manager._retry, 15)
+        until(lambda: path in manager._retry, 15)
         first_delay = manager._retry[path][2]
-        _until(lambda: manager._retry[path][2] > first_delay, 15)
+        until(lambda: manager._retry[path][2] > first_delay, 15)
         assert manager.drivers() == []
     finally:
         s.close()

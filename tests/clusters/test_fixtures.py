@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_manifests import run_pod
+from e2e_manifests import run_pod, still_running
 
 from clusters.base import Cluster
 from clusters.errors import CapabilityMissing
@@ -18,14 +18,6 @@ from clusters.local.binaries import Binaries
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 pytest_plugins = ["pytester"]
-
-
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def test_namespace_fixture_gives_a_usable_namespace(dra_cluster: Cluster, namespace: str) -> None:
@@ -137,11 +129,7 @@ def test_xdist_workers_share_one_cluster_that_stops_with_the_run(
     state = seen[0]["state"]
     pids = [state["daemon_pid"], *state["control_plane"].values()]
     pids += [n[k] for n in state["nodes"].values() for k in ("agent_pid", "driver_pid")]
-    deadline = time.monotonic() + 10  # exited children may wait a moment to be reaped
-    alive = [pid for pid in pids if _running(pid)]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.2)
-        alive = [pid for pid in pids if _running(pid)]
+    alive = still_running(pids)  # exited children may wait a moment to be reaped
     assert not alive, f"processes left after the run: {alive}"
     assert not Path(state["root"]).exists()
 
@@ -187,11 +175,7 @@ def test_a_crashed_run_leaves_nothing_behind(
             proc.wait()
     pids = [state["daemon_pid"], *state["control_plane"].values()]
     pids += [n[k] for n in state["nodes"].values() for k in ("agent_pid", "driver_pid")]
-    deadline = time.monotonic() + 30
-    alive = [pid for pid in pids if _running(pid)]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.2)
-        alive = [pid for pid in pids if _running(pid)]
+    alive = still_running(pids, timeout=30)
     assert not alive, f"processes outlived the crashed run: {alive}"
     leftovers = [p for p in (state["root"], state["state_dir"]) if Path(p).exists()]
     assert not leftovers, f"files outlived the crashed run: {leftovers}"

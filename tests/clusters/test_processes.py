@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from e2e_manifests import running, still_running
 
 from clusters.local.processes import ManagedProcess
 
@@ -28,24 +29,6 @@ PARENT = textwrap.dedent(
 )
 
 
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-def _wait_gone(pids: list[int], timeout: float = 10) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        alive = [p for p in pids if _running(p)]
-        if not alive:
-            return []
-        time.sleep(0.1)
-    return [p for p in pids if _running(p)]
-
-
 def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
     # the shell's child (sleep) is in the group too: it must go as well
     proc = ManagedProcess(
@@ -60,7 +43,7 @@ def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
     assert os.getpgid(child) == proc.pid
     proc.stop(timeout=5)
     assert not proc.alive()
-    assert _wait_gone([child]) == []
+    assert still_running([child]) == []
     assert "starting: sh -c" in (tmp_path / "sh.log").read_text()
     proc.stop()  # idempotent
 
@@ -70,13 +53,15 @@ def test_children_die_with_the_parent(tmp_path: Path, sig: signal.Signals) -> No
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)])
     try:
         deadline = time.monotonic() + 30
-        while not (tmp_path / "pids").exists() and time.monotonic() < deadline:
+        pids: list[int] = []
+        while len(pids) < 2 and time.monotonic() < deadline:  # the file may be seen half written
             time.sleep(0.05)
-        pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
-        assert all(_running(p) for p in pids)
+            text = (tmp_path / "pids").read_text() if (tmp_path / "pids").exists() else ""
+            pids = [int(p) for p in text.split()]
+        assert len(pids) == 2 and all(running(p) for p in pids)
         parent.send_signal(sig)
         parent.wait(30)
-        assert _wait_gone(pids) == [], f"children outlived the parent after {sig.name}"
+        assert still_running(pids) == [], f"children outlived the parent after {sig.name}"
     finally:
         if parent.poll() is None:
             parent.kill()
