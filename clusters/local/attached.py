@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from clusters.base import Cluster, ContainerView, PodRef, pod_key
+from clusters.base import Cluster, ContainerView, PodRef
 from clusters.errors import ClusterError, ClusterStateError
 from clusters.local import daemon
+from clusters.local.cluster import find_container_view
 
 __all__ = ["AttachedLocalCluster"]
 
@@ -73,16 +74,7 @@ class AttachedLocalCluster(Cluster):
 
     def container_view(self, pod: PodRef, container: str) -> ContainerView:
         """Read the view the node agent wrote for a running container."""
-        namespace, name = pod_key(pod)
-        filename = f"{namespace}_{name}_{container}.json"
-        for node in self.nodes():
-            path = self.node_root(node) / "agent" / "containers" / filename
-            if path.exists():
-                return ContainerView.from_file(path)
-        raise ClusterError(
-            f"no container view for {namespace}/{name} container {container!r} on any node "
-            f"(looked for {filename} under each node's agent/containers); is the pod Running?"
-        )
+        return find_container_view([self.node_root(n) for n in self.nodes()], pod, container)
 
     def status(self) -> dict[str, Any]:
         """Health of every process and their memory, from the daemon."""

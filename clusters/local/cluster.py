@@ -23,7 +23,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from clusters.local.driverproc import (
 from clusters.local.processes import ManagedProcess, install_signal_handlers
 from clusters.local.settings import LocalSettings
 
-__all__ = ["LocalCluster", "LocalNode"]
+__all__ = ["LocalCluster", "LocalNode", "find_container_view"]
 
 log = logging.getLogger(__name__)
 
@@ -155,16 +155,7 @@ class LocalCluster(Cluster):
 
     def container_view(self, pod: PodRef, container: str) -> ContainerView:
         """Read the view the node agent wrote for a running container."""
-        namespace, name = pod_key(pod)
-        filename = f"{namespace}_{name}_{container}.json"
-        for n in self.local_nodes.values():
-            path = n.containers_dir / filename
-            if path.exists():
-                return ContainerView.from_file(path)
-        raise ClusterError(
-            f"no container view for {namespace}/{name} container {container!r} on any node "
-            f"(looked for {filename} under each node's agent/containers); is the pod Running?"
-        )
+        return find_container_view([n.root for n in self.local_nodes.values()], pod, container)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -414,6 +405,20 @@ class LocalCluster(Cluster):
             },
             "timings": {k: round(v, 2) for k, v in self.timings.items()},
         }
+
+
+def find_container_view(node_roots: Iterable[Path], pod: PodRef, container: str) -> ContainerView:
+    """The view a node agent wrote for ``container`` of ``pod`` under one of ``node_roots``."""
+    namespace, name = pod_key(pod)
+    filename = f"{namespace}_{name}_{container}.json"
+    for root in node_roots:
+        path = root / "agent" / "containers" / filename
+        if path.exists():
+            return ContainerView.from_file(path)
+    raise ClusterError(
+        f"no container view for {namespace}/{name} container {container!r} on any node "
+        f"(looked for {filename} under each node's agent/containers); is the pod Running?"
+    )
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
