@@ -86,11 +86,16 @@ def check_gpu_instance(gpu: Gpu, model: Model, profile: GiProfile, start: int) -
             f"GPU {gpu.index} already has {same} {profile.name} instance(s), the most it can hold",
             c.ERROR_INSUFFICIENT_RESOURCES,
         )
-    if _used_memory(gpu) & set(range(start, start + profile.memory_slices)):
-        raise MigError(
-            f"{profile.name} at {start} overlaps an existing GPU instance on GPU {gpu.index}",
-            c.ERROR_INSUFFICIENT_RESOURCES,
-        )
+    span = set(range(start, start + profile.memory_slices))
+    for gi in gpu.gpu_instances:
+        if span & set(range(gi.start, gi.start + gi.size)):
+            other = gi_profile_by_id(model, gi.profile_id)
+            raise MigError(
+                f"{profile.name} at {start} overlaps GPU instance {gi.id} "
+                f"({other.name if other else gi.profile_id} at slices {gi.start}-{gi.start + gi.size - 1}) "
+                f"on GPU {gpu.index}; destroy it or choose another placement",
+                c.ERROR_INSUFFICIENT_RESOURCES,
+            )
     if _used_compute(gpu, model) + profile.slices > COMPUTE_SLICES:
         raise MigError(
             f"GPU {gpu.index} has not enough free compute slices for {profile.name}",

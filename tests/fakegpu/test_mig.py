@@ -404,7 +404,10 @@ def test_machine_api_mig(h100: fakegpu.FakeMachine) -> None:
     h100.set_mig_mode(1, True)
     assert h100.create_gpu_instance(1, "3g.40gb", 4) == 2
     assert h100.create_gpu_instance("1", 14) == 4  # highest free 2g start left of the 3g is 2
-    with pytest.raises(fakegpu.MigError, match="overlaps"):
+    with pytest.raises(
+        fakegpu.MigError,
+        match=r"4g.40gb at 0 overlaps GPU instance 4 \(2g.20gb at slices 2-3\) on GPU 1; destroy it or",
+    ):
         h100.create_gpu_instance(1, "4g.40gb", 0)
     with pytest.raises(fakegpu.MigError, match="no MIG profile"):
         h100.create_gpu_instance(1, "5g.50gb")
