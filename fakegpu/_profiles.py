@@ -183,6 +183,12 @@ def parse_profile(data: Any, source: str = "<profile>") -> Profile:
         needs_reset = _bool(g.get("needs_reset", False), source, f"{where}.needs_reset")
         if (mig or "mig_instances" in g) and not model.mig_capable:
             raise _fail(source, f"{where}.mig", f"model {model_key} has no MIG; MIG models: {_mig_models()}")
+        if needs_reset and not model.mig_capable:
+            raise _fail(
+                source,
+                f"{where}.needs_reset",
+                f"model {model_key} has no MIG mode to reset; MIG models: {_mig_models()}",
+            )
         raw_instances = g.get("mig_instances", [])
         if raw_instances and not mig:
             raise _fail(source, f"{where}.mig_instances", "needs `mig: true`")

@@ -56,6 +56,8 @@ GOOD: dict[str, Any] = {"name": "x", "gpus": [{"model": "h100-80gb", "count": 2}
         ({"gpus": [{"model": "h300"}]}, r"gpus\[0\]\.model: 'h300' is not a known model; allowed: \['a100"),
         ({"gpus": [{"model": "l4", "count": 0}]}, r"gpus\[0\]\.count: 0 is not an integer >= 1"),
         ({"gpus": [{"model": "l4", "mig": True}]}, r"gpus\[0\]\.mig: model l4 has no MIG; MIG models: \["),
+        ({"gpus": [{"model": "t4", "needs_reset": True}]}, r"\.needs_reset: model t4 has no MIG mode"),
+        ({"gpus": [{"model": "a100-40gb", "needs_reset": "yes"}]}, r"\.needs_reset: 'yes' is not true"),
         ({"gpus": [{"model": "l4", "colour": "red"}]}, r"gpus\[0\]: unknown key\(s\) \['colour'\]; allowed:"),
         ({"gpus": []}, r"gpus: a non-empty list"),
         ({"name": ""}, r"name: a non-empty string is required"),
