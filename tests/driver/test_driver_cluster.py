@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 import pytest
+import yaml
 
 from clusters.local.binaries import Binaries
 from clusters.local.controlplane import ControlPlane
@@ -29,6 +30,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 DRIVER = "gpu.dra-conformance.io"
 NODE = "drv-node"
+CHART_TEMPLATES = (
+    Path(__file__).resolve().parents[2] / "driver" / "deploy" / "helm" / "dra-gpu-driver" / "templates"
+)
 
 
 @pytest.fixture(scope="module")
@@ -79,45 +83,63 @@ def _device(api: Any, name: str) -> dict[str, Any]:
     return found
 
 
-def test_driver_publishes_prepares_from_the_api_and_cleans_up(control_plane: ControlPlane, api: Any) -> None:
-    from kubernetes import client
+ENV = {k: v for k, v in os.environ.items() if not k.startswith(("DRA_GPU_", "FAKEGPU_"))}
 
-    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="drv"))
+
+def _start_driver(root: Path, kubeconfig: Path) -> subprocess.Popen[bytes]:
     args = [
         sys.executable, "-m", "driver", "--node-name", NODE, "--backend", "fake", "--fake-profile", "l4x4",
-        "--fake-state-dir", str(root / "fake"), "--kubeconfig", str(control_plane.kubeconfig),
+        "--fake-state-dir", str(root / "fake"), "--kubeconfig", str(kubeconfig),
         "--registry-dir", str(root / "reg"), "--plugin-dir", str(root / "plugin"),
-        "--cdi-dir", str(root / "cdi"),
+        "--cdi-dir", str(root / "cdi"), "--log-format", "json",
     ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRA_GPU_", "FAKEGPU_"))}
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(args, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _allocated_claim(api: Any, name: str, device: str, config: list[dict[str, Any]]) -> dict[str, Any]:
+    """A ResourceClaim with the allocation the scheduler would have written."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api)
+    claim: dict[str, Any] = custom.create_namespaced_custom_object(
+        "resource.k8s.io", "v1", "default", "resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+            "spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "gpu.dra-conformance.io"}}]}},
+        },
+    )  # fmt: skip
+    claim["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device}],
+                "config": config,
+            }
+        }
+    }
+    custom.replace_namespaced_custom_object_status(
+        "resource.k8s.io", "v1", "default", "resourceclaims", name, claim
+    )
+    return claim
+
+
+def test_driver_publishes_prepares_from_the_api_and_cleans_up(control_plane: ControlPlane, api: Any) -> None:
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="drv"))
+    env = ENV
+    proc = _start_driver(root, control_plane.kubeconfig)
     try:
         slices = _until("the node's ResourceSlices", lambda: _slices(api))
         devices = {d["name"] for s in slices for d in s["spec"].get("devices", [])}
         assert devices == {"gpu-0", "gpu-1", "gpu-2", "gpu-3"}
         assert {s["spec"]["pool"]["name"] for s in slices} == {NODE}
 
-        custom = client.CustomObjectsApi(api)
-        claim = custom.create_namespaced_custom_object(
-            "resource.k8s.io", "v1", "default", "resourceclaims",
-            {
-                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "one"},
-                "spec": {"devices": {"requests": [
-                    {"name": "gpu", "exactly": {"deviceClassName": "gpu.dra-conformance.io"}}]}},
-            },
-        )  # fmt: skip
-        claim["status"] = {
-            "allocation": {
-                "devices": {
-                    "results": [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-1"}],
-                    "config": [{"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": {
-                        "apiVersion": "gpu.dra-conformance.io/v1", "kind": "GpuConfig",
-                        "sharing": {"strategy": "TimeSlicing"}}}}],
-                }
-            }
-        }  # fmt: skip
-        custom.replace_namespaced_custom_object_status(
-            "resource.k8s.io", "v1", "default", "resourceclaims", "one", claim
+        ts = {
+            "apiVersion": "gpu.dra-conformance.io/v1",
+            "kind": "GpuConfig",
+            "sharing": {"strategy": "TimeSlicing"},
+        }
+        claim = _allocated_claim(
+            api, "one", "gpu-1", [{"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": ts}}]
         )
         uid = claim["metadata"]["uid"]
         with grpc.insecure_channel(f"unix://{root / 'plugin' / 'dra.sock'}") as channel:
@@ -156,6 +178,77 @@ def test_driver_publishes_prepares_from_the_api_and_cleans_up(control_plane: Con
         _, stderr = proc.communicate(timeout=30)
         assert proc.returncode == 0, stderr.decode()[-3000:]
         assert _slices(api) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _token_kubeconfig(api: Any, admin: Path, path: Path, namespace: str, account: str) -> Path:
+    """A kubeconfig for the API server of ``admin`` that authenticates as a service account."""
+    from kubernetes import client
+
+    token = (
+        client.CoreV1Api(api)
+        .create_namespaced_service_account_token(
+            account,
+            namespace,
+            client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
+        )
+        .status.token
+    )
+    config = yaml.safe_load(admin.read_text())
+    config["users"] = [{"name": account, "user": {"token": token}}]
+    for context in config["contexts"]:
+        context["context"]["user"] = account
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_driver_works_with_only_the_helm_charts_rbac(control_plane: ControlPlane, api: Any) -> None:
+    """The chart's ClusterRole is all the driver needs: publish, watch, prepare, clean up."""
+    from kubernetes import client
+
+    text = (CHART_TEMPLATES / "rbac.yaml").read_text().split("---")[0]
+    rules = yaml.safe_load(text[text.index("rules:") :])["rules"]
+    rbac = client.RbacAuthorizationV1Api(api)
+    rbac.create_cluster_role({"metadata": {"name": "drv-rbac-test"}, "rules": rules})
+    client.CoreV1Api(api).create_namespaced_service_account("default", {"metadata": {"name": "drv-rbac"}})
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": "drv-rbac-test"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "drv-rbac-test",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "drv-rbac", "namespace": "default"}],
+        }
+    )
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="drv"))
+    kubeconfig = _token_kubeconfig(api, control_plane.kubeconfig, root / "kubeconfig", "default", "drv-rbac")
+    proc = _start_driver(root, kubeconfig)
+    try:
+        _until("the node's ResourceSlices", lambda: _slices(api))
+        client.ResourceV1Api(api).delete_resource_slice(_slices(api)[0]["metadata"]["name"])
+        _until(
+            "the slice back (watch)",
+            lambda: len(_slices(api)) == 1 and _slices(api)[0]["spec"]["pool"]["generation"] > 1,
+        )
+        claim = _allocated_claim(api, "rbac", "gpu-0", [])
+        uid = claim["metadata"]["uid"]
+        with grpc.insecure_channel(f"unix://{root / 'plugin' / 'dra.sock'}") as channel:
+            ref = dra_v1_pb2.Claim(namespace="default", uid=uid, name="rbac")
+            answer = dra_v1_pb2_grpc.DRAPluginStub(channel).NodePrepareResources(
+                dra_v1_pb2.NodePrepareResourcesRequest(claims=[ref]), timeout=45
+            )
+        assert answer.claims[uid].error == ""
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == 0, stderr.decode()[-3000:]
+        assert _slices(api) == []
+        assert b"403" not in stderr and b"Forbidden" not in stderr, stderr.decode()[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
