@@ -1,4 +1,4 @@
-"""Property tests: no sequence of MIG create/destroy calls can overlap or overfill a GPU."""
+"""Property tests: no sequence of MIG mode, create, destroy and reset calls can overlap or overfill a GPU."""
 
 from __future__ import annotations
 
@@ -20,12 +20,19 @@ op = st.one_of(
     st.tuples(st.just("destroy"), st.integers(0, 6), st.none()),
     st.tuples(st.just("ci"), st.integers(0, 6), st.integers(0, 4)),
     st.tuples(st.just("destroy_ci"), st.integers(0, 6), st.none()),
+    st.tuples(st.just("mode"), st.integers(0, 1), st.none()),
+    st.tuples(st.just("reset"), st.integers(0, 0), st.none()),
 )
 
 
 def _check_invariants(machine: fakegpu.FakeMachine, h: object) -> None:
     gpu = machine.state.gpus[0]
     model = MODELS[gpu.model]
+    if gpu.mig_current == 0:
+        assert not gpu.gpu_instances, "GPU instances on a GPU with MIG off"
+        assert pynvml.nvmlDeviceGetMaxMigDeviceCount(h) == 0
+        return
+    assert pynvml.nvmlDeviceGetMaxMigDeviceCount(h) == 7
     mem: set[int] = set()
     compute = 0
     ids = set()
@@ -91,6 +98,18 @@ def test_mig_sequences_never_overlap_or_overfill(ops: list[Op], profile: str) ->
                     cis.append(pynvml.nvmlGpuInstanceCreateComputeInstance(gis[a % len(gis)], b))
                 elif kind == "destroy_ci" and cis:
                     pynvml.nvmlComputeInstanceDestroy(cis.pop(a % len(cis)))
+                elif kind == "mode":
+                    status = pynvml.nvmlDeviceSetMigMode(h, a)
+                    current, pending = pynvml.nvmlDeviceGetMigMode(h)
+                    assert pending == a
+                    if status == pynvml.NVML_SUCCESS:
+                        assert current == a
+                    else:  # GPU instances keep the change pending until a reset
+                        assert status == pynvml.NVML_ERROR_IN_USE and current != a
+                elif kind == "reset":
+                    machine.reset(0)  # instances go: the handles kept here are stale now
+                    gis.clear()
+                    cis.clear()
             except pynvml.NVMLError as e:
                 assert isinstance(
                     e,
