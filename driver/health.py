@@ -36,7 +36,7 @@ import pynvml
 
 from driver.devices import DeviceInfo, Inventory, nvml
 from driver.healthstream import HEALTHY, UNHEALTHY, DeviceHealth, Subscribers
-from driver.settings import Settings
+from driver.settings import DEFAULT_IGNORED_XIDS, Settings
 
 __all__ = [
     "DEFAULT_IGNORED_XIDS",
@@ -48,9 +48,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
-"""XIDs that applications cause (bad memory access, faults in user code): not the GPU's fault."""
 
 NO_SCHEDULE = "NoSchedule"
 NO_EXECUTE = "NoExecute"

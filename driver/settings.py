@@ -15,6 +15,7 @@ from pathlib import Path
 
 from driver.breakage import RULES, parse_rules
 from driver.errors import SettingsError
+from driver.inventory import DEVICE_KINDS
 
 __all__ = [
     "DEFAULT_DRIVER_NAME",
@@ -30,7 +31,6 @@ __all__ = [
 ]
 
 DEFAULT_DRIVER_NAME = "gpu.dra-conformance.io"
-DEVICE_KINDS = ("gpu", "mig", "partitionable-mig")
 DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 """XIDs caused by applications, not by the GPU: they do not make a device unhealthy."""
 
