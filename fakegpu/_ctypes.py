@@ -10,6 +10,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+from . import _codes as c
+
 _Pointer: Any = ctypes._Pointer
 _c_void_p_at = ctypes.c_void_p.from_address
 _addressof = ctypes.addressof
@@ -41,7 +43,7 @@ def target(arg: Any) -> Any:
     if isinstance(arg, _Pointer):
         return arg.contents
     if arg is None:
-        raise Status(2)  # INVALID_ARGUMENT: a NULL output pointer
+        raise Status(c.ERROR_INVALID_ARGUMENT)  # a NULL output pointer
     return arg
 
 
@@ -83,7 +85,7 @@ def put_str(buf: Any, length: Any, text: str) -> None:
     """Copy ``text`` into a char buffer of ``length`` bytes; INSUFFICIENT_SIZE when it won't fit."""
     data = text.encode()
     if len(data) + 1 > num(length):
-        raise Status(7)
+        raise Status(c.ERROR_INSUFFICIENT_SIZE)
     target(buf).value = data
 
 
@@ -114,7 +116,7 @@ def element(arr: Any, i: int) -> Any:
     if isinstance(arr, ctypes.Array | _Pointer):
         return arr[i]
     if i != 0:
-        raise Status(7)
+        raise Status(c.ERROR_INSUFFICIENT_SIZE)
     return arr
 
 
@@ -123,7 +125,7 @@ def handle_array_store(arr: Any, i: int, value: int) -> None:
     if isinstance(arr, _Pointer):
         base = _c_void_p_at(_addressof(arr)).value
         if not base:
-            raise Status(2)
+            raise Status(c.ERROR_INVALID_ARGUMENT)
     else:
         base = _addressof(arr)
     _c_void_p_at(base + i * ctypes.sizeof(ctypes.c_void_p)).value = value

@@ -8,9 +8,9 @@ from typing import Any
 from . import _codes as c
 from . import _mig
 from ._ctypes import Status, handle_out, num, put, put_str, target, text_in
-from ._models import MODELS
+from ._models import MIB, MODELS
 from ._profiles import mig_uuid
-from ._symbase import MIB, Resolved, SymbolBase
+from ._symbase import Resolved, SymbolBase
 
 _BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.([0-7]))?$")
 

@@ -11,8 +11,6 @@ from ._machine import FakeMachine
 from ._models import MODELS, GiProfile, Model, gi_profile_by_id
 from ._state import ComputeInstance, Gpu, GpuInstance, MachineState
 
-MIB = 1 << 20
-
 
 class Resolved:
     """A device handle resolved: the physical GPU and, for a MIG device, its GI and CI."""
