@@ -165,6 +165,15 @@ def test_disabling_mig_with_instances_stays_pending_in_use(h100: fakegpu.FakeMac
         pynvml.nvmlDeviceCreateGpuInstance(h, 9)
 
 
+def test_retrying_set_mig_mode_once_idle_takes_effect(h100: fakegpu.FakeMachine) -> None:
+    h = _enable()
+    gi = pynvml.nvmlDeviceCreateGpuInstance(h, 0)
+    assert pynvml.nvmlDeviceSetMigMode(h, 0) == pynvml.NVML_ERROR_IN_USE
+    pynvml.nvmlGpuInstanceDestroy(gi)  # "idle the device and retry" (nvml.h)
+    assert pynvml.nvmlDeviceSetMigMode(h, 0) == pynvml.NVML_SUCCESS
+    assert pynvml.nvmlDeviceGetMigMode(h) == [0, 0]
+
+
 def test_set_mig_mode_rejects_other_modes(h100: fakegpu.FakeMachine) -> None:
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
         pynvml.nvmlDeviceSetMigMode(_gpu(), 2)
