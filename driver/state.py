@@ -157,8 +157,13 @@ class DeviceState:
                 continue
             if rebooted or not self.specs.exists(record.uid):
                 log.info("restoring CDI spec of a prepared claim", extra={**ctx, "rebooted": rebooted})
+                if rebooted:
+                    # MIG instances do not survive a reboot; without a UUID a later prepare
+                    # makes the partition again should this attempt fail.
+                    for device in record.devices:
+                        device.partition_uuid = None
                 try:
-                    self._materialize(record, recreate_partitions=rebooted)
+                    self._materialize(record, recreate_partitions=False)
                 except (DriverError, OSError) as e:
                     log.error("cannot restore a prepared claim", extra={**ctx, "error": str(e)})
         known = set(self._checkpoint.claims)
@@ -182,6 +187,8 @@ class DeviceState:
                         self._materialize(record, recreate_partitions=False)
                     except (DriverError, OSError) as e:
                         raise PrepareError(f"claim {ref}: cannot rewrite its CDI spec: {e}") from e
+                    with self._lock:
+                        self.store.save(self._checkpoint)  # a partition made again has a new UUID
                 return list(record.devices)
             if record is not None:  # a failed attempt of this process left it: start over
                 self._undo(record)

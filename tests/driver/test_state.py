@@ -263,6 +263,27 @@ def test_reboot_rewrites_lost_cdi_specs(node: Node) -> None:
     assert CheckpointStore(node.settings.checkpoint_path).load().boot_id == "boot-2"
 
 
+def test_partition_that_failed_to_come_back_after_a_reboot_is_made_on_the_next_prepare(node: Node) -> None:
+    claim = node.put(make_claim("c", [result("m", "gpu-4-part-3g71gb-0")]))
+    node.state().prepare(ref(claim))
+    old_uuid = node.partitioner.live["gpu-4-part-3g71gb-0"]
+    for path in node.settings.kubelet.cdi_dir.iterdir():
+        path.unlink()
+    node.partitioner.live.clear()
+    node.boot_id = "boot-2"
+    node.partitioner.fail = "GPU busy"
+    state = node.state()
+    state.restore()  # logs the failure; the kubelet's next prepare tries again
+    node.partitioner.fail = None
+    (device,) = state.prepare(ref(claim))
+    new_uuid = node.partitioner.live["gpu-4-part-3g71gb-0"]
+    assert new_uuid != old_uuid
+    assert device.uuid == new_uuid
+    assert env_of(node, claim)["GPU_DEVICE_GPU_4_PART_3G71GB_0"] == new_uuid
+    (saved,) = CheckpointStore(node.settings.checkpoint_path).load().claims[claim["metadata"]["uid"]].devices
+    assert saved.partition_uuid == new_uuid
+
+
 def test_prepare_rewrites_a_spec_deleted_behind_its_back(node: Node) -> None:
     state = node.state()
     claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
