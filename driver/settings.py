@@ -138,7 +138,7 @@ def _bool(value: str, name: str) -> bool:
     lowered = value.strip().lower()
     if lowered in {"1", "true", "yes", "on"}:
         return True
-    if lowered in {"0", "false", "no", "off", ""}:
+    if lowered in {"0", "false", "no", "off"}:
         return False
     raise SettingsError(f"{name}={value!r} is not a boolean; use true or false")
 
@@ -261,7 +261,8 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
 
     health = args.health
     if health is None:
-        health = _bool(env.get(_env_name("--health"), "true"), _env_name("--health"))
+        # an empty env var counts as unset, as for every other flag
+        health = _bool(env.get(_env_name("--health")) or "true", _env_name("--health"))
     xids_text = pick("--ignored-xids")
     if xids_text is None:
         ignored = DEFAULT_IGNORED_XIDS
@@ -277,7 +278,7 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
     keep_slices = (
         True
         if args.keep_slices
-        else _bool(env.get(_env_name("--keep-slices"), ""), _env_name("--keep-slices"))
+        else _bool(env.get(_env_name("--keep-slices")) or "false", _env_name("--keep-slices"))
     )
     if args.testing_break_rule is not None:
         rules = parse_rules(args.testing_break_rule)

@@ -55,6 +55,19 @@ def test_env_vars_and_fallbacks() -> None:
     assert s.breaks("no-health") and s.breaks("ignore-config") and not s.breaks("oversized-slice")
 
 
+def test_empty_env_vars_count_as_unset() -> None:
+    names = [
+        "DRA_GPU_HEALTH",
+        "DRA_GPU_KEEP_SLICES",
+        "DRA_GPU_BACKEND",
+        "DRA_GPU_IGNORED_XIDS",
+        "DRA_GPU_LOG_FORMAT",
+    ]
+    s = from_args(["--node-name", "n"], dict.fromkeys(names, ""))
+    assert s.health.enabled and not s.keep_slices and s.backend.kind == "nvml"
+    assert s.health.ignored_xids == DEFAULT_IGNORED_XIDS and s.log_format == "text"
+
+
 def test_flags_win_over_env() -> None:
     env = {"DRA_GPU_NODE_NAME": "env", "NODE_NAME": "other", "DRA_GPU_HEALTH": "false",
            "DRA_GPU_TESTING_BREAK_RULES": "no-health"}  # fmt: skip
