@@ -97,11 +97,14 @@ def run(settings: Settings, stop: threading.Event) -> int:
     if settings.backend.kind == "fake":
         import fakegpu
 
-        fakegpu.install(
-            settings.backend.fake_profile,
-            state_dir=settings.backend.fake_state_dir,
-            node_name=settings.node_name,
-        )
+        try:
+            fakegpu.install(
+                settings.backend.fake_profile,
+                state_dir=settings.backend.fake_state_dir,
+                node_name=settings.node_name,
+            )
+        except fakegpu.FakeGpuError as e:
+            raise SettingsError(f"--backend fake: {e}") from e
     inventory = devices.discover(settings.backend.device_kinds)
     state = DeviceState(settings, inventory, ApiClaimSource(api))
     state.restore()

@@ -155,13 +155,17 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
 
-    def add(flag: str, help_text: str, **kwargs: object) -> None:
-        parser.add_argument(flag, help=f"{help_text} (env {_env_name(flag)})", **kwargs)  # type: ignore[arg-type]
+    def add(flag: str, help_text: str, *, fallback: str = "", **kwargs: object) -> None:
+        envs = _env_name(flag) + (f", else {fallback}" if fallback else "")
+        parser.add_argument(flag, help=f"{help_text} (env {envs})", **kwargs)  # type: ignore[arg-type]
 
     add("--driver-name", f"DRA driver name (default {DEFAULT_DRIVER_NAME})", metavar="NAME")
-    add("--node-name", "the node this driver serves; required (default: env NODE_NAME)", metavar="NAME")
+    add("--node-name", "the node this driver serves; required", fallback="NODE_NAME", metavar="NAME")
     add(
-        "--kubeconfig", "kubeconfig for API access (default: env KUBECONFIG, else in-cluster)", metavar="PATH"
+        "--kubeconfig",
+        "kubeconfig for API access (default: the in-cluster config)",
+        fallback="KUBECONFIG",
+        metavar="PATH",
     )
     add(
         "--registry-dir",
@@ -180,10 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
         "GPU backend: nvml (real pynvml) or fake (fakegpu) (default nvml)",
         choices=["nvml", "fake"],
     )
-    add("--fake-profile", "fakegpu machine profile for --backend fake, e.g. dgx-h100", metavar="NAME")
+    add(
+        "--fake-profile",
+        "fakegpu machine profile for --backend fake, e.g. dgx-h100, l4x4 (default: fakegpu's, dgx-h100)",
+        fallback="FAKEGPU_PROFILE",
+        metavar="NAME",
+    )
     add(
         "--fake-state-dir",
-        "fakegpu state dir for --backend fake (shared with fault injection)",
+        "fakegpu state dir for --backend fake: a machine already there is attached to, and "
+        "'fakegpu --state-dir DIR inject ...' reaches it (default: a machine in memory)",
+        fallback="FAKEGPU_STATE_DIR",
         metavar="DIR",
     )
     add(
@@ -257,7 +268,7 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
         raise SettingsError(
             f"--device-kinds {sorted(kinds)}: unknown {unknown}; choose from {list(DEVICE_KINDS)}"
         )
-    fake_state_dir = pick("--fake-state-dir")
+    fake_state_dir = pick("--fake-state-dir", None, "FAKEGPU_STATE_DIR")
 
     health = args.health
     if health is None:
@@ -296,7 +307,7 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
         ),
         backend=BackendSettings(
             kind=backend,
-            fake_profile=pick("--fake-profile"),
+            fake_profile=pick("--fake-profile", None, "FAKEGPU_PROFILE"),
             fake_state_dir=Path(fake_state_dir) if fake_state_dir else None,
             device_kinds=kinds,
             node_name=node_name,

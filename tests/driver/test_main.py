@@ -99,6 +99,14 @@ def test_bad_flags_exit_2() -> None:
     assert b"tpu" in result.stderr
 
 
+def test_unknown_fake_profile_is_a_clear_error_not_a_crash(root: Path) -> None:
+    proc = _start(root, "--fake-profile", "no-such-machine")
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert b"no-such-machine" in stderr and b"driver failed" in stderr
+    assert b"Traceback" not in stderr
+
+
 def test_device_classes_subcommand() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "driver", "device-classes", "--driver-name", "x.example.com"],

@@ -68,6 +68,14 @@ def test_empty_env_vars_count_as_unset() -> None:
     assert s.health.ignored_xids == DEFAULT_IGNORED_XIDS and s.log_format == "text"
 
 
+def test_fake_machine_falls_back_to_fakegpus_env_vars() -> None:
+    env = {"FAKEGPU_PROFILE": "l4x4", "FAKEGPU_STATE_DIR": "/fg"}
+    s = from_args(["--node-name", "n", "--backend", "fake"], env)
+    assert s.backend.fake_profile == "l4x4" and s.backend.fake_state_dir == Path("/fg")
+    s = from_args(["--node-name", "n", "--fake-profile", "t4"], {**env, "DRA_GPU_FAKE_STATE_DIR": "/d"})
+    assert s.backend.fake_profile == "t4" and s.backend.fake_state_dir == Path("/d")
+
+
 def test_flags_win_over_env() -> None:
     env = {"DRA_GPU_NODE_NAME": "env", "NODE_NAME": "other", "DRA_GPU_HEALTH": "false",
            "DRA_GPU_TESTING_BREAK_RULES": "no-health"}  # fmt: skip
