@@ -1,7 +1,7 @@
 """The node agent against a real control plane: the real scheduler allocates, the agent prepares.
 
 The DRA plugin is the test's fake (real gRPC and registration); the ResourceSlice is published by
-the test. Needs the 1.37 control-plane binaries in the cache (marker ``cluster``).
+the test. Uses the session's control-plane binaries (``local_binaries``; marker ``cluster``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from agent_fakes import FakePlugin
 import draproto
 from clusters.local.agent.agent import Agent
 from clusters.local.agent.kube import RestKube
-from clusters.local.agent.settings import Settings
+from clusters.local.agent.settings import Settings, parse_version
+from clusters.local.binaries import Binaries
 
 pytestmark = [
     pytest.mark.cluster,
@@ -33,17 +34,6 @@ pytestmark = [
 NODE = "agent-e2e-0"
 DRIVER = "gpu.example.com"
 NS = "agent-e2e"
-VERSION = "1.37.2"
-
-
-def _binaries() -> Any:
-    from clusters.local.binaries import Binaries, read_stamp
-    from clusters.local.settings import BinariesSettings
-
-    cache = BinariesSettings(k8s_version=VERSION).cache_dir
-    if read_stamp(cache) is None:
-        pytest.skip(f"no Kubernetes {VERSION} binaries in {cache} (run `dra-conformance cluster up` once)")
-    return Binaries(cache, VERSION, "cache")
 
 
 def _until(cond: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
@@ -86,19 +76,27 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world() -> Iterator[World]:
+def world(local_binaries: Binaries) -> Iterator[World]:
     from clusters.local.controlplane import ControlPlane
 
-    binaries = _binaries()
+    binaries = local_binaries
     base = Path(tempfile.mkdtemp(dir="/tmp", prefix="agt"))
     cp = ControlPlane(binaries, base / "cp")
     cp.start()
     root = base / "n0"
     kube = RestKube(str(cp.kubeconfig))
-    settings = Settings(node_name=NODE, root=root, resync_seconds=1.0, slice_grace_seconds=2.0)
+    settings = Settings(
+        node_name=NODE,
+        root=root,
+        k8s_version=parse_version(binaries.version),
+        resync_seconds=1.0,
+        slice_grace_seconds=2.0,
+    )
     agent = Agent(settings, kube)
     plugin = FakePlugin(
-        root, versions=(draproto.DRA_V1, draproto.HEALTH_V1), health_versions=(draproto.HEALTH_V1,)
+        root,
+        versions=(draproto.DRA_V1, draproto.HEALTH_V1),
+        health_versions=(draproto.HEALTH_V1, draproto.HEALTH_V1ALPHA1),  # 1.36 opens v1alpha1 anyway
     )
     w = World(kube, agent, plugin, root)
     try:
