@@ -75,7 +75,10 @@ def _api_client(settings: Settings) -> Any:
 
     config: Any = kube_config  # untyped module
     if settings.kubeconfig is not None:
-        return config.new_client_from_config(config_file=str(settings.kubeconfig))
+        try:
+            return config.new_client_from_config(config_file=str(settings.kubeconfig))
+        except (config.ConfigException, OSError) as e:
+            raise SettingsError(f"--kubeconfig {settings.kubeconfig}: {e}") from e
     configuration = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)

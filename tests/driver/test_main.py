@@ -99,11 +99,14 @@ def test_bad_flags_exit_2() -> None:
     assert b"tpu" in result.stderr
 
 
-def test_unknown_fake_profile_is_a_clear_error_not_a_crash(root: Path) -> None:
-    proc = _start(root, "--fake-profile", "no-such-machine")
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--fake-profile", "no-such-machine"), ("--kubeconfig", "/no/such/kubeconfig")]
+)
+def test_a_bad_setting_is_a_clear_error_not_a_crash(root: Path, flag: str, value: str) -> None:
+    proc = _start(root, flag, value)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 1
-    assert b"no-such-machine" in stderr and b"driver failed" in stderr
+    assert value.encode() in stderr and b"driver failed" in stderr
     assert b"Traceback" not in stderr
 
 
