@@ -17,6 +17,7 @@ building the same version twice: the second waits and then finds the cache fille
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import logging
 import os
@@ -273,13 +274,16 @@ def _open(url: str, settings: BinariesSettings) -> Any:
         return urllib.request.urlopen(url, timeout=settings.download_timeout)
     except urllib.error.HTTPError as e:
         raise BinariesError(f"GET {url}: HTTP {e.code} {e.reason}") from e
-    except (urllib.error.URLError, OSError) as e:
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
         raise BinariesError(f"GET {url}: {getattr(e, 'reason', e)}") from e
 
 
 def _fetch_text(url: str, settings: BinariesSettings) -> str:
     with _open(url, settings) as resp:
-        return str(resp.read(1 << 20).decode("utf-8", "replace"))
+        try:
+            return str(resp.read(1 << 20).decode("utf-8", "replace"))
+        except (OSError, http.client.HTTPException) as e:
+            raise BinariesError(f"GET {url}: {e!r}") from e
 
 
 def _download(url: str, target: Path, sha256: str, settings: BinariesSettings, progress: Progress) -> None:
@@ -292,8 +296,8 @@ def _download(url: str, target: Path, sha256: str, settings: BinariesSettings, p
         while True:
             try:
                 chunk = resp.read(1 << 20)
-            except OSError as e:
-                raise BinariesError(f"GET {url}: {e} after {done} bytes") from e
+            except (OSError, http.client.HTTPException) as e:
+                raise BinariesError(f"GET {url}: {e!r} after {done} bytes") from e
             if not chunk:
                 break
             digest.update(chunk)
@@ -303,6 +307,12 @@ def _download(url: str, target: Path, sha256: str, settings: BinariesSettings, p
                 share = f" ({100 * done / total:.0f}%)" if total else ""
                 progress(f"  {target.name}: {done / 1e6:.0f} MB{share}")
                 last_note = time.monotonic()
+    if total and done != total:
+        target.unlink(missing_ok=True)
+        raise BinariesError(
+            f"GET {url}: the connection ended after {done} bytes of {total}; the file was discarded "
+            "(try again)"
+        )
     if digest.hexdigest() != sha256:
         target.unlink(missing_ok=True)
         raise ChecksumMismatch(

@@ -36,6 +36,8 @@ class Mirror:
     root: Path
     url: str
     requests: list[str]
+    truncated: set[str] = dataclasses.field(default_factory=set)
+    """Paths answered with a Content-Length the server never delivers (a dropped connection)."""
 
 
 @pytest.fixture
@@ -63,6 +65,7 @@ def mirror(tmp_path: Path) -> Iterator[Mirror]:
         f"{'0' * 64}  etcd-v{ETCD}-darwin-arm64.zip\n{_sha(tarball)}  etcd-v{ETCD}-linux-amd64.tar.gz\n"
     )
     seen: list[str] = []
+    truncated: set[str] = set()
 
     class Handler(http.server.SimpleHTTPRequestHandler):
         def __init__(self, *args: object, **kwargs: object) -> None:
@@ -70,6 +73,13 @@ def mirror(tmp_path: Path) -> Iterator[Mirror]:
 
         def do_GET(self) -> None:
             seen.append(self.path)
+            if self.path in truncated:
+                self.send_response(200)
+                self.send_header("Content-Length", "100000")
+                self.end_headers()
+                self.wfile.write(b"#!/bin/sh\n")
+                self.close_connection = True
+                return
             super().do_GET()
 
         def log_message(self, format: str, *args: object) -> None:
@@ -79,7 +89,7 @@ def mirror(tmp_path: Path) -> Iterator[Mirror]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield Mirror(root, f"http://127.0.0.1:{server.server_address[1]}", seen)
+        yield Mirror(root, f"http://127.0.0.1:{server.server_address[1]}", seen, truncated)
     finally:
         server.shutdown()
         server.server_close()
@@ -101,8 +111,10 @@ def _settings(tmp_path: Path, mirror: Mirror) -> BinariesSettings:
 
 def test_download_verifies_and_fills_the_cache(tmp_path: Path, mirror: Mirror) -> None:
     settings = _settings(tmp_path, mirror)
-    found = binaries.resolve(settings, progress=lambda _m: None)
+    notes: list[str] = []
+    found = binaries.resolve(settings, progress=notes.append)
     assert found.source == "download"
+    assert any(n.startswith("downloading ") and "/kube-apiserver" in n for n in notes), notes
     assert found.directory == settings.cache_dir
     for name in binaries.COMPONENTS:
         assert found.path(name).read_bytes() == _script(name)
@@ -126,6 +138,17 @@ def test_wrong_checksum_is_refused_and_nothing_stays(tmp_path: Path, mirror: Mir
         target.write_text(_sha(b"something else"))
     settings = _settings(tmp_path, mirror)
     with pytest.raises(BinariesError, match="does not match the published"):
+        binaries.resolve(settings, progress=lambda _m: None)
+    left = sorted(p.name for p in settings.cache_root.iterdir())
+    assert left == [f".{VERSION}.lock"], f"cache holds leftovers: {left}"
+
+
+def test_a_dropped_download_is_refused_and_nothing_stays(tmp_path: Path, mirror: Mirror) -> None:
+    mirror.truncated.add(f"/k8s/v{VERSION}/bin/linux/amd64/kube-controller-manager")
+    settings = _settings(tmp_path, mirror)
+    with pytest.raises(
+        BinariesError, match=r"kube-controller-manager: the connection ended after 10 bytes of 100000"
+    ):
         binaries.resolve(settings, progress=lambda _m: None)
     left = sorted(p.name for p in settings.cache_root.iterdir())
     assert left == [f".{VERSION}.lock"], f"cache holds leftovers: {left}"
@@ -229,7 +252,8 @@ elif args[0] == "build":
 """
 
 
-def test_go_build_fills_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _fake_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Put a fake ``go`` first on PATH; returns the file where it logs its command lines."""
     import sys
 
     bindir = tmp_path / "gobin"
@@ -239,6 +263,24 @@ def test_go_build_fills_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     log = tmp_path / "go.log"
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_GO_LOG", str(log))
+    return log
+
+
+def test_a_failed_download_falls_back_to_the_go_build(
+    tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_go(tmp_path, monkeypatch)
+    mirror.truncated.add(f"/k8s/v{VERSION}/bin/linux/amd64/kube-scheduler")
+    settings = dataclasses.replace(_settings(tmp_path, mirror), build=True)
+    notes: list[str] = []
+    found = binaries.resolve(settings, progress=notes.append)
+    assert found.source == "build"
+    assert any("release download failed" in n and "kube-scheduler" in n for n in notes), notes
+    assert found.path("kube-scheduler").read_text() == "#!/bin/sh\necho built\n"
+
+
+def test_go_build_fills_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = _fake_go(tmp_path, monkeypatch)
     settings = BinariesSettings(k8s_version=VERSION, cache_root=tmp_path / "cache", download=False)
     notes: list[str] = []
     found = binaries.resolve(settings, progress=notes.append)
