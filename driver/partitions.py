@@ -36,10 +36,17 @@ _FULL_CI_PROFILE = {
 _MAX_INSTANCES = 16
 
 
-def _partition_parts(info: DeviceInfo) -> tuple[MigProfile, Placement]:
+def _partition_parts(info: DeviceInfo) -> tuple[MigProfile, Placement, dict[str, object]]:
+    """The partition's profile and placement, and its log fields."""
     if info.kind != "partition" or info.profile is None or info.placement is None:
         raise DeviceError(f"device {info.name} is a {info.kind}, not a partition: nothing to create")
-    return info.profile, info.placement
+    ctx: dict[str, object] = {
+        "device": info.name,
+        "gpu": info.parent_uuid,
+        "profile": info.profile.name,
+        "start": info.placement.start,
+    }
+    return info.profile, info.placement, ctx
 
 
 def _find_gpu_instance(handle: Any, profile: MigProfile, placement: Placement) -> Any | None:
@@ -95,8 +102,7 @@ def prepare_partition(info: DeviceInfo) -> str:
     that survived a driver restart) is reused. Raises ``DeviceError`` when NVML
     refuses, e.g. because another instance overlaps the placement.
     """
-    profile, placement = _partition_parts(info)
-    ctx = {"device": info.name, "gpu": info.parent_uuid, "profile": profile.name, "start": placement.start}
+    profile, placement, ctx = _partition_parts(info)
     with MIG_LOCK, nvml():
         try:
             handle = pynvml.nvmlDeviceGetHandleByUUID(info.gpu_uuid)
@@ -144,8 +150,7 @@ def prepare_partition(info: DeviceInfo) -> str:
 
 def unprepare_partition(info: DeviceInfo) -> None:
     """Destroy the partition's compute instances and GPU instance; nothing there is success."""
-    profile, placement = _partition_parts(info)
-    ctx = {"device": info.name, "gpu": info.parent_uuid, "profile": profile.name, "start": placement.start}
+    profile, placement, ctx = _partition_parts(info)
     with MIG_LOCK, nvml():
         try:
             handle = pynvml.nvmlDeviceGetHandleByUUID(info.gpu_uuid)

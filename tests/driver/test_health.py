@@ -7,12 +7,13 @@ fakegpu further down when fakegpu is installed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
 import pytest
+from drvkit import wait_for
 
 import fakegpu
 from driver.devices import DeviceInfo, Inventory, Placement, discover, prepare_partition
@@ -187,15 +188,6 @@ def test_settings_and_the_no_health_switch(enabled: bool, rules: frozenset[str],
 # --- the NVML event loop on fakegpu -------------------------------------------------------------
 
 
-def _until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
-
-
 @contextmanager
 def running(inv: Inventory, **kwargs: Any) -> Iterator[HealthMonitor]:
     mon = HealthMonitor(inv, wait_ms=50, recheck_seconds=0.1, **kwargs)
@@ -214,20 +206,20 @@ def test_event_loop_sees_xids_ecc_and_lost_gpus_and_their_healing() -> None:
             mon.subscribe(lambda: changes.append(time.time()))
             machine.inject_xid(2, 31)  # benign
             machine.inject_xid(1, 62)
-            assert _until(lambda: "gpu-1" in mon.faults())
+            assert wait_for(lambda: "gpu-1" in mon.faults())
             assert mon.faults()["gpu-1"].severity == NO_SCHEDULE
             assert "gpu-2" not in mon.faults()
             machine.mark_lost(3)
-            assert _until(lambda: mon.faults().get("gpu-3") is not None)
+            assert wait_for(lambda: mon.faults().get("gpu-3") is not None)
             assert mon.faults()["gpu-3"].reason == "gpu-lost"
             assert mon.snapshot()["gpu-3"].status == UNHEALTHY
             machine.heal(3)
-            assert _until(lambda: "gpu-3" not in mon.faults())
+            assert wait_for(lambda: "gpu-3" not in mon.faults())
             machine.inject_ecc(4, "double")
-            assert _until(lambda: "gpu-4" in mon.faults())
+            assert wait_for(lambda: "gpu-4" in mon.faults())
             assert mon.faults()["gpu-4"].severity == NO_EXECUTE
             machine.heal(4)
-            assert _until(lambda: "gpu-4" not in mon.faults())
+            assert wait_for(lambda: "gpu-4" not in mon.faults())
             assert mon.snapshot()["gpu-4"].status == HEALTHY
             assert set(mon.faults()) == {"gpu-1"}
             assert len(changes) >= 5
@@ -238,7 +230,7 @@ def test_instance_scoped_xid_on_static_mig_and_on_a_partition() -> None:
         inv = discover(["mig"])
         with running(inv) as mon:
             machine.inject_xid(2, 94, gpu_instance=2)
-            assert _until(lambda: bool(mon.faults()))
+            assert wait_for(lambda: bool(mon.faults()))
             assert set(mon.faults()) == {"gpu-2-mig-3g40gb-2"}
     with fakegpu.installed("dgx-h100") as machine:
         machine.set_mig_mode(0, True)
@@ -246,5 +238,5 @@ def test_instance_scoped_xid_on_static_mig_and_on_a_partition() -> None:
         prepare_partition(inv["gpu-0-part-3g40gb-4"])
         with running(inv) as mon:
             machine.inject_xid(0, 94, gpu_instance=2)  # a 3g instance at slice 4 is GPU instance 2
-            assert _until(lambda: bool(mon.faults()))
+            assert wait_for(lambda: bool(mon.faults()))
             assert set(mon.faults()) == {"gpu-0-part-3g40gb-4"}

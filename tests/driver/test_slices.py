@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from drvkit import wait_for
 from kubernetes import client
 
 from driver import devices
@@ -451,27 +452,18 @@ def test_oversized_switch_reaches_the_publisher() -> None:
     assert [len(o["spec"]["devices"]) for o in store.objects.values()] == [200]
 
 
-def _wait(predicate: Any, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def test_background_publisher_republishes_a_deleted_slice() -> None:
     store = MemoryStore()
     pub = publisher(store)
     pub.update(gpu_inventory(3))
     pub.start()
     try:
-        assert _wait(lambda: len(store.objects) == 1)
-        assert _wait(lambda: len(store._watchers) == 1)
+        assert wait_for(lambda: len(store.objects) == 1)
+        assert wait_for(lambda: len(store._watchers) == 1)
         store.delete(f"{NODE}-{DRIVER}-0")
-        assert _wait(lambda: generations(store) == {2})
+        assert wait_for(lambda: generations(store) == {2})
         store.edit(f"{NODE}-{DRIVER}-0")
-        assert _wait(lambda: generations(store) == {3})
+        assert wait_for(lambda: generations(store) == {3})
         assert len(store.objects[f"{NODE}-{DRIVER}-0"]["spec"]["devices"]) == 3
         assert pub.wait_synced(5)
         assert generations(store) == {3}  # our own writes do not trigger more writes
@@ -538,12 +530,12 @@ def test_api_server_takes_a_partitionable_pool_with_taints_and_gets_it_back_afte
     pub.start()
     try:
         client.ResourceV1Api(api_client).delete_resource_slice(f"{NODE}-{DRIVER}-2")
-        assert _wait(lambda: {s["spec"]["pool"]["generation"] for s in _api_slices(api_client)} == {2})
+        assert wait_for(lambda: {s["spec"]["pool"]["generation"] for s in _api_slices(api_client)} == {2})
         assert len(_api_slices(api_client)) == 5
         edited = _api_slices(api_client)[1]
         edited["spec"]["devices"] = edited["spec"]["devices"][:3]
         KubeSliceStore(api_client).replace(edited)
-        assert _wait(lambda: {s["spec"]["pool"]["generation"] for s in _api_slices(api_client)} == {3})
+        assert wait_for(lambda: {s["spec"]["pool"]["generation"] for s in _api_slices(api_client)} == {3})
         assert len(all_devices(_api_slices(api_client))) == 8 * 26
     finally:
         pub.stop()
