@@ -44,4 +44,5 @@ def optional(call: Callable[..., _T], *args: Any) -> _T | None:
 
 
 def text(value: str | bytes) -> str:
+    """An NVML string as ``str`` (pynvml answers ``bytes`` or ``str`` depending on its version)."""
     return value.decode() if isinstance(value, bytes) else value

@@ -1,4 +1,4 @@
-"""The driver process on a real local API server: slices, claims read, health taints, slices removed.
+"""The driver process on a real local API server: slices, claims, health taints, cleanup, chart RBAC.
 
 Needs the local control-plane binaries (``cluster`` marker); no scheduler decisions are
 needed: the test writes the claim's allocation itself, as the scheduler would.
