@@ -17,7 +17,8 @@ reboot, rewrites CDI specs (and recreates partitions) of completed claims.
 
 Thread safety: one lock per claim UID serialises calls for the same claim; one state lock
 guards the checkpoint and the device-conflict check. API reads and NVML work run outside
-the state lock, so different claims are prepared in parallel.
+the state lock, so different claims are prepared in parallel; destroying a partition is the
+exception, since whether another claim still shares it must not change meanwhile.
 """
 
 from __future__ import annotations
@@ -441,12 +442,27 @@ class DeviceState:
         shutil.rmtree(self._claim_dir(record.uid), ignore_errors=True)
         for device in record.devices:
             info = self.inventory.get(device.device)
-            if info is not None and info.kind == "partition":
-                try:
-                    self.partitioner.unprepare(info)
-                except DriverError as e:
-                    raise PrepareError(f"claim {record.ref}: device {device.device}: {e}") from e
-                device.partition_uuid = None
+            if info is None or info.kind != "partition":
+                continue
+            # Under the state lock: a claim that shares the partition cannot be added between
+            # the check and the destroy (it would reuse the instance about to go).
+            with self._lock:
+                holders = [
+                    other.ref
+                    for other in self._checkpoint.claims.values()
+                    if other.uid != record.uid and any(d.device == device.device for d in other.devices)
+                ]
+                if holders:
+                    log.info(
+                        "partition kept: other claims use it",
+                        extra={"claim": record.uid, "device": device.device, "holders": holders},
+                    )
+                else:
+                    try:
+                        self.partitioner.unprepare(info)
+                    except DriverError as e:
+                        raise PrepareError(f"claim {record.ref}: device {device.device}: {e}") from e
+            device.partition_uuid = None
 
 
 def _mig_instance_ids(mig_uuid: str) -> tuple[int, int] | None:

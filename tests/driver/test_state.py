@@ -186,6 +186,35 @@ def test_partition_is_created_on_prepare_and_destroyed_on_unprepare(node: Node) 
     assert node.partitioner.live == {}
 
 
+def test_a_shared_partition_stays_until_its_last_claim_is_unprepared(node: Node) -> None:
+    state = node.state()
+    shared = {"apiVersion": DRIVER + "/v1", "kind": "MigDeviceConfig", "sharing": {"strategy": "TimeSlicing"}}
+    a = node.put(make_claim("a", [result("m", "gpu-4-part-3g71gb-4")], [opaque(shared)]))
+    b = node.put(make_claim("b", [result("m", "gpu-4-part-3g71gb-4")], [opaque(shared)]))
+    (dev_a,) = state.prepare(ref(a))
+    (dev_b,) = state.prepare(ref(b))
+    assert dev_a.uuid == dev_b.uuid == node.partitioner.live["gpu-4-part-3g71gb-4"]
+    state.unprepare(ref(a))
+    assert "gpu-4-part-3g71gb-4" in node.partitioner.live  # b still runs on it
+    state.unprepare(ref(b))
+    assert node.partitioner.live == {}
+
+
+def test_a_crashed_prepare_keeps_a_partition_another_claim_holds(node: Node) -> None:
+    shared = {"apiVersion": DRIVER + "/v1", "kind": "MigDeviceConfig", "sharing": {"strategy": "MPS"}}
+    a = node.put(make_claim("a", [result("m", "gpu-4-part-3g71gb-0")], [opaque(shared)]))
+    b = node.put(make_claim("b", [result("m", "gpu-4-part-3g71gb-0")], [opaque(shared)]))
+    state = node.state()
+    state.prepare(ref(a))
+    state.prepare(ref(b))
+    checkpoint = CheckpointStore(node.settings.checkpoint_path)
+    saved = checkpoint.load()
+    saved.claims[b["metadata"]["uid"]].state = "PrepareStarted"  # b's prepare was cut short
+    checkpoint.save(saved)
+    node.state().restore()
+    assert "gpu-4-part-3g71gb-0" in node.partitioner.live
+
+
 def test_partition_failure_undoes_and_reports(node: Node) -> None:
     state = node.state()
     node.partitioner.fail = "overlaps an existing GPU instance"
