@@ -33,9 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import pynvml
-
-from driver import devices
+from driver import devices, devnodes
 from driver._files import atomic_write
 from driver.cdi import CDIDevice, SpecStore
 from driver.checkpoint import (
@@ -54,8 +52,6 @@ from driver.settings import Settings
 __all__ = ["ClaimRef", "DeviceState", "Partitioner"]
 
 log = logging.getLogger(__name__)
-
-MIG_MINORS = Path("/proc/driver/nvidia-caps/mig-minors")
 
 
 @dataclass(frozen=True)
@@ -114,7 +110,7 @@ class DeviceState:
         self.partitioner: Partitioner = partitioner or _NvmlPartitioner()
         self.boot_id = read_boot_id() if boot_id is None else boot_id
         self.nvml = settings.backend.kind == "nvml"
-        self._mig_minors = mig_minors or _read_mig_minors
+        self._mig_minors = mig_minors or devnodes.read_mig_minors
         self.specs = SpecStore(
             settings.kubelet.cdi_dir,
             settings.driver_name,
@@ -382,7 +378,11 @@ class DeviceState:
                     uuid=device.uuid,
                     env=config.env(device.uuid) if config is not None else {},
                     info_file=info_file,
-                    device_nodes=self._device_nodes(info, device.partition_uuid) if self.nvml else (),
+                    device_nodes=(
+                        devnodes.device_nodes(info, device.partition_uuid, self._mig_minors)
+                        if self.nvml
+                        else ()
+                    ),
                 )
             )
         spec = self.specs.build(record.uid, cdi_devices)
@@ -415,26 +415,6 @@ class DeviceState:
         atomic_write(path, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), durable=False)
         return path
 
-    def _device_nodes(self, info: DeviceInfo, mig_uuid: str | None) -> list[str]:
-        """The (parent) GPU's node and, for MIG, the capability nodes of its GPU and compute instance."""
-        nodes = [f"/dev/nvidia{info.minor}"]
-        if info.kind == "gpu":
-            return nodes
-        ids = (
-            (info.gpu_instance_id, info.compute_instance_id or 0)
-            if info.gpu_instance_id is not None
-            else None
-        )
-        if ids is None and mig_uuid:
-            ids = _mig_instance_ids(mig_uuid)  # a partition: its instances exist only since prepare
-        if ids is not None:
-            minors = self._mig_minors()
-            gi = f"gpu{info.minor}/gi{ids[0]}"
-            for key in (f"{gi}/access", f"{gi}/ci{ids[1]}/access"):
-                if key in minors:
-                    nodes.append(f"/dev/nvidia-caps/nvidia-cap{minors[key]}")
-        return nodes
-
     def _undo(self, record: ClaimRecord) -> None:
         """Remove a claim's CDI spec, files and partitions; each step tolerates 'already gone'."""
         if not self.settings.breaks("leave-cdi-on-unprepare"):
@@ -463,30 +443,3 @@ class DeviceState:
                     except DriverError as e:
                         raise PrepareError(f"claim {record.ref}: device {device.device}: {e}") from e
             device.partition_uuid = None
-
-
-def _mig_instance_ids(mig_uuid: str) -> tuple[int, int] | None:
-    """GPU-instance and compute-instance ids of a MIG device, or None when NVML cannot tell."""
-    try:
-        with devices.nvml():
-            handle = pynvml.nvmlDeviceGetHandleByUUID(mig_uuid)
-            return int(pynvml.nvmlDeviceGetGpuInstanceId(handle)), int(
-                pynvml.nvmlDeviceGetComputeInstanceId(handle)
-            )
-    except (pynvml.NVMLError, DriverError) as e:
-        log.warning("cannot resolve MIG instance ids", extra={"mig_uuid": mig_uuid, "error": str(e)})
-        return None
-
-
-def _read_mig_minors() -> dict[str, int]:
-    """``/proc/driver/nvidia-caps/mig-minors``: ``gpu0/gi1/access 21`` lines as a dict."""
-    try:
-        lines = MIG_MINORS.read_text().splitlines()
-    except OSError:
-        return {}
-    out = {}
-    for line in lines:
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
-            out[parts[0]] = int(parts[1])
-    return out
