@@ -379,7 +379,9 @@ class _Daemon:
                         log.info("request %s", req)
                         try:
                             answer = self.handle(req)
-                        except (ClusterError, KeyError, ValueError) as e:
+                        except Exception as e:  # one bad request (or API hiccup) must not stop the cluster
+                            if not isinstance(e, ClusterError):
+                                log.exception("request %s failed", req)
                             answer = {"ok": False, "error": f"{type(e).__name__}: {e}"}
                         conn.sendall(json.dumps(answer).encode())
                     except (OSError, ValueError) as e:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from e2e_manifests import run_pod, running, still_running
 
+from clusters.errors import ClusterError
 from clusters.local import daemon
 from clusters.local.attached import AttachedLocalCluster
 from clusters.local.binaries import Binaries
@@ -111,6 +112,13 @@ def test_up_status_claim_down(state_dir: Path, local_binaries: Binaries, tmp_pat
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert daemon.read_state(state_dir) is not None, "the inner run stopped a cluster it did not start"
+
+    # a request that breaks inside the daemon is answered with the error; the cluster stays up
+    with pytest.raises(ClusterError, match="TypeError"):
+        daemon.request(state_dir, "start_driver", node="node-0", command=5)
+    with pytest.raises(ClusterError, match="unknown node 'node-9'"):
+        daemon.request(state_dir, "restart_driver", node="node-9")
+    assert all(daemon.request(state_dir, "status")["healthy"].values())
 
     down = _cli("cluster", "down", "--state-dir", str(state_dir))
     assert down.returncode == 0
