@@ -197,16 +197,8 @@ def namespace(dra_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[
     core = client.CoreV1Api(dra_cluster.api_client())
     name = _namespace_name(request)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # pods are refused until the SA controller made it
-        try:
-            core.read_namespaced_service_account("default", name)
-            break
-        except ApiException as e:
-            if e.status != 404:
-                raise
-            time.sleep(0.1)
     try:
+        _wait_default_service_account(core, name)
         yield name
     finally:
         try:
@@ -214,6 +206,26 @@ def namespace(dra_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[
         except ApiException as e:
             if e.status != 404:
                 raise
+
+
+def _wait_default_service_account(core: Any, namespace: str, timeout: float = 60.0) -> None:
+    """Pods are refused until the service-account controller made ``default``: wait for it."""
+    from kubernetes.client.exceptions import ApiException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            core.read_namespaced_service_account("default", namespace)
+            return
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                f"namespace {namespace} has no 'default' service account after {timeout:.0f} s: "
+                "is kube-controller-manager running its serviceaccount controller?"
+            )
+        time.sleep(0.1)
 
 
 @pytest.fixture
