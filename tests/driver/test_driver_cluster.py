@@ -185,25 +185,28 @@ def test_driver_publishes_prepares_from_the_api_and_cleans_up(control_plane: Con
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _token_kubeconfig(api: Any, admin: Path, path: Path, namespace: str, account: str) -> Path:
-    """A kubeconfig for the API server of ``admin`` that authenticates as a service account."""
+def _as_service_account(
+    api: Any, admin: Path, namespace: str, account: str, bound: Any = None
+) -> dict[str, Any]:
+    """A kubeconfig (as a dict) for the API server of ``admin`` with a token of a service account.
+
+    ``bound``: a ``V1BoundObjectReference`` (a pod, whose node the token then names).
+    """
     from kubernetes import client
 
+    spec = client.V1TokenRequestSpec(audiences=[], bound_object_ref=bound)
     token = (
         client.CoreV1Api(api)
         .create_namespaced_service_account_token(
-            account,
-            namespace,
-            client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
+            account, namespace, client.AuthenticationV1TokenRequest(spec=spec)
         )
         .status.token
     )
-    config = yaml.safe_load(admin.read_text())
+    config: dict[str, Any] = yaml.safe_load(admin.read_text())
     config["users"] = [{"name": account, "user": {"token": token}}]
     for context in config["contexts"]:
         context["context"]["user"] = account
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return config
 
 
 def test_driver_works_with_only_the_helm_charts_rbac(control_plane: ControlPlane, api: Any) -> None:
@@ -227,7 +230,10 @@ def test_driver_works_with_only_the_helm_charts_rbac(control_plane: ControlPlane
         }
     )
     root = Path(tempfile.mkdtemp(dir="/tmp", prefix="drv"))
-    kubeconfig = _token_kubeconfig(api, control_plane.kubeconfig, root / "kubeconfig", "default", "drv-rbac")
+    kubeconfig = root / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(_as_service_account(api, control_plane.kubeconfig, "default", "drv-rbac"))
+    )
     proc = _start_driver(root, kubeconfig)
     try:
         _until("the node's ResourceSlices", lambda: _slices(api))
@@ -254,3 +260,82 @@ def test_driver_works_with_only_the_helm_charts_rbac(control_plane: ControlPlane
             proc.kill()
             proc.communicate()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _slice_body(name: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [],
+        },
+    }
+
+
+def test_admission_policy_lets_a_nodes_driver_write_only_its_own_slices(
+    control_plane: ControlPlane, api: Any
+) -> None:
+    """The chart's ValidatingAdmissionPolicy, on a real API server, with a pod-bound token."""
+    from kubernetes import client, config, utils
+    from kubernetes.client.exceptions import ApiException
+
+    render = pytest.importorskip("test_helm_chart", reason="helm-python-sdk renders the chart").render
+    namespace, account, mine, theirs = "dra-system", "dra-gpu-driver", "vap-node-a", "vap-node-b"
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": namespace}})
+    for node in (mine, theirs):
+        core.create_node({"metadata": {"name": node}})
+    wanted = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+              "ValidatingAdmissionPolicyBinding"}  # fmt: skip
+    objects = [obj for obj in render() if obj["kind"] in wanted]
+    assert {obj["kind"] for obj in objects} == wanted
+    for obj in objects:
+        utils.create_from_dict(api, obj, namespace=namespace)
+    pod = core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": "driver"},
+            "spec": {
+                "nodeName": mine,
+                "serviceAccountName": account,
+                "containers": [{"name": "d", "image": "x"}],
+            },
+        },
+    )
+    bound = client.V1BoundObjectReference(kind="Pod", api_version="v1", name="driver", uid=pod.metadata.uid)
+    kubeconfig = _as_service_account(api, control_plane.kubeconfig, namespace, account, bound)
+    as_driver = client.ResourceV1Api(config.new_client_from_config_dict(kubeconfig))
+
+    def refusal(node: str, name: str) -> str:
+        try:
+            as_driver.create_resource_slice(_slice_body(name, node))
+        except ApiException as e:
+            assert e.status in (403, 422), e
+            return str(e.body)
+        return ""
+
+    def probe() -> str:
+        # the policy takes a moment to be compiled and served; what got through meanwhile goes
+        message = refusal(theirs, "vap-probe")
+        if not message:
+            client.ResourceV1Api(api).delete_resource_slice("vap-probe")
+        return message
+
+    message = _until("the policy refusing another node's slice", probe)
+    assert f"may not write ResourceSlices of node {theirs}" in message
+    assert refusal(mine, "vap-mine") == ""
+    mine_slice = client.ResourceV1Api(api).read_resource_slice("vap-mine")  # the driver may not get one
+    mine_slice.spec.node_name = theirs
+    with pytest.raises(ApiException) as err:
+        as_driver.replace_resource_slice("vap-mine", mine_slice)
+    assert err.value.status in (403, 422) and theirs in str(err.value.body)
+    client.ResourceV1Api(api).create_resource_slice(_slice_body("vap-theirs", theirs))
+    with pytest.raises(ApiException) as err:
+        as_driver.delete_resource_slice("vap-theirs")
+    assert err.value.status in (403, 422)
+    as_driver.delete_resource_slice("vap-mine")
+    client.ResourceV1Api(api).delete_resource_slice("vap-theirs")
