@@ -87,3 +87,24 @@ def test_workqueue_shutdown_wakes_getters() -> None:
     q.shutdown()
     t.join(timeout=2)
     assert got == [None]
+
+
+def test_calls_for_one_claim_never_overlap_even_after_it_was_forgotten(tmp_path: Path) -> None:
+    from typing import Any, cast
+
+    from clusters.local.agent.manager import ClaimManager
+
+    manager = ClaimManager("n", cast(Any, None), Checkpoint(tmp_path / "checkpoint.json"))
+    entered = threading.Event()
+
+    def other() -> None:
+        with manager._locked(["u1"]):
+            entered.set()
+
+    with manager._locked(["u1"]):
+        manager._forget("u1")  # unprepared while someone holds the claim
+        t = threading.Thread(target=other)
+        t.start()
+        assert not entered.wait(0.3), "a second caller got in while the claim was held"
+    t.join(5)
+    assert entered.is_set()

@@ -158,7 +158,8 @@ class ClaimManager:
         self.checkpoint.delete(cuid)
         with self._lock:
             self._prepared.discard(cuid)
-            self._claim_locks.pop(cuid, None)
+            # the claim's lock stays: a thread may be waiting on it, and a fresh lock for the
+            # same UID would let a third caller in beside that one
 
     def _unprepare(self, by_driver: dict[str, list[ClaimRef]]) -> tuple[set[str], list[str]]:
         failed: set[str] = set()
