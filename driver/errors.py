@@ -7,6 +7,7 @@
     ├── ConfigError          an opaque device config is invalid (names the field and value)
     ├── CDIError             a CDI spec breaks the CDI rules
     ├── CheckpointError      the checkpoint cannot be read or written
+    ├── DeviceError          NVML refused or failed: discovery, creating or destroying a partition
     └── PrepareError         one claim cannot be prepared or unprepared (names claim, device, reason)
         ├── ClaimError       the claim is missing, not allocated, or allocated elsewhere
         └── DeviceConflict   the device is already prepared for another claim and is not shareable
@@ -23,6 +24,7 @@ __all__ = [
     "ClaimError",
     "ConfigError",
     "DeviceConflict",
+    "DeviceError",
     "DriverError",
     "PrepareError",
     "SettingsError",
@@ -54,6 +56,10 @@ class CDIError(DriverError):
 
 class CheckpointError(DriverError):
     """The checkpoint file cannot be read (corrupt) or written."""
+
+
+class DeviceError(DriverError):
+    """NVML refused or failed a device operation (discovery, creating or destroying a partition)."""
 
 
 class PrepareError(DriverError):

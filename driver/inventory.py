@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from driver.errors import DriverError
+from driver.errors import DeviceError
 
 __all__ = [
     "DEVICE_KINDS",
@@ -34,10 +34,6 @@ DeviceKind = Literal["gpu", "mig", "partition"]
 """What one published device is: a whole GPU, an existing MIG device, or a possible partition."""
 
 MIB = 1024 * 1024
-
-
-class DeviceError(DriverError):
-    """NVML refused or failed a device operation (discovery, creating or destroying a partition)."""
 
 
 @dataclass(frozen=True)
