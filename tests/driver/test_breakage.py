@@ -124,7 +124,7 @@ def _health_reported(node: Node) -> tuple[bool, ...]:
     monitor.record_xid(gpu(0).uuid or "", 62)
     node.serve(health=monitor)
     stream = health_v1_pb2_grpc.DRAResourceHealthStub(node.channel()).NodeWatchResources(
-        health_v1_pb2.NodeWatchResourcesRequest(), timeout=1.0
+        health_v1_pb2.NodeWatchResourcesRequest(), timeout=1.5
     )
     try:
         first = next(stream)
