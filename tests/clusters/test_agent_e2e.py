@@ -217,6 +217,8 @@ def test_template_claim_pod_finishes_and_is_succeeded(world: World) -> None:
 
 
 def test_failed_prepare_is_an_event_on_the_pod(world: World) -> None:
+    # no CDI ids: the test is about the retry, not about what an earlier test left in the CDI dir
+    world.plugin.fixed_devices = [{"request_names": [], "pool": "pool-a", "device": "gpu-1", "cdi": []}]
     claim = world.create(f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims", _claim("c3"))
     world.plugin.claim_errors[claim["metadata"]["uid"]] = "injected: GPU on fire"
     world.create(f"/api/v1/namespaces/{NS}/pods", _pod("p3", {"resourceClaimName": "c3"}))
