@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 
+_SOCKET_PATH_MAX = 107
+"""Longest unix socket path Linux accepts (``sun_path`` is 108 bytes with the NUL)."""
+
 
 @dataclass
 class LocalNode:
@@ -161,6 +164,7 @@ class LocalCluster(Cluster):
 
     def start(self) -> LocalCluster:
         """Resolve binaries, start the control plane, nodes and drivers; wait until usable."""
+        self._check_work_dir()
         install_signal_handlers()
         s = self.settings
         t0 = time.monotonic()
@@ -215,6 +219,28 @@ class LocalCluster(Cluster):
             self.root = None
 
     # --- helpers ---------------------------------------------------------------------------
+
+    def _check_work_dir(self) -> None:
+        """Refuse a work dir that would break the kubeconfig export line or the unix sockets."""
+        s = self.settings
+        work = str(s.work_dir.absolute())
+        if any(c.isspace() for c in work):
+            raise ClusterError(
+                f"work dir {work!r} contains whitespace, which 'export KUBECONFIG=...' cannot carry; "
+                "set DRAC_WORK_DIR to a path without spaces"
+            )
+        # mkdtemp adds 8 characters; the driver's sockets are the longest paths under a node
+        node = f"{work}/drac-XXXXXXXX/n{max(s.nodes - 1, 0)}/kubelet"
+        longest = max(
+            f"{node}/plugins_registry/{s.driver_name}-reg.sock",
+            f"{node}/plugins/{s.driver_name}/dra.sock",
+            key=len,
+        )
+        if len(longest.encode()) > _SOCKET_PATH_MAX:
+            raise ClusterError(
+                f"work dir {work!r} is too deep: unix socket paths under it would be {len(longest.encode())} "
+                f"bytes (at most {_SOCKET_PATH_MAX}); set DRAC_WORK_DIR to a short path such as /tmp"
+            )
 
     def _node(self, name: str) -> LocalNode:
         try:

@@ -75,3 +75,17 @@ def test_container_view_from_agent_json() -> None:
     assert view.env == {"A": "1"}
     assert view.cdi_devices == ["k8s.example.com/gpu=a"]
     assert ContainerView.from_dict({}) == ContainerView()
+
+
+@pytest.mark.parametrize(
+    ("work_dir", "message"),
+    [("/tmp/with space", "whitespace"), ("/tmp/" + "deep/" * 20, "too deep: unix socket paths")],
+)
+def test_a_work_dir_that_would_break_paths_is_refused_up_front(work_dir: str, message: str) -> None:
+    from clusters.errors import ClusterError
+    from clusters.local.cluster import LocalCluster
+
+    settings = dataclasses.replace(LocalSettings(), work_dir=Path(work_dir))
+    with pytest.raises(ClusterError, match=message):
+        LocalCluster(settings).start()
+    assert not Path(work_dir).exists()
