@@ -212,7 +212,10 @@ def test_template_claim_pod_finishes_and_is_succeeded(world: World) -> None:
     _until(lambda: (world.pod("p2") or {}).get("status", {}).get("phase") == "Succeeded", 60, "pod Succeeded")
     pod = world.pod("p2")
     generated = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-    assert any(c[0][2] == generated for c in world.plugin.prepare_calls)
+    assert any(c[0][2] == generated for c in world.plugin.prepare_calls), (
+        f"no prepare call for {generated}; node {pod['spec'].get('nodeName')}, "
+        f"status {pod['status']}, calls {world.plugin.prepare_calls}"
+    )
     _until(lambda: any(c[0][2] == generated for c in world.plugin.unprepare_calls), 30, "unprepared")
 
 
