@@ -254,7 +254,7 @@ def test_driver_works_with_only_the_helm_charts_rbac(control_plane: ControlPlane
         _, stderr = proc.communicate(timeout=30)
         assert proc.returncode == 0, stderr.decode()[-3000:]
         assert _slices(api) == []
-        assert b"403" not in stderr and b"Forbidden" not in stderr, stderr.decode()[-3000:]
+        assert b" 403 " not in stderr and b"Forbidden" not in stderr, stderr.decode()[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
