@@ -88,7 +88,9 @@ class StoreConflict(Exception):
 class KubeSliceStore:
     """``SliceStore`` over the kubernetes client (``ResourceV1Api``, raw JSON both ways)."""
 
-    def __init__(self, api_client: Any, *, watch_timeout_seconds: int = 60) -> None:
+    def __init__(
+        self, api_client: Any, *, watch_timeout_seconds: int = 60, request_timeout_seconds: float = 30.0
+    ) -> None:
         from kubernetes import client, watch
 
         # Any: the client's typed signatures want models; we pass models built from JSON dicts.
@@ -97,6 +99,8 @@ class KubeSliceStore:
         self._models: Any = client
         self._watch_mod: Any = watch
         self._watch_timeout = watch_timeout_seconds
+        self._timeout = request_timeout_seconds
+        """Per request (not the watch): a call the API server never answers must not hang a thread."""
         self._watch: Any = None
         self._lock = threading.Lock()
 
@@ -113,7 +117,9 @@ class KubeSliceStore:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            node = self._json(self._core.read_node(node_name, _preload_content=False))
+            node = self._json(
+                self._core.read_node(node_name, _preload_content=False, _request_timeout=self._timeout)
+            )
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -126,6 +132,7 @@ class KubeSliceStore:
             self._resource.list_resource_slice(
                 field_selector=f"spec.driver={driver_name},spec.nodeName={node_name}",
                 _preload_content=False,
+                _request_timeout=self._timeout,
             )
         )
         return list(data.get("items") or []), str(data.get("metadata", {}).get("resourceVersion", ""))
@@ -135,7 +142,11 @@ class KubeSliceStore:
 
         try:
             model = self._models.V1ResourceSlice.from_dict(body)
-            return self._json(self._resource.create_resource_slice(model, _preload_content=False))
+            return self._json(
+                self._resource.create_resource_slice(
+                    model, _preload_content=False, _request_timeout=self._timeout
+                )
+            )
         except ApiException as e:
             if e.status == 409:
                 raise StoreConflict(body["metadata"]["name"]) from e
@@ -144,13 +155,17 @@ class KubeSliceStore:
     def replace(self, body: Body) -> Body:
         model = self._models.V1ResourceSlice.from_dict(body)
         name = body["metadata"]["name"]
-        return self._json(self._resource.replace_resource_slice(name, model, _preload_content=False))
+        return self._json(
+            self._resource.replace_resource_slice(
+                name, model, _preload_content=False, _request_timeout=self._timeout
+            )
+        )
 
     def delete(self, name: str) -> None:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self._resource.delete_resource_slice(name, _preload_content=False)
+            self._resource.delete_resource_slice(name, _preload_content=False, _request_timeout=self._timeout)
         except ApiException as e:
             if e.status != 404:
                 raise
@@ -288,8 +303,8 @@ class SlicePublisher:
         """
         with self._lock:
             inventory, taints = self._wanted()
-            if inventory is None:
-                return False
+            if inventory is None or self._stopping.is_set():
+                return False  # stopping: a pass must not write after stop() removed the slices
             # Asked every pass: a Node deleted and made again has a new UID, and slices owned by
             # the old one would be garbage-collected as fast as we write them.
             uid = self.store.node_uid(self.node_name)
@@ -437,16 +452,40 @@ class SlicePublisher:
             self._threads.append(thread)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop the background work; delete the node's slices unless ``keep``."""
+        """Stop the background work; delete the node's slices unless ``keep``.
+
+        Returns within about ``timeout`` seconds in all: a busy API server must not hold up
+        the process's shutdown (whoever sent SIGTERM kills it soon after). The background
+        threads are daemons and are not waited for long: the watch thread sits in a read that
+        only its next event or its server-side timeout ends. If the slices cannot be removed
+        in time, they stay; the kubelet removes them after its grace period.
+        """
+        deadline = time.monotonic() + timeout
         self._stopping.set()
         self._wake.set()
         self.store.interrupt()
+        joined = min(deadline, time.monotonic() + 1.0)
         for thread in self._threads:
-            thread.join(timeout)
+            thread.join(max(0.0, joined - time.monotonic()))
         self._threads.clear()
         if self.keep:
             log.info("leaving resource slices in place", extra=self._ctx())
             return
+        result: list[int] = []
+        remover = threading.Thread(target=self._remove_all, args=(result,), name="slice-remover", daemon=True)
+        remover.start()
+        remover.join(max(0.0, deadline - time.monotonic()))
+        if remover.is_alive():
+            log.error(
+                "cannot remove resource slices: the API server did not answer in time",
+                extra={**self._ctx(), "timeout": timeout},
+            )
+            return
+        if result:
+            log.info("removed resource slices", extra={**self._ctx(), "slices": result[0]})
+
+    def _remove_all(self, result: list[int]) -> None:
+        """Delete the node's slices (the last step of :meth:`stop`); appends how many to ``result``."""
         with self._lock:
             try:
                 existing, _ = self.store.list(self.driver_name, self.node_name)
@@ -457,4 +496,4 @@ class SlicePublisher:
                 return
             self._written = {}
             self._published_key = None
-        log.info("removed resource slices", extra={**self._ctx(), "slices": len(existing)})
+        result.append(len(existing))

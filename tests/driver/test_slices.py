@@ -428,6 +428,36 @@ def test_stop_removes_slices_unless_keep() -> None:
     assert len(store.objects) == 1
 
 
+class HangingStore(MemoryStore):
+    """An API server that stops answering: ``list`` and ``delete`` block until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hang = threading.Event()
+        self.release = threading.Event()
+
+    def list(self, driver_name: str, node_name: str) -> tuple[list[dict[str, Any]], str]:
+        if self.hang.is_set():
+            self.release.wait(30)
+        return super().list(driver_name, node_name)
+
+
+def test_stop_is_bounded_when_the_api_server_does_not_answer() -> None:
+    store = HangingStore()
+    pub = publisher(store)
+    pub.update(gpu_inventory(2))
+    pub.start()
+    assert pub.wait_synced(10)
+    store.hang.set()
+    began = time.monotonic()
+    try:
+        pub.stop(timeout=0.5)
+        assert time.monotonic() - began < 3
+        assert len(store.objects) == 1  # could not remove them in time: they stay
+    finally:
+        store.release.set()
+
+
 def test_strangers_in_the_pool_are_removed_and_missing_node_means_no_owner() -> None:
     store = MemoryStore(node_uid=None)
     stranger = build_slices(gpu_inventory(1), driver_name=DRIVER, node_name=NODE, generation=7)[0]
