@@ -7,15 +7,17 @@ DeviceClass manifests and exits. Logging handlers are configured here and nowher
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from driver.errors import DriverError, SettingsError
 from driver.settings import Settings, device_classes_driver_name, from_args
@@ -183,5 +185,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def _exit_now(code: int) -> NoReturn:
+    """End the process without the interpreter's teardown, once ``main`` has cleaned up.
+
+    Tearing down the interpreter (modules, the kubernetes client's models, gRPC) costs a few
+    tenths of a CPU second after the work is done; with dozens of drivers stopped at once on
+    a small machine that alone ran past the SIGTERM grace period. Logs and stdio are flushed.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _exit_now(main())

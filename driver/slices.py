@@ -456,9 +456,9 @@ class SlicePublisher:
 
         Returns within about ``timeout`` seconds in all: a busy API server must not hold up
         the process's shutdown (whoever sent SIGTERM kills it soon after). The background
-        threads are daemons and are not waited for long: the watch thread sits in a read that
-        only its next event or its server-side timeout ends. If the slices cannot be removed
-        in time, they stay; the kubelet removes them after its grace period.
+        threads are daemons and are not waited for long: a sync pass may be stuck in a request
+        to a busy API server. If the slices cannot be removed in time, they stay; the kubelet
+        removes them after its grace period.
         """
         deadline = time.monotonic() + timeout
         self._stopping.set()
