@@ -7,6 +7,7 @@ the test. Uses the session's control-plane binaries (``local_binaries``; marker 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 import time
@@ -194,7 +195,10 @@ def test_claim_allocated_by_the_scheduler_is_prepared_and_the_pod_runs(world: Wo
     assert world.view("p1", "app") is None
 
 
-def test_template_claim_pod_finishes_and_is_succeeded(world: World) -> None:
+def test_template_claim_pod_finishes_and_is_succeeded(world: World, caplog: pytest.LogCaptureFixture) -> None:
+    # seen failing once (no prepare call with the generated name), never reproduced: on a failure
+    # the message then says what this agent did ("pod running", "claim prepared", with claim UIDs)
+    caplog.set_level(logging.INFO, logger="clusters.local.agent")
     world.plugin.fixed_devices = [{"request_names": [], "pool": "pool-a", "device": "gpu-1", "cdi": []}]
     world.create(
         f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaimtemplates",
@@ -214,7 +218,8 @@ def test_template_claim_pod_finishes_and_is_succeeded(world: World) -> None:
     generated = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
     assert any(c[0][2] == generated for c in world.plugin.prepare_calls), (
         f"no prepare call for {generated}; node {pod['spec'].get('nodeName')}, "
-        f"status {pod['status']}, calls {world.plugin.prepare_calls}"
+        f"status {pod['status']}, calls {world.plugin.prepare_calls}, agent said "
+        f"{[(r.getMessage(), r.__dict__.get('pod'), r.__dict__.get('claim_uid')) for r in caplog.records]}"
     )
     _until(lambda: any(c[0][2] == generated for c in world.plugin.unprepare_calls), 30, "unprepared")
 
