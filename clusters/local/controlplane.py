@@ -301,6 +301,21 @@ class ControlPlane:
         if proc is None:
             raise ControlPlaneError(f"unknown component {name!r}; running: {sorted(self.processes)}")
         proc.stop()
+        self._start_again(name)
+        # kube-controller-manager can exit while the API server is away; a real control plane's
+        # kubelet restarts such static pods, so do the same for any component that went down.
+        for other, other_proc in list(self.processes.items()):
+            if not other_proc.alive():
+                log.warning(
+                    "%s exited (code %s) while %s restarted; starting it again (its log: %s)",
+                    other,
+                    other_proc.returncode,
+                    name,
+                    self.log_path(other),
+                )
+                self._start_again(other)
+
+    def _start_again(self, name: str) -> None:
         self.processes[name] = ManagedProcess(name, self._component_argv(name), self.log_path(name)).start()
         self._wait_healthy(name, self.processes[name])
 

@@ -102,6 +102,15 @@ def test_stop_leaves_no_process(local_binaries: Binaries) -> None:
         cp.stop()  # idempotent
 
 
+def test_a_restart_brings_back_a_component_that_exited(control_plane: ControlPlane) -> None:
+    """kube-controller-manager exits when the API server goes away while it starts its controllers."""
+    crashed = control_plane.processes["kube-controller-manager"]
+    crashed.kill()
+    control_plane.restart("kube-apiserver")
+    assert control_plane.processes["kube-controller-manager"] is not crashed
+    assert all(control_plane.healthy().values()), control_plane.healthy()
+
+
 def test_apiserver_restart_keeps_the_data(control_plane: ControlPlane) -> None:
     from kubernetes import client, config
 
