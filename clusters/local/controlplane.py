@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import logging
+import os
 import re
 import socket
 import ssl
@@ -173,7 +174,12 @@ class ControlPlane:
             "--unsafe-no-fsync=true",
             "--log-level=warn",
         ]
-        self._health["etcd"] = lambda: _http_ok(f"{etcd_url}/health", None, b'"health":"true"')
+        # A free port is released before etcd binds it: if another test cluster's etcd took it,
+        # ours exits and that one answers the health check; only our own listener counts.
+        self._health["etcd"] = lambda: (
+            _listens(self.processes["etcd"].pid, etcd_client)
+            and _http_ok(f"{etcd_url}/health", None, b'"health":"true"')
+        )
         self._argv["kube-apiserver"] = [
             str(b.path("kube-apiserver")),
             f"--etcd-servers={etcd_url}",
@@ -358,6 +364,29 @@ def _client_context(ca: Path, client: pki.CertPair) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=str(ca))
     ctx.load_cert_chain(str(client.cert), str(client.key))
     return ctx
+
+
+def _listens(pid: int | None, port: int) -> bool:
+    """Whether process ``pid`` itself holds the listening TCP socket on ``port``."""
+    if pid is None:
+        return False
+    inodes = set()
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        table = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):  # fds come and go while we look
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    for row in table:
+        fields = row.split()
+        local, state, inode = fields[1], fields[3], fields[9]
+        if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port and inode in inodes:  # 0A: LISTEN
+            return True
+    return False
 
 
 def _http_ok(url: str, ctx: ssl.SSLContext | None, expect: bytes) -> bool:

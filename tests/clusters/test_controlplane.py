@@ -166,3 +166,19 @@ def test_components_run_with_the_documented_flags(control_plane: ControlPlane) -
     ):
         assert f"{wanted}-controller" in controllers or wanted in controllers, wanted
     assert _flag(kcm, "use-service-account-credentials") == "true"
+
+
+def test_a_port_counts_as_ours_only_when_our_process_listens_on_it() -> None:
+    """Another cluster's etcd on a reused port must not pass our etcd's readiness check."""
+    import os
+    import socket
+
+    from clusters.local.controlplane import _listens
+
+    with socket.socket() as ours:
+        ours.bind(("127.0.0.1", 0))
+        ours.listen()
+        port = ours.getsockname()[1]
+        assert _listens(os.getpid(), port)
+        assert not _listens(os.getppid(), port)  # someone else's process
+        assert not _listens(os.getpid(), port + 1 if port < 65535 else port - 1)
