@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from . import _codes as c
@@ -96,19 +97,7 @@ class MigSymbols(SymbolBase):
     ) -> int:
         r = self.mig_gpu(handle)
         p = _mig.profile_for(r.model, num(profile_id))
-        if out is None:
-            put(count, len(p.starts))
-            return c.SUCCESS
-        arr, length = array_out(out)
-        if length is not None and length < len(p.starts):
-            put(count, len(p.starts))
-            return c.ERROR_INSUFFICIENT_SIZE
-        for i, start in enumerate(p.starts):
-            el = element(arr, i)
-            el.start = start
-            el.size = p.memory_slices
-        put(count, len(p.starts))
-        return c.SUCCESS
+        return _write_placements(out, count, p.starts, p.memory_slices)
 
     nvmlDeviceGetGpuInstancePossiblePlacements = nvmlDeviceGetGpuInstancePossiblePlacements_v2
 
@@ -241,19 +230,7 @@ class MigSymbols(SymbolBase):
         self, gi_handle: Any, profile: Any, out: Any, count: Any
     ) -> int:
         _, _, p = self._ci_profile(gi_handle, profile)
-        if out is None:
-            put(count, len(p.starts))
-            return c.SUCCESS
-        arr, length = array_out(out)
-        if length is not None and length < len(p.starts):
-            put(count, len(p.starts))
-            return c.ERROR_INSUFFICIENT_SIZE
-        for i, start in enumerate(p.starts):
-            el = element(arr, i)
-            el.start = start
-            el.size = p.slices
-        put(count, len(p.starts))
-        return c.SUCCESS
+        return _write_placements(out, count, p.starts, p.slices)
 
     def _create_ci(self, gi_handle: Any, profile: Any, start: int | None, out: Any) -> int:
         r, gi, p = self._ci_profile(gi_handle, profile)
@@ -370,3 +347,18 @@ class MigSymbols(SymbolBase):
             return c.ERROR_INVALID_ARGUMENT
         handle_out(out, self.device_handle(r.gpu))
         return c.SUCCESS
+
+
+def _write_placements(out: Any, count: Any, starts: Sequence[int], size: int) -> int:
+    """Fill a caller's placement array (or only the count when ``out`` is NULL), as NVML does."""
+    put(count, len(starts))
+    if out is None:
+        return c.SUCCESS
+    arr, length = array_out(out)
+    if length is not None and length < len(starts):
+        return c.ERROR_INSUFFICIENT_SIZE
+    for i, start in enumerate(starts):
+        el = element(arr, i)
+        el.start = start
+        el.size = size
+    return c.SUCCESS
