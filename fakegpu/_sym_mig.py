@@ -311,16 +311,18 @@ class MigSymbols(SymbolBase):
 
     def nvmlDeviceGetGpuInstanceId(self, handle: Any, out: Any) -> int:
         r = self.dev(handle)
-        if r.gi is None:
-            return c.ERROR_NOT_SUPPORTED if not r.model.mig_capable else c.ERROR_INVALID_ARGUMENT
-        put(out, r.gi.id)
-        return c.SUCCESS
+        return self._instance_id(r, r.gi, out)
 
     def nvmlDeviceGetComputeInstanceId(self, handle: Any, out: Any) -> int:
         r = self.dev(handle)
-        if r.ci is None:
+        return self._instance_id(r, r.ci, out)
+
+    @staticmethod
+    def _instance_id(r: Resolved, instance: Any, out: Any) -> int:
+        """A MIG device's GPU- or compute-instance id; a whole GPU has none."""
+        if instance is None:
             return c.ERROR_NOT_SUPPORTED if not r.model.mig_capable else c.ERROR_INVALID_ARGUMENT
-        put(out, r.ci.id)
+        put(out, instance.id)
         return c.SUCCESS
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any, out: Any) -> int:
