@@ -74,6 +74,12 @@ class Cluster(abc.ABC):
     backend: ClassVar[str] = "abstract"
     """Short backend name (``local``, ``kind``, ``k3s``, ``external``) used in messages."""
 
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+    """What this backend can do beyond the API: ``grpc`` (reach a driver's sockets and CDI specs
+    on a node), ``view`` (:meth:`container_view`), ``restart-driver``, ``restart-kubelet``,
+    ``restart-apiserver``. A method whose capability is missing raises
+    :class:`~clusters.errors.CapabilityMissing`."""
+
     _api_client: Any = None
 
     @property
@@ -95,21 +101,41 @@ class Cluster(abc.ABC):
     def nodes(self) -> list[str]:
         """Names of the nodes where the driver under test runs."""
 
+    def stop_driver(self, node: str) -> None:
+        """Stop the driver on ``node`` (gracefully) until :meth:`restart_driver` starts it again."""
+        raise CapabilityMissing(self.backend, "stop the driver")
+
     def start_driver(self, node: str, command: Sequence[str]) -> None:
         """(Re)start the driver on ``node`` with ``command`` instead of the current one."""
         raise CapabilityMissing(self.backend, "start a driver with a custom command")
 
     def restart_driver(self, node: str) -> None:
-        """Stop the driver on ``node`` and start it again with the same command."""
+        """Stop the driver on ``node`` (if it runs) and start it again with the same command."""
         raise CapabilityMissing(self.backend, "restart the driver")
 
     def restart_kubelet(self, node: str) -> None:
         """Restart the kubelet (or the node agent playing it) on ``node``."""
         raise CapabilityMissing(self.backend, "restart the kubelet")
 
+    def restart_component(self, component: str) -> None:
+        """Restart a control-plane component (``kube-apiserver``, ``kube-scheduler``, ...)."""
+        raise CapabilityMissing(self.backend, f"restart {component}")
+
     def container_view(self, pod: PodRef, container: str) -> ContainerView:
         """What ``container`` of ``pod`` sees of its devices."""
         raise CapabilityMissing(self.backend, "show what a container sees")
+
+    def registry_dir(self, node: str) -> Path:
+        """The plugin-registration directory of ``node``, where drivers put registration sockets."""
+        raise CapabilityMissing(self.backend, "reach the driver's sockets on a node")
+
+    def cdi_dir(self, node: str) -> Path:
+        """The directory of ``node`` where drivers write CDI specs."""
+        raise CapabilityMissing(self.backend, "read the CDI specs of a node")
+
+    def node_logs(self, node: str) -> dict[str, Path]:
+        """Log files of ``node``'s processes by name (``driver``, ``kubelet``); empty when unknown."""
+        return {}
 
     @abc.abstractmethod
     def stop(self) -> None:

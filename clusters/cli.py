@@ -10,18 +10,16 @@ otherwise). ``cluster binaries`` only resolves (downloads or builds) the binarie
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import os
-import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from clusters.errors import ClusterError
 from clusters.local import binaries, daemon
-from clusters.local.settings import LocalSettings, normalize_version
+from clusters.local.settings import LocalSettings
 
 __all__ = ["main"]
 
@@ -61,22 +59,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettings:
-    settings = LocalSettings.from_env(env)
-    if getattr(args, "k8s_version", None):
-        settings = settings.with_version(normalize_version(args.k8s_version))
-    if getattr(args, "bin_dir", None):
-        settings = settings.with_bin_dir(args.bin_dir.resolve())
-    changes: dict[str, object] = {}
-    if getattr(args, "state_dir", None):
-        changes["state_dir"] = args.state_dir.resolve()
-    if getattr(args, "nodes", None) is not None:
-        changes["nodes"] = args.nodes
-    if getattr(args, "driver_name", None):
-        changes["driver_name"] = args.driver_name
-    command = getattr(args, "driver_command", None)
-    if command is not None:
-        changes["driver_command"] = () if command.strip().lower() == "none" else tuple(shlex.split(command))
-    return dataclasses.replace(settings, **changes)  # type: ignore[arg-type]
+    return LocalSettings.from_env(env).with_options(
+        k8s_version=getattr(args, "k8s_version", None),
+        bin_dir=getattr(args, "bin_dir", None),
+        nodes=getattr(args, "nodes", None),
+        driver_name=getattr(args, "driver_name", None),
+        driver_command=getattr(args, "driver_command", None),
+        state_dir=getattr(args, "state_dir", None),
+    )
 
 
 def _up(settings: LocalSettings, timeout: float | None) -> int:
@@ -118,7 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``dra-conformance``."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    settings = _settings(args, dict(os.environ))
+    try:
+        settings = _settings(args, dict(os.environ))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         if args.action == "up":
             return _up(settings, args.timeout)

@@ -3,14 +3,17 @@
 Loaded through the ``pytest11`` entry point. Nothing starts unless a test asks for
 :func:`dra_cluster` (directly or through :func:`namespace` / :func:`node_lease`):
 
-* the controller process (or the only process without xdist) makes a *slot* directory and
-  passes its path to the workers through ``workerinput``; the first process that needs the
-  cluster starts it there as a background daemon (:mod:`clusters.local.daemon`) under a file
+* the controller process (or the only process without xdist) chooses a *slot* directory and
+  passes its path to the workers through ``workerinput``; it is made only when a test needs
+  the cluster (other pytest runs in the environment leave nothing behind); the first process
+  that needs the cluster starts it there as a background daemon (:mod:`clusters.local.daemon`) under a file
   lock, the others attach to it; the controller stops it at the end of the session. The daemon
   watches the controller's PID, so a crashed run leaves nothing behind;
 * ``--cluster-state-dir DIR`` uses a cluster that ``dra-conformance cluster up`` started instead;
 * each test that wants one gets its own namespace; tests that restart things on a node take
-  an exclusive lease on it (:func:`node_lease`).
+  an exclusive lease on it (:func:`node_lease`, :class:`~clusters.leases.NodeLeases`);
+* another plugin (the conformance suite) may replace the session's settings, or the whole
+  cluster with a ``factory``, through :func:`cluster_session` at configure time.
 
 Options: ``--cluster-nodes``, ``--k8s-version``, ``--bin-dir``, ``--driver-command``,
 ``--driver-name``, ``--cluster-state-dir``; env vars as in :mod:`clusters.local.settings`.
@@ -21,26 +24,34 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import shlex
 import shutil
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from filelock import FileLock, Timeout
+from filelock import FileLock
 
 from clusters.base import Cluster
 from clusters.errors import ClusterError
+from clusters.leases import NodeLeases
 from clusters.local import binaries, daemon
 from clusters.local.attached import AttachedLocalCluster
 from clusters.local.settings import LocalSettings
 
-__all__ = ["ClusterSession", "dra_cluster", "local_binaries", "local_settings", "namespace", "node_lease"]
+__all__ = [
+    "SESSION_LABEL",
+    "ClusterSession",
+    "cluster_session",
+    "dra_cluster",
+    "local_binaries",
+    "local_settings",
+    "namespace",
+    "node_lease",
+]
 
 _SLOT_KEY = "drac_slot"
 _WATCH_KEY = "drac_watch_pid"
@@ -48,21 +59,42 @@ _WATCH_KEY = "drac_watch_pid"
 
 @dataclasses.dataclass
 class ClusterSession:
-    """Per-process plugin state, kept in ``config.stash``."""
+    """Per-process plugin state, kept in ``config.stash`` (see :func:`cluster_session`)."""
 
     settings: LocalSettings
-    """Settings for a cluster this session starts."""
+    """Settings for a cluster this session starts (another plugin may replace them at configure)."""
     slot: Path
-    """The session's shared directory (daemon state, locks)."""
+    """The session's shared directory (daemon state, locks, leases); made on first use only."""
     owner: bool
-    """Whether this process made the slot and stops the cluster at the end."""
+    """Whether this process chose the slot and stops the cluster at the end."""
     watch_pid: int
     """The PID the daemon watches (the controller's)."""
     external: Path | None = None
     """State dir of a cluster started by ``cluster up``, used instead of starting one."""
+    factory: Callable[[], Cluster] | None = None
+    """Makes the cluster instead of the local tier (set by another plugin, e.g. for an existing
+    cluster from a kubeconfig)."""
+
+    def ensure_slot(self) -> Path:
+        """The slot directory, made if it does not exist yet."""
+        self.slot.mkdir(parents=True, exist_ok=True)
+        return self.slot
+
+    @property
+    def leases(self) -> NodeLeases:
+        """Node leases shared by every process of the session."""
+        return NodeLeases(self.ensure_slot() / "leases")
 
 
 SESSION_KEY = pytest.StashKey[ClusterSession]()
+
+SESSION_LABEL = "dra-conformance.io/session"
+"""Label on every namespace the ``namespace`` fixture makes; the value names the test session."""
+
+
+def cluster_session(config: pytest.Config) -> ClusterSession:
+    """The cluster state of this pytest run: other plugins adjust its settings or factory."""
+    return config.stash[SESSION_KEY]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -73,7 +105,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--driver-command",
         default=None,
-        help="driver command per node (shell words, placeholders {node} {root})",
+        help="driver command per node (shell words, placeholders {node} {root} {kubeconfig} {driver} "
+        "{python}; 'none' for no driver)",
     )
     group.addoption(
         "--driver-name", default=None, help="DRA driver name whose registration socket the cluster waits for"
@@ -86,20 +119,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _settings(config: pytest.Config) -> LocalSettings:
-    settings = LocalSettings.from_env(os.environ)
-    if config.getoption("k8s_version"):
-        settings = settings.with_version(config.getoption("k8s_version"))
-    if config.getoption("bin_dir"):
-        settings = settings.with_bin_dir(Path(config.getoption("bin_dir")).resolve())
-    nodes = config.getoption("cluster_nodes")
-    if nodes is not None:
-        settings = dataclasses.replace(settings, nodes=nodes)
-    if config.getoption("driver_name"):
-        settings = dataclasses.replace(settings, driver_name=config.getoption("driver_name"))
-    command = config.getoption("driver_command")
-    if command:
-        settings = dataclasses.replace(settings, driver_command=tuple(shlex.split(command)))
-    return settings
+    bin_dir = config.getoption("bin_dir")
+    try:
+        return LocalSettings.from_env(os.environ).with_options(
+            k8s_version=config.getoption("k8s_version"),
+            bin_dir=Path(bin_dir) if bin_dir else None,
+            nodes=config.getoption("cluster_nodes"),
+            driver_name=config.getoption("driver_name"),
+            driver_command=config.getoption("driver_command"),
+        )
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -109,7 +139,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is not None and _SLOT_KEY in workerinput:
         session = ClusterSession(settings, Path(workerinput[_SLOT_KEY]), False, int(workerinput[_WATCH_KEY]))
     else:
-        slot = Path(tempfile.mkdtemp(prefix="drac-slot-", dir=settings.work_dir))
+        # chosen now, made only when a test needs a cluster: other pytest runs leave nothing behind
+        slot = settings.work_dir / f"drac-slot-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         session = ClusterSession(settings, slot, True, os.getpid())
     session.external = Path(external).resolve() if external else None
     config.stash[SESSION_KEY] = session
@@ -127,7 +158,7 @@ class _XdistHooks:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
-    if session is None or not session.owner:
+    if session is None or not session.owner or not session.slot.exists():
         return
     daemon.shutdown(session.slot)
     shutil.rmtree(session.slot, ignore_errors=True)
@@ -162,21 +193,25 @@ def _report(message: str) -> None:
 def dra_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """The session's cluster (started on first use; shared with every xdist worker)."""
     session = _session(request)
-    if session.external is not None:
+    cluster: Cluster
+    if session.factory is not None:
+        cluster = session.factory()
+    elif session.external is not None:
         cluster = AttachedLocalCluster(session.external)
     else:
-        failed = session.slot / "launch-failed.txt"
-        with FileLock(str(session.slot / "launch.lock")):
+        slot = session.ensure_slot()
+        failed = slot / "launch-failed.txt"
+        with FileLock(str(slot / "launch.lock")):
             if failed.exists():
                 raise ClusterError(f"the session's cluster failed to start earlier: {failed.read_text()}")
-            state = daemon.read_state(session.slot)
+            state = daemon.read_state(slot)
             if state is None:
                 try:
-                    state = daemon.launch(session.settings, session.slot, watch_pid=session.watch_pid)
+                    state = daemon.launch(session.settings, slot, watch_pid=session.watch_pid)
                 except ClusterError as e:
                     failed.write_text(str(e))
                     raise
-        cluster = AttachedLocalCluster(session.slot, state)
+        cluster = AttachedLocalCluster(slot, state)
     try:
         yield cluster
     finally:
@@ -190,13 +225,17 @@ def _namespace_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def namespace(dra_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace for this test (its ``default`` service account exists); deleted afterwards."""
+    """A fresh namespace for this test (its ``default`` service account exists); deleted afterwards.
+
+    It carries :data:`SESSION_LABEL`, so a test can tell this session's namespaces from others'.
+    """
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     core = client.CoreV1Api(dra_cluster.api_client())
     name = _namespace_name(request)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    labels = {SESSION_LABEL: _session(request).slot.name}
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
     try:
         _wait_default_service_account(core, name)
         yield name
@@ -231,20 +270,8 @@ def _wait_default_service_account(core: Any, namespace: str, timeout: float = 60
 @pytest.fixture
 def node_lease(dra_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A node no other test holds: take it for tests that restart its driver or kubelet."""
-    session = _session(request)
-    locks = [(n, FileLock(str(session.slot / f"node-{n}.lease"))) for n in dra_cluster.nodes()]
-    if not locks:
+    nodes = dra_cluster.nodes()
+    if not nodes:
         raise ClusterError("the cluster has no nodes to lease")
-    for name, lock in locks:
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            continue
-        try:
-            yield name
-        finally:
-            lock.release()
-        return
-    name, lock = locks[hash(request.node.nodeid) % len(locks)]
-    with lock:
-        yield name
+    with _session(request).leases.exclusive(nodes, request.node.nodeid) as node:
+        yield node

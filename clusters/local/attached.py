@@ -9,7 +9,7 @@ from typing import Any
 from clusters.base import Cluster, ContainerView, PodRef
 from clusters.errors import ClusterError, ClusterStateError
 from clusters.local import daemon
-from clusters.local.cluster import find_container_view
+from clusters.local.cluster import LOCAL_CAPABILITIES, LocalNode, find_container_view
 
 __all__ = ["AttachedLocalCluster"]
 
@@ -23,6 +23,7 @@ class AttachedLocalCluster(Cluster):
     """
 
     backend = "local"
+    capabilities = LOCAL_CAPABILITIES
 
     def __init__(self, state_dir: Path, state: dict[str, Any] | None = None) -> None:
         found = state if state is not None else daemon.read_state(state_dir)
@@ -55,6 +56,25 @@ class AttachedLocalCluster(Cluster):
             return Path(self.state["nodes"][node]["root"])
         except KeyError:
             raise ClusterError(f"unknown node {node!r}; nodes: {self.nodes()}") from None
+
+    def _local_node(self, node: str) -> LocalNode:
+        return LocalNode(node, self.node_root(node))
+
+    def registry_dir(self, node: str) -> Path:
+        """The node's plugin-registration directory."""
+        return self._local_node(node).registry_dir
+
+    def cdi_dir(self, node: str) -> Path:
+        """The node's CDI spec directory."""
+        return self._local_node(node).cdi_dir
+
+    def node_logs(self, node: str) -> dict[str, Path]:
+        """The driver's and the node agent's log files."""
+        return self._local_node(node).log_files
+
+    def stop_driver(self, node: str) -> None:
+        """Stop the driver on ``node`` until :meth:`restart_driver`."""
+        daemon.request(self.state_dir, "stop_driver", node=node)
 
     def start_driver(self, node: str, command: Sequence[str]) -> None:
         """Replace the driver on ``node`` (placeholders ``{node}``, ``{root}``, ``{kubeconfig}``)."""

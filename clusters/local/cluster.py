@@ -41,11 +41,14 @@ from clusters.local.driverproc import (
 from clusters.local.processes import ManagedProcess, install_signal_handlers
 from clusters.local.settings import LocalSettings
 
-__all__ = ["LocalCluster", "LocalNode", "find_container_view"]
+__all__ = ["LOCAL_CAPABILITIES", "LocalCluster", "LocalNode", "find_container_view"]
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
+
+LOCAL_CAPABILITIES = frozenset({"grpc", "view", "restart-driver", "restart-kubelet", "restart-apiserver"})
+"""Everything: the local tier owns every process and file of its nodes."""
 
 _SOCKET_PATH_MAX = 107
 """Longest unix socket path Linux accepts (``sun_path`` is 108 bytes with the NUL)."""
@@ -76,11 +79,22 @@ class LocalNode:
         """Where the agent writes container views."""
         return self.root / "agent" / "containers"
 
+    @property
+    def cdi_dir(self) -> Path:
+        """Where the driver writes CDI specs."""
+        return self.root / "cdi"
+
+    @property
+    def log_files(self) -> dict[str, Path]:
+        """The driver's and the node agent's logs, by the role they play."""
+        return {"driver": self.root / "logs" / "driver.log", "kubelet": self.root / "logs" / "agent.log"}
+
 
 class LocalCluster(Cluster):
     """Control-plane processes and fake nodes on this machine (no Docker, no root)."""
 
     backend = "local"
+    capabilities = LOCAL_CAPABILITIES
 
     def __init__(self, settings: LocalSettings, progress: Progress | None = None) -> None:
         self.settings = settings
@@ -121,17 +135,27 @@ class LocalCluster(Cluster):
             self._start_driver(n)
             self._wait_driver_registered(n)
 
-    def restart_driver(self, node: str, *, crash: bool = False) -> None:
-        """Stop (SIGTERM, or SIGKILL when ``crash``) and restart the driver on ``node``."""
+    def stop_driver(self, node: str) -> None:
+        """Stop (SIGTERM) the driver on ``node``; :meth:`restart_driver` starts it again."""
         n = self._node(node)
-        if n.driver is None:
-            raise NodeError(f"no driver runs on node {node}")
+        if n.driver is not None:
+            n.driver.stop()
+
+    def restart_driver(self, node: str, *, crash: bool = False) -> None:
+        """Stop (SIGTERM, or SIGKILL when ``crash``) and restart the driver on ``node``.
+
+        A driver stopped by :meth:`stop_driver` is just started again.
+        """
+        n = self._node(node)
+        if not n.driver_command:
+            raise NodeError(f"node {node} has no driver command to restart")
         old_socket = _identity(self._reg_socket(n))
         slices = self._slice_uids(n)
-        if crash:
-            n.driver.kill()  # leaves its sockets behind, as a crash would: the new one must cope
-        else:
-            n.driver.stop()
+        if n.driver is not None and n.driver.alive():
+            if crash:
+                n.driver.kill()  # leaves its sockets behind, as a crash would: the new one must cope
+            else:
+                n.driver.stop()
         self._start_driver(n)
         self._wait_driver_registered(n, old_socket)
         if slices:  # a driver may keep its slices across a restart, so any slice will do
@@ -159,6 +183,18 @@ class LocalCluster(Cluster):
     def container_view(self, pod: PodRef, container: str) -> ContainerView:
         """Read the view the node agent wrote for a running container."""
         return find_container_view([n.root for n in self.local_nodes.values()], pod, container)
+
+    def registry_dir(self, node: str) -> Path:
+        """The node's plugin-registration directory."""
+        return self._node(node).registry_dir
+
+    def cdi_dir(self, node: str) -> Path:
+        """The node's CDI spec directory."""
+        return self._node(node).cdi_dir
+
+    def node_logs(self, node: str) -> dict[str, Path]:
+        """The driver's and the node agent's log files."""
+        return self._node(node).log_files
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -255,6 +291,7 @@ class LocalCluster(Cluster):
             root=str(n.root),
             kubeconfig=str(self.kubeconfig),
             driver=self.settings.driver_name,
+            python=sys.executable,
         )
 
     def _make_nodes(self) -> None:
@@ -285,10 +322,10 @@ class LocalCluster(Cluster):
             "--k8s-version",
             self.settings.k8s_version,
         ]
-        n.agent = ManagedProcess(f"agent-{n.name}", argv, n.root / "logs" / "agent.log").start()
+        n.agent = ManagedProcess(f"agent-{n.name}", argv, n.log_files["kubelet"]).start()
 
     def _start_driver(self, n: LocalNode) -> None:
-        log_path = n.root / "logs" / "driver.log"
+        log_path = n.log_files["driver"]
         n.driver = ManagedProcess(f"driver-{n.name}", n.driver_command, log_path).start()
 
     def _reg_socket(self, n: LocalNode) -> Path:

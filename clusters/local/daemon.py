@@ -10,7 +10,8 @@ that crashed). ``shutdown(state_dir)`` asks it to stop and waits.
 
 Protocol: one JSON object per connection each way: ``{"op": ..., ...}`` ->
 ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. Ops: ``status``,
-``restart_driver``, ``restart_kubelet``, ``start_driver``, ``restart_component``, ``stop``.
+``restart_driver``, ``stop_driver``, ``restart_kubelet``, ``start_driver``, ``restart_component``,
+``stop``.
 """
 
 from __future__ import annotations
@@ -346,6 +347,8 @@ class _Daemon:
             return {"ok": True}
         if op == "restart_driver":
             c.restart_driver(req["node"], crash=bool(req.get("crash")))
+        elif op == "stop_driver":
+            c.stop_driver(req["node"])
         elif op == "restart_kubelet":
             c.restart_kubelet(req["node"], crash=bool(req.get("crash")))
         elif op == "start_driver":

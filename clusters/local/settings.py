@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "DEFAULT_K8S_VERSION",
@@ -164,3 +166,38 @@ class LocalSettings:
     def with_bin_dir(self, bin_dir: Path | None) -> LocalSettings:
         """A copy that takes binaries from ``bin_dir``."""
         return dataclasses.replace(self, binaries=dataclasses.replace(self.binaries, bin_dir=bin_dir))
+
+    def with_options(
+        self,
+        *,
+        k8s_version: str | None = None,
+        bin_dir: Path | None = None,
+        nodes: int | None = None,
+        driver_name: str | None = None,
+        driver_command: str | None = None,
+        state_dir: Path | None = None,
+    ) -> LocalSettings:
+        """A copy with the command-line options that were given (None: keep the current value).
+
+        The one mapping from options to settings, shared by ``dra-conformance cluster`` and the
+        pytest plugins. ``driver_command`` is shell words with placeholders, or ``none`` for no
+        driver. Raises ``ValueError`` naming a bad version or node count.
+        """
+        settings = self
+        if k8s_version:
+            settings = settings.with_version(k8s_version)
+        if bin_dir is not None:
+            settings = settings.with_bin_dir(bin_dir.expanduser().resolve())
+        changes: dict[str, Any] = {}
+        if nodes is not None:
+            if nodes < 0:
+                raise ValueError(f"node count {nodes} is negative; give 0 or more nodes")
+            changes["nodes"] = nodes
+        if driver_name:
+            changes["driver_name"] = driver_name
+        if driver_command is not None:
+            words = () if driver_command.strip().lower() == "none" else tuple(shlex.split(driver_command))
+            changes["driver_command"] = words
+        if state_dir is not None:
+            changes["state_dir"] = state_dir.expanduser().resolve()
+        return dataclasses.replace(settings, **changes)

@@ -1,0 +1,90 @@
+"""Node leases shared by the processes of one test session: shared for ordinary tests, exclusive
+for tests that use every device of a node, restart its components or inject faults.
+
+A lease is an ``flock`` on ``<dir>/node-<name>.lease``: many shared holders or one exclusive
+holder. Tests that pin their pods to a node hold it shared; a test that must be alone on a node
+holds it exclusively, so no pod of another test lands there meanwhile. A waiting exclusive taker
+leaves a ``.want`` mark that steers new shared takers to other nodes, so it is not starved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+__all__ = ["NodeLeases"]
+
+
+class NodeLeases:
+    """Leases on the nodes of a cluster, kept in ``directory`` (one session's shared dir)."""
+
+    def __init__(self, directory: Path, poll: float = 0.05) -> None:
+        self.directory = directory
+        """Where the lease files live."""
+        self._poll = poll
+
+    def _path(self, node: str, suffix: str = ".lease") -> Path:
+        return self.directory / f"node-{node}{suffix}"
+
+    def _open(self, node: str) -> int:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        return os.open(self._path(node), os.O_RDWR | os.O_CREAT, 0o600)
+
+    @staticmethod
+    def _try(fd: int, mode: int) -> bool:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    @contextlib.contextmanager
+    def exclusive(self, nodes: Sequence[str], key: str = "") -> Iterator[str]:
+        """Hold one of ``nodes`` alone: a free one if any, else wait for the one ``key`` hashes to."""
+        if not nodes:
+            raise ValueError("no nodes to lease")
+        for node in nodes:
+            fd = self._open(node)
+            if self._try(fd, fcntl.LOCK_EX):
+                yield from self._held(fd, node)
+                return
+            os.close(fd)
+        node = nodes[zlib.crc32(key.encode()) % len(nodes)]
+        want = self._path(node, f".want-{os.getpid()}")
+        want.touch()
+        fd = self._open(node)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        finally:
+            want.unlink(missing_ok=True)
+        yield from self._held(fd, node)
+
+    @contextlib.contextmanager
+    def shared(self, nodes: Sequence[str], key: str = "") -> Iterator[str]:
+        """Hold one of ``nodes`` together with other shared holders; nodes nobody wants alone first."""
+        if not nodes:
+            raise ValueError("no nodes to lease")
+        start = zlib.crc32(key.encode()) % len(nodes)
+        ordered = list(nodes[start:]) + list(nodes[:start])
+        wanted = {n for n in ordered if any(self.directory.glob(f"node-{n}.want-*"))}
+        ordered = [n for n in ordered if n not in wanted] + [n for n in ordered if n in wanted]
+        while True:
+            for node in ordered:
+                fd = self._open(node)
+                if self._try(fd, fcntl.LOCK_SH):
+                    yield from self._held(fd, node)
+                    return
+                os.close(fd)
+            time.sleep(self._poll)
+
+    @staticmethod
+    def _held(fd: int, node: str) -> Iterator[str]:
+        try:
+            yield node
+        finally:
+            os.close(fd)  # closing the descriptor releases the flock

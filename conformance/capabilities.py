@@ -1,0 +1,92 @@
+"""Whether a rule can be checked here: the profile's claims, the cluster's abilities, the version.
+
+A rule whose need is missing is a skip that says which one ("profile reference-l4 does not claim
+partitionable"), never a pass. :func:`missing` answers the reason, or None when everything the
+rule needs is there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from conformance.catalogue import Rule
+from conformance.profiles import PROFILE_CAPABILITIES, DriverProfile
+
+__all__ = ["CLUSTER_CAPABILITIES", "Environment", "missing", "parse_minor"]
+
+CLUSTER_CAPABILITIES = {
+    "grpc": "reach the driver's sockets on a node",
+    "view": "show what a container sees",
+    "restart-driver": "restart the driver",
+    "restart-kubelet": "restart the kubelet",
+    "restart-apiserver": "restart the API server",
+}
+"""Capabilities a cluster backend provides, with what each lets the suite do."""
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What the run has: the profile, the cluster backend's abilities, the served API."""
+
+    profile: DriverProfile
+    """The driver profile."""
+    backend: str
+    """The cluster backend's name."""
+    cluster_capabilities: frozenset[str]
+    """What the backend can do (:data:`CLUSTER_CAPABILITIES` keys)."""
+    k8s_minor: int
+    """The API server's minor version (37 for v1.37.2)."""
+    k8s_version: str
+    """The API server's version as it reports it."""
+    served_kinds: Collection[str] = ()
+    """Kinds ``resource.k8s.io/v1`` serves (``DeviceTaintRule``, ...)."""
+
+
+def parse_minor(version: str) -> int:
+    """The minor of ``v1.37.2`` or ``1.37`` (0 when it cannot be read)."""
+    found = re.match(r"v?1\.(\d+)", version.strip())
+    return int(found.group(1)) if found else 0
+
+
+def _lacks(need: str, env: Environment) -> str | None:
+    """Why ``need`` is not met, or None."""
+    profile = env.profile
+    if need in PROFILE_CAPABILITIES:
+        return None if profile.claims(need) else f"profile {profile.name} does not claim {need}"
+    if need in CLUSTER_CAPABILITIES:
+        if need in env.cluster_capabilities:
+            return None
+        return f"cluster backend {env.backend!r} cannot {CLUSTER_CAPABILITIES[need]} ({need})"
+    found = re.fullmatch(r"devices>=(\d+)", need)
+    if found:
+        wanted = int(found.group(1))
+        have = profile.devices.per_node
+        return (
+            None
+            if have >= wanted
+            else f"profile {profile.name} has {have} device(s) per node, the rule needs {wanted}"
+        )
+    if need == "faults":
+        if profile.faults.inject and profile.faults.heal and profile.faults.kinds:
+            return None
+        return (
+            f"profile {profile.name} does not say how to make a device unhealthy (faults.inject, heal, kinds)"
+        )
+    if need == "DeviceTaintRule":
+        return None if "DeviceTaintRule" in env.served_kinds else "the cluster does not serve DeviceTaintRule"
+    raise ValueError(f"rule need {need!r} is not known to the suite")
+
+
+def missing(rule: Rule, env: Environment) -> str | None:
+    """Why ``rule`` cannot be checked in ``env`` (the first need that is not met), or None."""
+    since = parse_minor(rule.since) if rule.since != "-" else 0
+    if since and env.k8s_minor and env.k8s_minor < since:
+        return f"needs Kubernetes 1.{since}+ ({rule.since}); the cluster runs {env.k8s_version}"
+    for need in rule.needs:
+        alternatives = [n.strip() for n in need.split("|")]
+        reasons = [_lacks(n, env) for n in alternatives]
+        if all(reasons):
+            return "; ".join(r for r in reasons if r)
+    return None

@@ -1,0 +1,167 @@
+"""One settings object for a conformance run: which driver, on which cluster, which rules, where the
+report goes. Built in one place (:meth:`SuiteConfig.build`) by the CLI, the pytest plugin and
+:func:`conformance.run`, then passed down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conformance import catalogue
+from conformance.errors import UsageError
+from conformance.profiles import DriverProfile, load
+
+__all__ = ["CLUSTER_KINDS", "SuiteConfig", "new_run_id"]
+
+CLUSTER_KINDS = ("local", "external")
+"""Cluster backends ``--cluster`` accepts."""
+
+
+def new_run_id(now: float | None = None) -> str:
+    """A run id that sorts by time: ``20261201-013800-ab12cd``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
+    return f"{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True)
+class SuiteConfig:
+    """Everything a conformance run needs to know."""
+
+    profile: DriverProfile
+    """The driver under test."""
+    cluster: str = "local"
+    """``local`` (start a local cluster and the driver as processes) or ``external`` (a kubeconfig)."""
+    kubeconfig: Path | None = None
+    """The cluster for ``external``."""
+    driver_command: str | None = None
+    """Overrides the profile's local start command (placeholders as in the profile)."""
+    nodes: int | None = None
+    """Overrides the profile's local node count."""
+    rules: tuple[str, ...] = ()
+    """Rule ids to run (empty: all)."""
+    areas: tuple[str, ...] = ()
+    """Areas to run, by id or marker (empty: all)."""
+    workers: str = "auto"
+    """pytest-xdist workers (``-n``): a number, ``auto``, or ``0`` for no xdist."""
+    keep_cluster: bool = False
+    """Leave the local cluster running after the run (the CLI prints how to reach it)."""
+    reports_dir: Path = Path("reports")
+    """Where ``<run-id>/`` directories and the ``latest`` link go."""
+    run_id: str = field(default_factory=new_run_id)
+    """This run's id."""
+    k8s_version: str | None = None
+    """Kubernetes version of a local cluster (default: the local tier's)."""
+    bin_dir: Path | None = None
+    """Control-plane binaries of a local cluster."""
+    pytest_args: tuple[str, ...] = ()
+    """Extra pytest arguments."""
+
+    @property
+    def run_dir(self) -> Path:
+        """This run's report directory."""
+        return self.reports_dir / self.run_id
+
+    @property
+    def selected(self) -> tuple[catalogue.Rule, ...]:
+        """The rules this run covers, in catalogue order."""
+        return catalogue.select(self.rules, self.areas)
+
+    @property
+    def local_command(self) -> str:
+        """The command that starts the driver on a local node (the override, else the profile's)."""
+        if self.driver_command is not None:
+            return self.driver_command
+        if self.profile.local is None:
+            raise UsageError(
+                f"profile {self.profile.name!r} has no 'local.command', so its driver cannot run on the "
+                "local tier: add one, give --driver-command, or use --cluster external --kubeconfig K"
+            )
+        return self.profile.local.command
+
+    @property
+    def local_nodes(self) -> int:
+        """Nodes of a local cluster."""
+        if self.nodes is not None:
+            return self.nodes
+        return self.profile.local.nodes if self.profile.local else 2
+
+    @classmethod
+    def build(
+        cls,
+        profile: str | Path | DriverProfile,
+        *,
+        cluster: str = "local",
+        kubeconfig: str | Path | None = None,
+        driver_command: str | None = None,
+        nodes: int | None = None,
+        rules: str | Sequence[str] = (),
+        areas: str | Sequence[str] = (),
+        workers: str | int = "auto",
+        keep_cluster: bool = False,
+        reports_dir: str | Path = "reports",
+        run_id: str | None = None,
+        k8s_version: str | None = None,
+        bin_dir: str | Path | None = None,
+        pytest_args: Sequence[str] = (),
+    ) -> SuiteConfig:
+        """Validate the options and build the config; :class:`UsageError` names a bad one."""
+        loaded = profile if isinstance(profile, DriverProfile) else load(profile)
+        if cluster not in CLUSTER_KINDS:
+            raise UsageError(f"--cluster {cluster!r} is not one of {', '.join(CLUSTER_KINDS)}")
+        kube = Path(kubeconfig).expanduser().resolve() if kubeconfig else None
+        if cluster == "external":
+            if kube is None:
+                raise UsageError(
+                    "--cluster external needs --kubeconfig PATH (the cluster the driver runs in)"
+                )
+            if not kube.is_file():
+                raise UsageError(f"--kubeconfig {kubeconfig} does not exist")
+        if nodes is not None and nodes < 1:
+            raise UsageError(f"--nodes {nodes}: give at least 1")
+        if driver_command is not None:
+            try:
+                shlex.split(driver_command)
+            except ValueError as e:
+                raise UsageError(
+                    f"--driver-command {driver_command!r} is not valid shell words: {e}"
+                ) from None
+        rule_ids = tuple(_split(rules))
+        area_words = tuple(_split(areas))
+        try:
+            catalogue.select(rule_ids, area_words)
+        except KeyError as e:
+            raise UsageError(str(e.args[0])) from None
+        workers_text = str(workers)
+        if workers_text != "auto" and not workers_text.isdigit():
+            raise UsageError(f"-n {workers_text!r}: give a number of workers or 'auto'")
+        config = cls(
+            profile=loaded,
+            cluster=cluster,
+            kubeconfig=kube,
+            driver_command=driver_command,
+            nodes=nodes,
+            rules=rule_ids,
+            areas=area_words,
+            workers=workers_text,
+            keep_cluster=keep_cluster,
+            reports_dir=Path(reports_dir),
+            k8s_version=k8s_version,
+            bin_dir=Path(bin_dir) if bin_dir else None,
+            pytest_args=tuple(pytest_args),
+        )
+        if run_id:
+            config = dataclasses.replace(config, run_id=run_id)
+        if cluster == "local":
+            config.local_command  # noqa: B018 - refuses a profile that cannot run locally, now
+        return config
+
+
+def _split(value: str | Sequence[str]) -> list[str]:
+    items = [value] if isinstance(value, str) else list(value)
+    return [part.strip() for item in items for part in item.split(",") if part.strip()]

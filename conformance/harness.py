@@ -1,0 +1,392 @@
+"""What one conformance test works with: the ``dra`` fixture is a :class:`Harness`.
+
+It holds the test's namespace and node (leased shared, or exclusively for ``@exclusive`` tests),
+creates objects through the resource tracker, waits on watches, reads the driver's slices and
+what containers see, and reaches the driver's sockets. Tests stay short and read as the rule.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from clusters import Cluster, ContainerView
+from clusters.pytest_plugin import SESSION_LABEL
+from conformance import manifests
+from conformance.capabilities import Environment
+from conformance.catalogue import Rule
+from conformance.diagnostics import LogMarks
+from conformance.kube import KINDS, Kube, meta
+from conformance.plugin_client import ClaimRef, PluginClient, PluginInfo, find_plugin
+from conformance.profiles import AttributeMatch, DriverProfile
+from conformance.resources import Tracker
+from conformance.waiting import Objects, WaitTimeout, watch_until
+
+__all__ = ["AllocatedDevice", "Harness", "attribute_value", "cel_for"]
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AllocatedDevice:
+    """One result of a claim's allocation."""
+
+    request: str
+    """The request (``gpu``, or ``gpu/sub0`` for a ``firstAvailable`` subrequest)."""
+    driver: str
+    """The driver."""
+    pool: str
+    """The pool."""
+    device: str
+    """The device name."""
+    admin_access: bool = False
+    """Allocated with admin access."""
+    share_id: str = ""
+    """Consumable-capacity share id."""
+
+
+def attribute_value(device: Mapping[str, Any], name: str, driver: str) -> Any:
+    """A device attribute's value (unqualified names are the driver's own), or None."""
+    attrs = device.get("attributes") or {}
+    found = attrs.get(name)
+    if found is None and "/" in name and name.split("/", 1)[0] == driver:
+        found = attrs.get(name.split("/", 1)[1])
+    if found is None:
+        return None
+    return next(iter(found.values()))
+
+
+def cel_for(match: AttributeMatch, driver: str) -> str:
+    """A CEL expression that is true for devices whose attribute equals the value."""
+    domain, _, short = match.attribute.rpartition("/")
+    value = match.value
+    literal = ("true" if value else "false") if isinstance(value, bool) else repr(value)
+    if isinstance(value, str):
+        literal = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return f'device.attributes["{domain or driver}"].{short} == {literal}'
+
+
+class Harness:
+    """The ``dra`` fixture of a conformance test."""
+
+    def __init__(
+        self,
+        *,
+        cluster: Cluster,
+        kube: Kube,
+        env: Environment,
+        rule: Rule,
+        namespace: str,
+        node: str,
+        marks: LogMarks | None,
+        session: str = "",
+    ) -> None:
+        self.cluster = cluster
+        """The cluster backend."""
+        self.kube = kube
+        """JSON API access."""
+        self.env = env
+        """Profile, backend abilities, version."""
+        self.profile: DriverProfile = env.profile
+        """The driver profile."""
+        self.rule = rule
+        """The rule the test checks."""
+        self.namespace = namespace
+        """The test's own namespace."""
+        self.node = node
+        """The node this test works on (its pods are pinned there)."""
+        self.tracker = Tracker(kube)
+        """What the test created."""
+        self.marks = marks
+        """Where the nodes' logs were at the start."""
+        self.session = session
+        """The test session's id (the value of the namespaces' session label)."""
+        self._names = itertools.count()
+
+    # --- names and objects --------------------------------------------------------------------
+
+    @property
+    def driver(self) -> str:
+        """The driver name."""
+        return self.profile.driver
+
+    @property
+    def device_class(self) -> str:
+        """The DeviceClass the generic tests use."""
+        return self.profile.device_classes.default
+
+    def name(self, prefix: str) -> str:
+        """A fresh object name within this test."""
+        return f"{prefix}-{next(self._names)}"
+
+    def create(self, obj: Mapping[str, Any]) -> Obj:
+        """Create ``obj`` (in the test's namespace when namespaced) and track it."""
+        body = dict(obj)
+        if KINDS[body["kind"]].namespaced:
+            body["metadata"] = {**body.get("metadata", {}), "namespace": self.namespace}
+        return self.tracker.create(body)
+
+    def get(self, kind: str, name: str) -> Obj | None:
+        """An object of the test's namespace (or a cluster-scoped one)."""
+        return self.kube.get(kind, name, self.namespace if KINDS[kind].namespaced else None)
+
+    def claim(self, name: str | None = None, **spec: Any) -> Obj:
+        """Create a ResourceClaim (arguments as :func:`conformance.manifests.claim`; the profile's
+        default class unless ``device_class`` is given)."""
+        device_class = spec.pop("device_class", self.device_class)
+        return self.create(manifests.claim(name or self.name("claim"), device_class, **spec))
+
+    def pod(self, name: str | None = None, claims: Mapping[str, str] | None = None, **spec: Any) -> Obj:
+        """Create a Pod pinned to this test's node (arguments as :func:`conformance.manifests.pod`)."""
+        spec.setdefault("node", self.node)
+        return self.create(manifests.pod(name or self.name("pod"), claims or {}, **spec))
+
+    def run_pod(self, claim_spec: Mapping[str, Any] | None = None, **pod_spec: Any) -> tuple[Obj, Obj]:
+        """Create a claim and a pod that uses it, and wait until the pod runs: ``(pod, claim)``."""
+        claim = self.claim(**dict(claim_spec or {}))
+        pod = self.pod(claims={"gpu": meta(claim)["name"]}, **pod_spec)
+        return self.wait_running(meta(pod)["name"]), self.get("ResourceClaim", meta(claim)["name"]) or claim
+
+    def delete(self, kind: str, name: str, *, grace_seconds: int | None = None) -> None:
+        """Delete an object of the test (no longer tracked)."""
+        namespace = self.namespace if KINDS[kind].namespaced else None
+        self.kube.delete(kind, name, namespace, grace_seconds=grace_seconds)
+        self.tracker.forget(kind, name, namespace)
+
+    # --- waiting ------------------------------------------------------------------------------
+
+    def _events_of(self, name: str) -> str:
+        rows = [
+            f"{e.get('type')} {e.get('reason')}: {e.get('message')}"
+            for e in self.kube.objects("Event", self.namespace)
+            if (e.get("involvedObject") or {}).get("name") == name
+        ]
+        return "; ".join(rows[-5:]) or "no events"
+
+    def wait_pod(self, name: str, what: str, check: Any, timeout: float | None = None) -> Obj:
+        """Wait until ``check(pod)`` holds for pod ``name``; the pod then."""
+        key = f"{self.namespace}/{name}"
+
+        def done(objs: Objects) -> Obj | None:
+            pod = objs.get(key)
+            return pod if pod is not None and check(pod) else None
+
+        def describe(objs: Objects) -> str:
+            pod = objs.get(key)
+            if pod is None:
+                return "no such pod"
+            return f"phase {(pod.get('status') or {}).get('phase')}, events: {self._events_of(name)}"
+
+        return watch_until(
+            self.kube,
+            "Pod",
+            f"pod {key} {what}",
+            done,
+            timeout or self.profile.timeouts.pod,
+            namespace=self.namespace,
+            fields=f"metadata.name={name}",
+            describe=describe,
+        )
+
+    def wait_running(self, name: str, timeout: float | None = None) -> Obj:
+        """Wait until the pod runs (or already finished successfully)."""
+        return self.wait_pod(name, "Running", lambda p: _phase(p) in ("Running", "Succeeded"), timeout)
+
+    def wait_phase(self, name: str, phase: str, timeout: float | None = None) -> Obj:
+        """Wait until the pod reaches ``phase``."""
+        return self.wait_pod(name, phase, lambda p: _phase(p) == phase, timeout)
+
+    def wait_unschedulable(self, name: str, timeout: float | None = None) -> Obj:
+        """Wait until the scheduler reports the pod unschedulable."""
+        return self.wait_pod(name, "unschedulable", _unschedulable, timeout)
+
+    def wait_gone(self, kind: str, name: str, timeout: float | None = None) -> None:
+        """Wait until the object no longer exists."""
+        namespace = self.namespace if KINDS[kind].namespaced else None
+        key = f"{namespace or ''}/{name}"
+        watch_until(
+            self.kube,
+            kind,
+            f"{kind} {key} to be gone",
+            lambda objs: key not in objs,
+            timeout or self.profile.timeouts.unprepare,
+            namespace=namespace,
+            fields=f"metadata.name={name}",
+        )
+
+    def wait_allocated(self, claim: str, timeout: float | None = None) -> list[AllocatedDevice]:
+        """Wait until the claim is allocated; its results."""
+        key = f"{self.namespace}/{claim}"
+        found = watch_until(
+            self.kube,
+            "ResourceClaim",
+            f"claim {key} allocated",
+            lambda objs: objs.get(key) if key in objs and _allocation(objs[key]) else None,
+            timeout or self.profile.timeouts.pod,
+            namespace=self.namespace,
+            fields=f"metadata.name={claim}",
+        )
+        return allocated_devices(found)
+
+    # --- the driver's devices -----------------------------------------------------------------
+
+    def slices(self, node: str | None = None) -> list[Obj]:
+        """The driver's ResourceSlices of ``node`` (default: this test's node)."""
+        wanted = node or self.node
+        return [
+            s
+            for s in self.kube.objects("ResourceSlice", fields=f"spec.driver={self.driver}")
+            if (s.get("spec") or {}).get("nodeName") == wanted
+        ]
+
+    def devices(self, node: str | None = None) -> dict[str, Obj]:
+        """The driver's devices of ``node`` by name (from its current slices)."""
+        return {d["name"]: d for s in self.slices(node) for d in (s.get("spec") or {}).get("devices") or []}
+
+    def attr(self, device: Mapping[str, Any], name: str) -> Any:
+        """An attribute of a slice device (the driver's own unless qualified)."""
+        return attribute_value(device, name, self.driver)
+
+    def unique(self, device: Mapping[str, Any]) -> str:
+        """The device's value of the profile's unique attribute (its name for ``name``)."""
+        key = self.profile.devices.unique
+        return str(device["name"] if key == "name" else self.attr(device, key))
+
+    def cel(self, match: AttributeMatch) -> str:
+        """A CEL selector for ``match``."""
+        return cel_for(match, self.driver)
+
+    def allocated(self, node: str | None = None, *, session_only: bool = False) -> set[str]:
+        """Devices of ``node``'s pool allocated to a claim (only to this session's tests' claims when
+        ``session_only``; any claim in the cluster otherwise)."""
+        pools = {((s.get("spec") or {}).get("pool") or {}).get("name") for s in self.slices(node)}
+        namespaces: set[str] | None = None
+        if session_only:
+            mine = self.kube.objects("Namespace", labels=f"{SESSION_LABEL}={self.session}")
+            namespaces = {meta(n)["name"] for n in mine}
+        return {
+            d.device
+            for c in self.kube.objects("ResourceClaim")
+            if namespaces is None or meta(c).get("namespace") in namespaces
+            for d in allocated_devices(c)
+            if d.driver == self.driver and d.pool in pools
+        }
+
+    def free_devices(self, node: str | None = None) -> list[str]:
+        """Devices of ``node`` that no claim holds, sorted by name."""
+        busy = self.allocated(node)
+        return sorted(d for d in self.devices(node) if d not in busy)
+
+    def pool_of(self, node: str | None = None) -> str:
+        """The pool name of the driver's slices on ``node``."""
+        pools = {((s.get("spec") or {}).get("pool") or {}).get("name") for s in self.slices(node)}
+        if len(pools) != 1:
+            raise AssertionError(f"node {node or self.node} has {len(pools)} pools of {self.driver}: {pools}")
+        return str(pools.pop())
+
+    # --- what containers see, and the driver's sockets ---------------------------------------
+
+    def view(self, pod: str, container: str = "ctr") -> ContainerView:
+        """What a container of a running pod sees."""
+        return self.cluster.container_view(f"{self.namespace}/{pod}", container)
+
+    def device_ids(self, view: ContainerView) -> set[str]:
+        """The device ids (unique attribute values) a container's env carries (profile's pattern)."""
+        pattern = re.compile(self.profile.container.env)
+        return {v for k, v in view.env.items() if pattern.match(k)}
+
+    def plugin_info(self, node: str | None = None) -> PluginInfo:
+        """``GetInfo`` of the driver's registration socket on ``node``."""
+        return find_plugin(self.cluster.registry_dir(node or self.node), self.driver)
+
+    def plugin(self, node: str | None = None, version: str = "v1.DRAPlugin") -> PluginClient:
+        """A client of the driver's DRAPlugin service on ``node``."""
+        return PluginClient(self.plugin_info(node).endpoint, version)
+
+    def write_allocation(
+        self, claim: Mapping[str, Any], devices: Sequence[tuple[str, str]], *, node: str | None = None
+    ) -> Obj:
+        """Allocate ``claim`` as the scheduler would: ``devices`` = (request, device) on ``node``'s pool.
+
+        For direct gRPC tests: the claim is allocated but no pod uses it, so only the suite
+        prepares it. Hold the node exclusively, or the scheduler may hand the same device out.
+        """
+        target = node or self.node
+        pool = self.pool_of(target)
+        current = self.get("ResourceClaim", meta(claim)["name"])
+        assert current is not None, f"claim {meta(claim)['name']} vanished"
+        current["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": r, "driver": self.driver, "pool": pool, "device": d} for r, d in devices
+                    ]
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [target]}]}
+                    ]
+                },
+            }
+        }
+        return self.kube.replace(current, "status")
+
+    def allocated_claim(self, devices: Sequence[str] | int = 1, *, node: str | None = None) -> ClaimRef:
+        """A claim the suite allocated itself to free devices of ``node`` (request ``gpu``)."""
+        if isinstance(devices, int):
+            free = self.free_devices(node)
+            if len(free) < devices:
+                raise AssertionError(
+                    f"node {node or self.node} has {len(free)} free devices, {devices} needed"
+                )
+            chosen = free[:devices]
+        else:
+            chosen = list(devices)
+        claim = self.claim(count=len(chosen))
+        self.write_allocation(claim, [("gpu", d) for d in chosen], node=node)
+        return ref(claim)
+
+
+def ref(claim: Mapping[str, Any]) -> ClaimRef:
+    """The kubelet's reference to a claim object."""
+    m = meta(claim)
+    return ClaimRef(m["namespace"], m["uid"], m["name"])
+
+
+def _phase(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase") or "")
+
+
+def _unschedulable(pod: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def _allocation(claim: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    return (claim.get("status") or {}).get("allocation")
+
+
+def allocated_devices(claim: Mapping[str, Any]) -> list[AllocatedDevice]:
+    """A claim's allocation results (empty when not allocated)."""
+    results: Iterable[Mapping[str, Any]] = ((_allocation(claim) or {}).get("devices") or {}).get(
+        "results"
+    ) or []
+    return [
+        AllocatedDevice(
+            str(r.get("request")),
+            str(r.get("driver")),
+            str(r.get("pool")),
+            str(r.get("device")),
+            bool(r.get("adminAccess")),
+            str(r.get("shareID") or ""),
+        )
+        for r in results
+    ]
+
+
+__all__ += ["WaitTimeout", "allocated_devices", "ref"]

@@ -1,0 +1,194 @@
+"""The manifests the suite creates, built from the example YAML files beside this module.
+
+The files are what a person would write (the README points at them); the builders copy one and
+change what a test needs: names, the class, counts, selectors, configs, containers.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "MANIFESTS_DIR",
+    "RUN_SECONDS_ANNOTATION",
+    "Container",
+    "cel",
+    "claim",
+    "claim_template",
+    "device_class",
+    "example",
+    "opaque_config",
+    "pod",
+    "request",
+]
+
+MANIFESTS_DIR = Path(__file__).resolve().parent
+"""Where the example YAML files live."""
+
+RUN_SECONDS_ANNOTATION = "dra-conformance.io/run-seconds"
+"""Pod annotation: the local tier's containers exit 0 after this many seconds."""
+
+Obj = dict[str, Any]
+
+
+@cache
+def _read(name: str) -> Obj:
+    data = yaml.safe_load((MANIFESTS_DIR / f"{name}.yaml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def example(name: str) -> Obj:
+    """A fresh copy of ``<name>.yaml`` (``resourceclaim``, ``pod``, ...)."""
+    return copy.deepcopy(_read(name))
+
+
+def cel(expression: str) -> Obj:
+    """A CEL device selector."""
+    return {"cel": {"expression": expression}}
+
+
+def request(
+    name: str,
+    device_class: str,
+    *,
+    count: int = 1,
+    all_devices: bool = False,
+    selectors: Sequence[Obj] = (),
+    admin_access: bool = False,
+    tolerations: Sequence[Obj] = (),
+) -> Obj:
+    """One device request (``exactly``)."""
+    exactly: Obj = {"deviceClassName": device_class}
+    if all_devices:
+        exactly["allocationMode"] = "All"
+    else:
+        exactly["allocationMode"] = "ExactCount"
+        exactly["count"] = count
+    if selectors:
+        exactly["selectors"] = list(selectors)
+    if admin_access:
+        exactly["adminAccess"] = True
+    if tolerations:
+        exactly["tolerations"] = list(tolerations)
+    return {"name": name, "exactly": exactly}
+
+
+def opaque_config(driver: str, parameters: Mapping[str, Any], requests: Sequence[str] = ()) -> Obj:
+    """A ``config`` entry with an opaque config for ``driver`` (for some requests, or all)."""
+    entry: Obj = {"opaque": {"driver": driver, "parameters": copy.deepcopy(dict(parameters))}}
+    if requests:
+        entry["requests"] = list(requests)
+    return entry
+
+
+def _devices_spec(requests: Sequence[Obj], constraints: Sequence[Obj], config: Sequence[Obj]) -> Obj:
+    spec: Obj = {"requests": list(requests)}
+    if constraints:
+        spec["constraints"] = list(constraints)
+    if config:
+        spec["config"] = list(config)
+    return spec
+
+
+def claim(
+    name: str,
+    device_class: str,
+    *,
+    requests: Sequence[Obj] = (),
+    constraints: Sequence[Obj] = (),
+    config: Sequence[Obj] = (),
+    **one: Any,
+) -> Obj:
+    """A ResourceClaim: ``requests`` as given, else one request ``gpu`` of ``device_class``
+    (``one`` goes to :func:`request`: ``count``, ``all_devices``, ``selectors``, ...)."""
+    obj = example("resourceclaim")
+    obj["metadata"] = {"name": name}
+    chosen = list(requests) or [request("gpu", device_class, **one)]
+    obj["spec"]["devices"] = _devices_spec(chosen, constraints, config)
+    return obj
+
+
+def claim_template(name: str, device_class: str, *, requests: Sequence[Obj] = (), **one: Any) -> Obj:
+    """A ResourceClaimTemplate (same arguments as :func:`claim`)."""
+    obj = example("resourceclaimtemplate")
+    obj["metadata"] = {"name": name}
+    chosen = list(requests) or [request("gpu", device_class, **one)]
+    obj["spec"]["spec"]["devices"] = _devices_spec(chosen, (), ())
+    return obj
+
+
+@dataclass(frozen=True)
+class Container:
+    """A container and the pod claims (``claim`` or ``claim/request``) it uses."""
+
+    name: str
+    """Container name."""
+    claims: Sequence[str] = ()
+    """Pod claim names, each optionally with ``/request``."""
+    init: bool = False
+    """An init container (runs to completion before the others)."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """More container fields."""
+
+
+def _container(template: Obj, c: Container) -> Obj:
+    out = copy.deepcopy(template)
+    out["name"] = c.name
+    refs = []
+    for ref in c.claims:
+        claim_name, _, req = ref.partition("/")
+        refs.append({"name": claim_name, "request": req} if req else {"name": claim_name})
+    out["resources"] = {"claims": refs} if refs else {}
+    if c.init:
+        out["command"] = ["sh", "-c", "env"]
+    out.update(c.extra)
+    return out
+
+
+def pod(
+    name: str,
+    claims: Mapping[str, str],
+    *,
+    containers: Sequence[Container] = (),
+    node: str | None = None,
+    run_seconds: float | None = None,
+    templates: Mapping[str, str] | None = None,
+) -> Obj:
+    """A Pod. ``claims``: pod claim name -> ResourceClaim name; ``templates``: pod claim name ->
+    ResourceClaimTemplate name. Without ``containers`` one container ``ctr`` uses every pod claim.
+    ``node`` pins it (``kubernetes.io/hostname``); ``run_seconds`` makes it finish (local tier)."""
+    obj = example("pod")
+    obj["metadata"] = {"name": name}
+    if run_seconds is not None:
+        obj["metadata"]["annotations"] = {RUN_SECONDS_ANNOTATION: str(run_seconds)}
+    spec = obj["spec"]
+    template = spec["containers"][0]
+    entries = [{"name": k, "resourceClaimName": v} for k, v in claims.items()]
+    entries += [{"name": k, "resourceClaimTemplateName": v} for k, v in (templates or {}).items()]
+    spec["resourceClaims"] = entries
+    chosen = list(containers) or [Container("ctr", [e["name"] for e in entries])]
+    spec["containers"] = [_container(template, c) for c in chosen if not c.init]
+    inits = [_container(template, c) for c in chosen if c.init]
+    if inits:
+        spec["initContainers"] = inits
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return obj
+
+
+def device_class(name: str, selectors: Sequence[Obj] = (), config: Sequence[Obj] = ()) -> Obj:
+    """A DeviceClass."""
+    obj = example("deviceclass")
+    obj["metadata"] = {"name": name}
+    obj["spec"] = {"selectors": list(selectors)}
+    if config:
+        obj["spec"]["config"] = list(config)
+    return obj

@@ -1,0 +1,480 @@
+"""The suite's pytest plugin (``pytest11`` entry point ``dra_conformance``).
+
+``pytest --pyargs conformance.suite --dra-profile NAME|PATH`` runs the suite. Without
+``--dra-profile`` the plugin only registers its markers: other pytest runs in the same
+environment (the project's own tests) are untouched. With a profile it registers one stateful
+object, :class:`ConformanceRun`, which
+
+* points the session's cluster (``clusters.pytest_plugin``) at the driver: a local cluster that
+  starts the profile's command on every node, or an existing cluster (``--dra-cluster external``);
+* selects rules (``--dra-rules``, ``-m AREA``), runs preflight first, and turns a profile's known
+  failures into expected failures with their reason;
+* gives each test its :class:`~conformance.harness.Harness` (``dra`` fixture): a namespace, a node
+  leased shared or exclusively, skips for missing capabilities, diagnostics on failure;
+* writes ``run.json``, ``records.jsonl`` and ``collected.json`` to the run directory (controller
+  side, also under xdist), ``allure-results/`` through allure-pytest, and the report at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from filelock import FileLock
+
+from clusters import Cluster
+from clusters.external import ExternalCluster
+from clusters.pytest_plugin import ClusterSession, cluster_session
+from conformance import preflight
+from conformance.capabilities import Environment, missing, parse_minor
+from conformance.catalogue import AREAS, by_id
+from conformance.config import SuiteConfig
+from conformance.diagnostics import LogMarks, collect
+from conformance.errors import UsageError
+from conformance.harness import Harness
+from conformance.kube import Kube
+from conformance.results import RunInfo, TestRecord
+from conformance.rules import EXCLUSIVE_MARK, RULE_MARK, rule_of
+from conformance.waiting import until
+
+__all__ = ["RUN_KEY", "ConformanceRun", "dra", "dra_env", "dra_pre", "dra_preflight"]
+
+RUN_KEY = pytest.StashKey["ConformanceRun"]()
+HARNESS_KEY = pytest.StashKey[Harness]()
+SUITE_DIR = Path(__file__).resolve().parent / "suite"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dra-conformance suite")
+    group.addoption("--dra-profile", default=None, help="driver profile: a shipped name or a YAML file")
+    group.addoption(
+        "--dra-cluster",
+        default="local",
+        help="local (start a cluster and the driver) or external (--dra-kubeconfig)",
+    )
+    group.addoption("--dra-kubeconfig", default=None, help="kubeconfig of an external cluster")
+    group.addoption("--dra-driver-command", default=None, help="overrides the profile's local start command")
+    group.addoption("--dra-nodes", type=int, default=None, help="nodes of the local cluster")
+    group.addoption("--dra-rules", default="", help="comma list of rule ids to run (default: all)")
+    group.addoption("--dra-report-dir", default=None, help="the run's directory (default reports/<run-id>)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{RULE_MARK}(id): the conformance rule a test checks")
+    config.addinivalue_line("markers", f"{EXCLUSIVE_MARK}: the test holds its node alone")
+    for area in AREAS.values():
+        config.addinivalue_line("markers", f"{area.marker}: conformance area {area.id} ({area.title})")
+    profile = config.getoption("dra_profile")
+    if not profile:
+        return
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    report_dir = config.getoption("dra_report_dir")
+    try:
+        suite = SuiteConfig.build(
+            profile,
+            cluster=config.getoption("dra_cluster"),
+            kubeconfig=config.getoption("dra_kubeconfig"),
+            driver_command=config.getoption("dra_driver_command"),
+            nodes=config.getoption("dra_nodes"),
+            rules=config.getoption("dra_rules"),
+            run_id=Path(report_dir).name if report_dir else (workerinput or {}).get("dra_run_id"),
+            reports_dir=Path(report_dir).parent if report_dir else "reports",
+            k8s_version=config.getoption("k8s_version", None),
+        )
+    except UsageError as e:
+        raise pytest.UsageError(str(e)) from None
+    run_dir = suite.run_dir.resolve()
+    if workerinput is None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if config.pluginmanager.hasplugin("allure_pytest") and not config.option.allure_report_dir:
+            config.option.allure_report_dir = str(run_dir / "allure-results")
+    run = ConformanceRun(config, suite, run_dir, controller=workerinput is None)
+    config.stash[RUN_KEY] = run
+    config.pluginmanager.register(run, "dra-conformance-run")
+
+
+class ConformanceRun:
+    """The suite's state in one pytest process (controller or xdist worker)."""
+
+    def __init__(self, config: pytest.Config, suite: SuiteConfig, run_dir: Path, *, controller: bool) -> None:
+        self.config = config
+        self.suite = suite
+        """The run's settings."""
+        self.run_dir = run_dir
+        """Where records and the report go."""
+        self.controller = controller
+        """Whether this process writes the records (the controller, or the only process)."""
+        self.started = time.time()
+        self._phases: dict[str, list[pytest.TestReport]] = {}
+        self._preflight_failed = ""
+
+    # --- configuration of the session's cluster ------------------------------------------------
+
+    @property
+    def cluster_session(self) -> ClusterSession:
+        """The cluster plugin's state of this process."""
+        return cluster_session(self.config)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["dra_run_id"] = self.suite.run_id
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        cs = self.cluster_session
+        suite = self.suite
+        if suite.cluster == "external":
+            assert suite.kubeconfig is not None
+            kubeconfig = suite.kubeconfig
+            cs.factory = lambda: ExternalCluster(kubeconfig, driver=suite.profile.driver)
+        elif cs.external is None:
+            cs.settings = cs.settings.with_options(
+                driver_name=suite.profile.driver,
+                driver_command=suite.local_command,
+                nodes=suite.local_nodes,
+            )
+        if self.controller:
+            self._write_run_info()
+
+    # --- collection ----------------------------------------------------------------------------
+
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[Any]
+    ) -> None:
+        selected_ids = {r.id for r in self.suite.selected}
+        keep, drop = [], []
+        for item in items:
+            rule = rule_of(item)
+            in_suite = Path(str(item.path)).is_relative_to(SUITE_DIR)
+            if rule is None:
+                if in_suite:
+                    raise pytest.UsageError(f"suite test {item.nodeid} has no @rule(...) marker")
+                keep.append(item)
+                continue
+            if rule.id not in selected_ids:
+                drop.append(item)
+                continue
+            item.user_properties.append(("dra_rule", rule.id))
+            reason = self.suite.profile.known_failures.get(rule.id)
+            if reason:
+                item.add_marker(pytest.mark.xfail(reason=f"known failure: {reason}", strict=False))
+            keep.append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+        order = {a: i for i, a in enumerate(AREAS)}
+        keep.sort(key=lambda it: order.get(r.area, 99) if (r := rule_of(it)) else 99)
+        items[:] = keep
+        self._write_collected([(it.nodeid, r.id) for it in keep if (r := rule_of(it))])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        pass  # workers write collected.json themselves (identical on every worker)
+
+    def _write_collected(self, entries: list[tuple[str, str]]) -> None:
+        path = self.run_dir / "collected.json"
+        _atomic_write(path, json.dumps([{"nodeid": n, "rule": r} for n, r in entries]))
+
+    # --- results (controller side) --------------------------------------------------------------
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not self.controller:
+            return
+        self._phases.setdefault(report.nodeid, []).append(report)
+        if report.when != "teardown":
+            return
+        phases = self._phases.pop(report.nodeid)
+        record = _record(phases)
+        if record is None:
+            return
+        with (self.run_dir / "records.jsonl").open("a") as f:
+            f.write(record.to_json() + "\n")
+        if (
+            record.rule.startswith("PRE-")
+            and record.outcome in ("failed", "error")
+            and not self._preflight_failed
+        ):
+            self._preflight_failed = f"{record.rule}: {record.reason}"
+            self._stop(report, f"preflight failed: {self._preflight_failed}")
+
+    def _stop(self, report: pytest.TestReport, why: str) -> None:
+        dsession = self.config.pluginmanager.getplugin("dsession")
+        if dsession is not None:
+            dsession.shouldstop = why
+        session = getattr(report, "session", None) or getattr(self, "_session", None)
+        if session is not None:
+            session.shouldstop = why
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        self._session = session
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if not self.controller:
+            return
+        self._cleanup_preflight()
+        self._write_run_info(finished=time.time())
+        try:
+            from conformance import report
+        except ImportError:  # the report renderer ships separately
+            return
+        rendered = report.build(self.run_dir)
+        report.write(rendered, self.run_dir)
+        allure_dir = self.config.option.__dict__.get("allure_report_dir")
+        if allure_dir:
+            report.write_allure_environment(rendered.run, Path(allure_dir))
+        _link_latest(self.run_dir)
+
+    def _slot_file(self, name: str) -> Path:
+        return self.cluster_session.slot / name
+
+    def _cleanup_preflight(self) -> None:
+        path = self._slot_file("preflight.json")
+        if not path.exists():
+            return
+        verdict = preflight.Verdict.from_json(path.read_text())
+        if not verdict.created or not verdict.kubeconfig:
+            return
+        from kubernetes import config as kconfig
+
+        api = kconfig.new_client_from_config(config_file=verdict.kubeconfig)  # type: ignore[no-untyped-call]
+        try:
+            errors = preflight.cleanup(Kube(api), verdict)
+        finally:
+            api.close()
+        for error in errors:
+            print(f"[dra-conformance] could not clean up {error}")
+
+    def _write_run_info(self, finished: float = 0.0) -> None:
+        path = self._slot_file("preflight.json")
+        verdict = preflight.Verdict.from_json(path.read_text()) if path.exists() else None
+        env = {}
+        with contextlib.suppress(OSError, ValueError):
+            env = json.loads(self._slot_file("environment.json").read_text())
+        profile = self.suite.profile
+        info = RunInfo(
+            run_id=self.suite.run_id,
+            driver=profile.driver,
+            profile=profile.name,
+            profile_path=str(profile.path or ""),
+            kubernetes_version=str(env.get("k8s_version", "")),
+            tier=str(env.get("backend", self.suite.cluster)),
+            nodes=tuple(verdict.nodes if verdict else ()),
+            started=self.started,
+            finished=finished,
+            selection=tuple(r.id for r in self.suite.selected)
+            if self.suite.rules or self.suite.areas
+            else (),
+            known_failures=dict(profile.known_failures),
+            stopped=f"preflight failed: {self._preflight_failed}" if self._preflight_failed else "",
+        )
+        _atomic_write(self.run_dir / "run.json", info.to_json())
+
+    # --- diagnostics on failure (worker side) ---------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+        report: pytest.TestReport = yield  # type: ignore[misc]
+        harness = item.stash.get(HARNESS_KEY, None)
+        if harness is None or not report.failed or call.when == "teardown":
+            return report  # type: ignore[return-value]
+        diagnostics = collect(
+            harness.kube,
+            driver=harness.driver,
+            namespace=harness.namespace,
+            nodes=[harness.node],
+            marks=harness.marks,
+        )
+        report.user_properties.append(("dra_diagnostics", diagnostics))
+        _attach_to_allure(diagnostics)
+        return report  # type: ignore[return-value]
+
+
+def _attach_to_allure(diagnostics: dict[str, str]) -> None:
+    try:
+        import allure
+    except ImportError:
+        return
+    for name, text in diagnostics.items():
+        with contextlib.suppress(Exception):  # allure is off in this run: nothing to attach to
+            allure.attach(text, name=name, attachment_type=allure.attachment_type.TEXT)
+
+
+def _record(phases: list[pytest.TestReport]) -> TestRecord | None:
+    """One record from the setup, call and teardown reports of a test."""
+    props = dict(p for r in phases for p in r.user_properties if isinstance(p, tuple) and len(p) == 2)
+    rule = props.get("dra_rule")
+    if not rule:
+        return None
+    outcome, reason, longrepr = "passed", "", ""
+    for r in phases:
+        wasxfail = getattr(r, "wasxfail", None)
+        if r.when == "call" and wasxfail is not None:
+            outcome, reason = ("xfailed", wasxfail) if r.skipped else ("xpassed", wasxfail)
+        elif r.skipped and outcome == "passed":
+            outcome, reason = "skipped", _skip_reason(r)
+        elif r.failed and outcome in ("passed", "xpassed"):
+            outcome = "failed" if r.when == "call" else "error"
+            reason, longrepr = _crash_message(r), str(r.longrepr)
+    return TestRecord(
+        nodeid=phases[0].nodeid,
+        rule=str(rule),
+        outcome=outcome,  # type: ignore[arg-type]
+        reason=reason,
+        duration_s=round(sum(r.duration for r in phases), 3),
+        started=float(getattr(phases[0], "start", 0.0)),
+        longrepr=longrepr,
+        diagnostics=dict(props.get("dra_diagnostics") or {}),
+    )
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def _crash_message(report: pytest.TestReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = str(getattr(crash, "message", "") or report.longrepr)
+    return message.splitlines()[0][:500] if message else ""
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _link_latest(run_dir: Path) -> None:
+    link = run_dir.parent / "latest"
+    tmp = run_dir.parent / f".latest.{os.getpid()}"
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    tmp.symlink_to(run_dir.name)
+    os.replace(tmp, link)
+
+
+def _run(request: pytest.FixtureRequest) -> ConformanceRun:
+    run = request.config.stash.get(RUN_KEY, None)
+    if run is None:
+        pytest.skip("the conformance suite needs --dra-profile NAME|PATH (dra-conformance run does that)")
+    return run
+
+
+# --- fixtures -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def dra_preflight(request: pytest.FixtureRequest, dra_cluster: Cluster) -> preflight.Verdict:
+    """The preflight verdict, made once per session (by the first process to get here)."""
+    run = _run(request)
+    slot = run.cluster_session.ensure_slot()
+    path = slot / "preflight.json"
+    with FileLock(str(slot / "preflight.lock")):
+        if path.exists():
+            return preflight.Verdict.from_json(path.read_text())
+        kube = Kube(dra_cluster.api_client())
+        verdict = preflight.run(kube, run.suite.profile, dra_cluster.nodes(), str(dra_cluster.kubeconfig))
+        _atomic_write(path, verdict.to_json())
+        return verdict
+
+
+@pytest.fixture(scope="session")
+def dra_env(request: pytest.FixtureRequest, dra_cluster: Cluster) -> Environment:
+    """What this run has: the profile, the backend's abilities, the API server's version."""
+    run = _run(request)
+    kube = Kube(dra_cluster.api_client())
+    version = kube.server_version()
+    env = Environment(
+        profile=run.suite.profile,
+        backend=dra_cluster.backend,
+        cluster_capabilities=frozenset(dra_cluster.capabilities),
+        k8s_minor=parse_minor(version),
+        k8s_version=version,
+        served_kinds=tuple(kube.served("resource.k8s.io/v1")),
+    )
+    _atomic_write(
+        run.cluster_session.ensure_slot() / "environment.json",
+        json.dumps({"k8s_version": version, "backend": dra_cluster.backend}),
+    )
+    return env
+
+
+@pytest.fixture
+def dra(
+    request: pytest.FixtureRequest,
+    dra_cluster: Cluster,
+    dra_env: Environment,
+    dra_preflight: preflight.Verdict,
+) -> Iterator[Harness]:
+    """The test's harness: namespace, node lease, tracker, skips for what the rule needs."""
+    run = _run(request)
+    rule = rule_of(request.node)  # type: ignore[arg-type]
+    if rule is None:
+        raise UsageError(f"{request.node.nodeid} uses the dra fixture but has no @rule(...)")
+    if dra_preflight.failure and not rule.id.startswith("PRE-"):
+        pytest.skip(f"preflight failed: {dra_preflight.failure}")
+    reason = missing(rule, dra_env)
+    if reason:
+        pytest.skip(reason)
+    _label_for_allure(rule.id)
+    nodes = dra_preflight.nodes
+    leases = run.cluster_session.leases
+    exclusive = request.node.get_closest_marker(EXCLUSIVE_MARK) is not None
+    lease = leases.exclusive if exclusive else leases.shared
+    with lease(nodes, request.node.nodeid) as node:
+        namespace = request.getfixturevalue("namespace")
+        harness = Harness(
+            cluster=dra_cluster,
+            kube=Kube(dra_cluster.api_client()),
+            env=dra_env,
+            rule=rule,
+            namespace=namespace,
+            node=node,
+            marks=LogMarks.take(dra_cluster, [node]),
+            session=run.cluster_session.slot.name,
+        )
+        request.node.stash[HARNESS_KEY] = harness
+        if exclusive:
+            until(
+                f"the devices of {node} to be free of other tests' claims",
+                lambda: not harness.allocated(node, session_only=True),
+                run.suite.profile.timeouts.unprepare,
+                interval=0.25,
+                describe=lambda: f"still allocated: {sorted(harness.allocated(node, session_only=True))}",
+            )
+        try:
+            yield harness
+        finally:
+            harness.tracker.cleanup()
+
+
+@pytest.fixture
+def dra_pre(request: pytest.FixtureRequest, dra_preflight: preflight.Verdict) -> str:
+    """For the PRE tests: this test's preflight result (empty: passed)."""
+    rule = rule_of(request.node)  # type: ignore[arg-type]
+    if rule is None or rule.id not in preflight.PRE_RULES:
+        raise UsageError(f"{request.node.nodeid} uses dra_pre but is not a PRE rule test")
+    _label_for_allure(rule.id)
+    return dra_preflight.results.get(rule.id, "not checked")
+
+
+def _label_for_allure(rule_id: str) -> None:
+    try:
+        import allure
+    except ImportError:
+        return
+    rule = by_id(rule_id)
+    with contextlib.suppress(Exception):  # allure is off in this run
+        allure.dynamic.epic(f"{rule.area}: {AREAS[rule.area].title}")
+        allure.dynamic.feature(rule.id)
+        allure.dynamic.title(f"{rule.id}: {rule.sentence}")
+        allure.dynamic.label("needs", ", ".join(rule.needs) or "-")

@@ -1,0 +1,444 @@
+"""The driver profile: what the suite needs to know about a driver, read from YAML and validated.
+
+A profile names the driver, its DeviceClasses, how to start it on a local node, the capabilities
+it claims, what its devices and containers look like, example opaque configs, how to make a
+device unhealthy, timeouts and known failures. The schema, field by field, is in
+``conformance/profiles/README.md``; :func:`parse` checks every field and raises
+:class:`~conformance.errors.ProfileError` naming the file, the field, the bad value and what is
+allowed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from conformance.catalogue import RULES
+from conformance.errors import ProfileError
+
+__all__ = [
+    "ATTRIBUTE_TYPES",
+    "PROFILE_CAPABILITIES",
+    "AttributeMatch",
+    "Configs",
+    "ContainerSpec",
+    "DeviceClasses",
+    "Devices",
+    "DriverProfile",
+    "ExampleConfig",
+    "Faults",
+    "InvalidConfig",
+    "LocalDriver",
+    "Timeouts",
+    "parse",
+]
+
+PROFILE_CAPABILITIES: Mapping[str, str] = {
+    "v1beta1": "serves the v1beta1 DRAPlugin service besides v1",
+    "health": "serves a DRAResourceHealth service (device health stream)",
+    "taints": "taints its own devices in ResourceSlices (e.g. when unhealthy)",
+    "partitionable": "publishes partitionable devices that consume shared counters",
+    "consumable-capacity": "publishes devices that several claims can share by capacity",
+    "admin-access": "prepares adminAccess claims for devices in use",
+    "opaque-config": "accepts opaque device configs (class and claim)",
+    "sharing-config": "accepts sharing strategies through opaque config",
+    "extended-resource": "its DeviceClass names an extended resource",
+    "device-status": "writes status.devices of its claims",
+    "net": "its devices are network interfaces (CDI netDevices)",
+}
+"""Capabilities a profile may claim, with what claiming one promises."""
+
+ATTRIBUTE_TYPES = ("string", "int", "bool", "version")
+"""Types of device attributes, as ResourceSlices spell them."""
+
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_RULE_IDS = frozenset(r.id for r in RULES)
+
+
+@dataclass(frozen=True)
+class DeviceClasses:
+    """Where the driver's DeviceClasses come from, and which one the generic tests use."""
+
+    default: str
+    """The class the generic tests request devices from."""
+    command: str = ""
+    """A command that prints DeviceClass manifests (YAML); placeholders ``{python}``, ``{driver}``."""
+    file: Path | None = None
+    """A YAML file of DeviceClass manifests (relative paths are from the profile's folder)."""
+    names: tuple[str, ...] = ()
+    """Classes that already exist in the cluster (the suite only checks them)."""
+
+
+@dataclass(frozen=True)
+class LocalDriver:
+    """How the local tier starts the driver, one process per node."""
+
+    command: str
+    """Command template (shell words); placeholders ``{node}``, ``{root}``, ``{kubeconfig}``,
+    ``{driver}``, ``{python}``."""
+    nodes: int = 2
+    """Nodes of the local cluster (some rules need two)."""
+
+
+@dataclass(frozen=True)
+class AttributeMatch:
+    """A device attribute and a value: the suite turns it into a CEL selector and checks results."""
+
+    attribute: str
+    """Attribute name: unqualified (the driver's domain) or ``domain/name``."""
+    value: str | int | bool
+    """The value it must equal."""
+
+
+@dataclass(frozen=True)
+class Devices:
+    """What the driver's devices of the default class look like."""
+
+    per_node: int
+    """Devices of the default class on each node."""
+    unique: str
+    """An attribute whose value differs on every device (``name``: the device name itself)."""
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    """Attributes every such device has, with their types (``string``, ``int``, ``bool``, ``version``)."""
+    select: AttributeMatch | None = None
+    """An attribute value that some (not all) devices of a node have (ALLOC-CEL)."""
+    no_match: AttributeMatch | None = None
+    """An attribute value no device has (ALLOC-CEL-NOMATCH)."""
+    common: str = ""
+    """An attribute that devices of one node share, for ``matchAttribute`` (ALLOC-MATCH-ATTR)."""
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """How a container shows the devices it got."""
+
+    env: str = ""
+    """A regex for env var names whose values are the ``unique`` values of the container's devices."""
+
+
+@dataclass(frozen=True)
+class ExampleConfig:
+    """A valid opaque config and what a container shows when it applies."""
+
+    parameters: Mapping[str, Any]
+    """The opaque config object (``config[].opaque.parameters``)."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Env vars a container of a device with this config sees (a subset check)."""
+
+
+@dataclass(frozen=True)
+class InvalidConfig:
+    """An opaque config the driver must refuse."""
+
+    parameters: Mapping[str, Any]
+    """The bad config object."""
+    field: str
+    """The field the driver's error message must name."""
+
+
+@dataclass(frozen=True)
+class Configs:
+    """Example opaque configs (needs the ``opaque-config`` capability)."""
+
+    valid: Mapping[str, ExampleConfig] = field(default_factory=dict)
+    """Valid configs by name (e.g. per sharing strategy: ``time-slicing``, ``mps``)."""
+    invalid: InvalidConfig | None = None
+    """One invalid config."""
+
+
+@dataclass(frozen=True)
+class Faults:
+    """How to make a device unhealthy and heal it (the HEALTH rules)."""
+
+    inject: str = ""
+    """Command template; placeholders as ``local.command`` plus ``{device}`` and ``{fault}``."""
+    heal: str = ""
+    """Command template that heals ``{device}``."""
+    kinds: tuple[str, ...] = ()
+    """Faults that make a device unhealthy."""
+    benign: tuple[str, ...] = ()
+    """Faults that must leave the device healthy."""
+    taint_effect: str = "NoSchedule"
+    """The taint effect a fault leads to (``NoSchedule`` or ``NoExecute``)."""
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds to wait for things to happen."""
+
+    slices: float = 60.0
+    """For every node's slices at preflight, and for a deleted slice to come back."""
+    pod: float = 60.0
+    """For a pod to run (scheduled, allocated, prepared)."""
+    unprepare: float = 60.0
+    """For a deleted pod's claim to be unprepared and its pod gone."""
+    health: float = 30.0
+    """For a fault to show as unhealthy, and a heal as healthy."""
+
+
+@dataclass(frozen=True)
+class DriverProfile:
+    """Everything the suite knows about one driver (see the module docstring)."""
+
+    name: str
+    """Short name (``reference-gpu``)."""
+    driver: str
+    """The DRA driver name."""
+    device_classes: DeviceClasses
+    """Its DeviceClasses."""
+    devices: Devices
+    """What its devices look like."""
+    path: Path | None = None
+    """The file it was read from."""
+    description: str = ""
+    """One line for people."""
+    local: LocalDriver | None = None
+    """How to start it on the local tier (absent: it cannot run there)."""
+    capabilities: frozenset[str] = frozenset()
+    """What it claims to do (keys of :data:`PROFILE_CAPABILITIES`)."""
+    container: ContainerSpec = field(default_factory=ContainerSpec)
+    """How containers show devices."""
+    configs: Configs = field(default_factory=Configs)
+    """Example opaque configs."""
+    faults: Faults = field(default_factory=Faults)
+    """Fault injection."""
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    """Timeouts."""
+    known_failures: Mapping[str, str] = field(default_factory=dict)
+    """Rule id -> why it is expected to fail."""
+    idempotent_prepares: int = 3
+    """How often REG-IDEMPOTENT-PREPARE prepares the same claim."""
+
+    def claims(self, capability: str) -> bool:
+        """Whether the profile claims ``capability``."""
+        return capability in self.capabilities
+
+
+class _Reader:
+    """Reads one mapping of a profile, naming ``file: path.to.field`` in every error."""
+
+    def __init__(self, source: str, where: str, data: Any) -> None:
+        self.source = source
+        self.where = where
+        if not isinstance(data, Mapping):
+            self.fail(data, "a mapping")
+        self.data: Mapping[str, Any] = data
+
+    def fail(self, value: Any, allowed: str, key: str = "") -> NoReturn:
+        where = ".".join(p for p in (self.where, key) if p) or "(top level)"
+        raise ProfileError(f"{self.source}: {where}: {value!r} is not valid; expected {allowed}")
+
+    def known(self, keys: Sequence[str]) -> None:
+        for key in self.data:
+            if key not in keys:
+                self.fail(key, f"one of the fields {', '.join(keys)}", key="")
+
+    def sub(self, key: str, required: bool = False) -> _Reader | None:
+        if key not in self.data:
+            if required:
+                self.fail(None, "this field (it is required)", key)
+            return None
+        return _Reader(self.source, f"{self.where}.{key}" if self.where else key, self.data[key])
+
+    def get(
+        self, key: str, kind: type | tuple[type, ...], default: Any = None, required: bool = False
+    ) -> Any:
+        if key not in self.data or self.data[key] is None:
+            if required:
+                self.fail(None, f"a {_kind_name(kind)} (the field is required)", key)
+            return default
+        value = self.data[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
+            self.fail(value, f"a {_kind_name(kind)}", key)
+        return value
+
+    def number(self, key: str, default: float, minimum: float) -> float:
+        value = self.get(key, (int, float), default)
+        if value < minimum:
+            self.fail(value, f"a number of at least {minimum:g}", key)
+        return float(value)
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        value = self.get(key, list, [])
+        for item in value:
+            if not isinstance(item, str):
+                self.fail(value, "a list of strings", key)
+        return tuple(value)
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {str: "string", int: "integer", float: "number", bool: "boolean", list: "list", dict: "mapping"}
+    return " or ".join(names.get(k, k.__name__) for k in _as_tuple(kind))
+
+
+def _match(r: _Reader | None) -> AttributeMatch | None:
+    if r is None:
+        return None
+    r.known(["attribute", "value"])
+    return AttributeMatch(
+        r.get("attribute", str, required=True), r.get("value", (str, int, bool), required=True)
+    )
+
+
+def _device_classes(r: _Reader, base: Path | None) -> DeviceClasses:
+    r.known(["default", "command", "file", "names"])
+    file = r.get("file", str)
+    path = None
+    if file:
+        path = Path(file)
+        if not path.is_absolute() and base is not None:
+            path = base / path
+        if not path.exists():
+            r.fail(file, "a file that exists (relative paths are from the profile's folder)", "file")
+    command = r.get("command", str, "")
+    names = r.strings("names")
+    if sum(bool(x) for x in (command, path, names)) > 1:
+        r.fail(dict(r.data), "at most one of command, file, names")
+    return DeviceClasses(r.get("default", str, required=True), command, path, names)
+
+
+def _devices(r: _Reader) -> Devices:
+    r.known(["perNode", "unique", "attributes", "select", "noMatch", "common"])
+    per_node = r.get("perNode", int, required=True)
+    if per_node < 1:
+        r.fail(per_node, "a count of at least 1", "perNode")
+    attributes = r.get("attributes", dict, {})
+    for name, kind in attributes.items():
+        if kind not in ATTRIBUTE_TYPES:
+            r.fail(kind, f"one of {', '.join(ATTRIBUTE_TYPES)}", f"attributes.{name}")
+    return Devices(
+        per_node=per_node,
+        unique=r.get("unique", str, required=True),
+        attributes=dict(attributes),
+        select=_match(r.sub("select")),
+        no_match=_match(r.sub("noMatch")),
+        common=r.get("common", str, ""),
+    )
+
+
+def _configs(r: _Reader | None) -> Configs:
+    if r is None:
+        return Configs()
+    r.known(["valid", "invalid"])
+    valid: dict[str, ExampleConfig] = {}
+    v = r.sub("valid")
+    if v is not None:
+        for name in v.data:
+            c = v.sub(str(name), required=True)
+            assert c is not None
+            c.known(["parameters", "env"])
+            env = c.get("env", dict, {})
+            valid[str(name)] = ExampleConfig(
+                c.get("parameters", dict, required=True), {k: str(x) for k, x in env.items()}
+            )
+    invalid = None
+    i = r.sub("invalid")
+    if i is not None:
+        i.known(["parameters", "field"])
+        invalid = InvalidConfig(i.get("parameters", dict, required=True), i.get("field", str, required=True))
+    return Configs(valid, invalid)
+
+
+def _faults(r: _Reader | None) -> Faults:
+    if r is None:
+        return Faults()
+    r.known(["inject", "heal", "kinds", "benign", "taintEffect"])
+    effect = r.get("taintEffect", str, "NoSchedule")
+    if effect not in ("NoSchedule", "NoExecute"):
+        r.fail(effect, "NoSchedule or NoExecute", "taintEffect")
+    return Faults(
+        r.get("inject", str, ""), r.get("heal", str, ""), r.strings("kinds"), r.strings("benign"), effect
+    )
+
+
+def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> DriverProfile:
+    """Validate a loaded YAML document and build the profile; ``source`` names it in errors."""
+    r = _Reader(source, "", data)
+    r.known(
+        [
+            "name",
+            "description",
+            "driver",
+            "deviceClasses",
+            "local",
+            "capabilities",
+            "devices",
+            "container",
+            "configs",
+            "faults",
+            "timeouts",
+            "knownFailures",
+            "idempotentPrepares",
+        ]
+    )
+    name = r.get("name", str, required=True)
+    if not _NAME.match(name):
+        r.fail(name, "lower-case letters, digits and '-'", "name")
+    driver = r.get("driver", str, required=True)
+    if len(driver) > 63 or not _DNS_SUBDOMAIN.match(driver):
+        r.fail(driver, "a DNS subdomain of at most 63 characters (e.g. gpu.example.com)", "driver")
+    capabilities = r.strings("capabilities")
+    for cap in capabilities:
+        if cap not in PROFILE_CAPABILITIES:
+            r.fail(cap, f"one of {', '.join(PROFILE_CAPABILITIES)}", "capabilities")
+    local = None
+    lr = r.sub("local")
+    if lr is not None:
+        lr.known(["command", "nodes"])
+        nodes = lr.get("nodes", int, 2)
+        if nodes < 1:
+            lr.fail(nodes, "at least 1 node", "nodes")
+        local = LocalDriver(lr.get("command", str, required=True), nodes)
+    container = ContainerSpec()
+    cr = r.sub("container")
+    if cr is not None:
+        cr.known(["env"])
+        env = cr.get("env", str, "")
+        try:
+            re.compile(env)
+        except re.error as e:
+            cr.fail(env, f"a regular expression ({e})", "env")
+        container = ContainerSpec(env)
+    timeouts = Timeouts()
+    tr = r.sub("timeouts")
+    if tr is not None:
+        tr.known(["slices", "pod", "unprepare", "health"])
+        timeouts = Timeouts(
+            *(tr.number(k, getattr(timeouts, k), 1) for k in ("slices", "pod", "unprepare", "health"))
+        )
+    known = r.get("knownFailures", dict, {})
+    for rule_id, reason in known.items():
+        if rule_id not in _RULE_IDS:
+            r.fail(rule_id, "a rule id of the catalogue (e.g. REG-IDEMPOTENT-PREPARE)", "knownFailures")
+        if not isinstance(reason, str) or not reason.strip():
+            r.fail(reason, "a reason (non-empty text)", f"knownFailures.{rule_id}")
+    repeats = r.get("idempotentPrepares", int, 3)
+    if repeats < 2:
+        r.fail(repeats, "at least 2", "idempotentPrepares")
+    classes = r.sub("deviceClasses", required=True)
+    devices = r.sub("devices", required=True)
+    assert classes is not None and devices is not None
+    return DriverProfile(
+        name=name,
+        driver=driver,
+        device_classes=_device_classes(classes, path.parent if path else None),
+        devices=_devices(devices),
+        path=path,
+        description=r.get("description", str, ""),
+        local=local,
+        capabilities=frozenset(capabilities),
+        container=container,
+        configs=_configs(r.sub("configs")),
+        faults=_faults(r.sub("faults")),
+        timeouts=timeouts,
+        known_failures=dict(known),
+        idempotent_prepares=repeats,
+    )

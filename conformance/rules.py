@@ -1,0 +1,47 @@
+"""The marker that ties a test to its rule: ``@rule("REG-IDEMPOTENT-PREPARE")``.
+
+It marks the test with ``dra_rule`` (the id) and its area's marker (``registration``, ...), and
+refuses an id the catalogue does not have when the suite is imported. A test's docstring is the
+rule's sentence; :func:`check_docstring` (run by the plugin at collection) holds them to that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from conformance.catalogue import AREAS, Rule, by_id
+
+__all__ = ["EXCLUSIVE_MARK", "RULE_MARK", "exclusive", "rule", "rule_of"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+RULE_MARK = "dra_rule"
+"""The marker holding a test's rule id."""
+EXCLUSIVE_MARK = "dra_exclusive"
+"""The marker of tests that hold their node alone."""
+
+
+def rule(rule_id: str) -> Callable[[F], F]:
+    """Mark a test as the check of ``rule_id`` (and of its area)."""
+    found = by_id(rule_id)  # KeyError at import for an unknown id
+    area = AREAS[found.area]
+
+    def mark(test: F) -> F:
+        marked = getattr(pytest.mark, RULE_MARK)(found.id)(test)
+        return getattr(pytest.mark, area.marker)(marked)  # type: ignore[no-any-return]
+
+    return mark
+
+
+def exclusive(test: F) -> F:
+    """Mark a test that needs its node to itself (every device, restarts, faults)."""
+    return getattr(pytest.mark, EXCLUSIVE_MARK)(test)  # type: ignore[no-any-return]
+
+
+def rule_of(item: pytest.Item) -> Rule | None:
+    """The rule a collected test checks, or None when it has no ``@rule``."""
+    mark = item.get_closest_marker(RULE_MARK)
+    return by_id(str(mark.args[0])) if mark is not None else None

@@ -1,0 +1,324 @@
+"""REG: registration and the gRPC contract, by direct calls on the driver's sockets (as csi-sanity).
+
+Claims prepared here are allocated by the suite itself (no pod uses them), so only these calls
+prepare them; the tests hold their node alone, so the scheduler hands none of those devices out
+meanwhile. Every claim prepared is unprepared again before the test ends.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+
+import draproto
+from conformance.harness import Harness, ref
+from conformance.plugin_client import DRA_SERVICES, ClaimRef, PluginClient, get_info, notify
+from conformance.rules import exclusive, rule
+
+
+@rule("REG-GETINFO")
+def test_getinfo(dra: Harness) -> None:
+    """`GetInfo` answers type `DRAPlugin`, the profile's driver name, an absolute endpoint that exists,
+    and a non-empty version list"""
+    info = dra.plugin_info()
+    assert info.type == draproto.DRA_PLUGIN_TYPE, f"GetInfo type is {info.type!r}, not DRAPlugin"
+    assert info.name == dra.driver
+    assert os.path.isabs(info.endpoint), f"endpoint {info.endpoint!r} is not an absolute path"
+    assert Path(info.endpoint).exists(), f"endpoint {info.endpoint} does not exist"
+    assert info.versions, "GetInfo lists no supported versions"
+
+
+@rule("REG-VERSIONS")
+@exclusive
+def test_versions_known_and_served(dra: Harness) -> None:
+    """every advertised DRAPlugin version string is one the kubelet knows (`v1.DRAPlugin`,
+    `v1beta1.DRAPlugin`) and its service answers"""
+    info = dra.plugin_info()
+    dra_versions = [v for v in info.versions if v.endswith(".DRAPlugin")]
+    assert dra_versions, f"no DRAPlugin version among {info.versions}"
+    unknown = [v for v in dra_versions if v not in DRA_SERVICES]
+    assert not unknown, f"versions the kubelet does not know: {unknown}"
+    for version in dra_versions:
+        answer = PluginClient(info.endpoint, version).prepare([])
+        assert answer == {}, f"{version}: an empty prepare answered {answer}"
+
+
+@rule("REG-NOTIFY")
+@exclusive
+def test_notify_registration_status(dra: Harness) -> None:
+    """`NotifyRegistrationStatus` with an error and then with success is accepted, and the driver keeps
+    serving"""
+    info = dra.plugin_info()
+    notify(info.socket, False, "dra-conformance: registration refused on purpose")
+    notify(info.socket, True)
+    assert get_info(info.socket).name == dra.driver
+    claim = dra.allocated_claim()
+    try:
+        answer = dra.plugin().prepare([claim])[claim.uid]
+        assert not answer.error, f"prepare after NotifyRegistrationStatus failed: {answer.error}"
+    finally:
+        dra.plugin().unprepare([claim])
+
+
+@rule("REG-SOCKETS")
+def test_sockets_owner_only(dra: Harness) -> None:
+    """the registration and service sockets are unix sockets that only their owner can write"""
+    info = dra.plugin_info()
+    for path in (info.socket, Path(info.endpoint)):
+        st = path.stat()
+        assert stat.S_ISSOCK(st.st_mode), f"{path} is not a unix socket"
+        writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        assert not writable, f"{path} is writable by group or others (mode {stat.filemode(st.st_mode)})"
+
+
+@rule("REG-EMPTY")
+def test_empty_requests(dra: Harness) -> None:
+    """a prepare and an unprepare with no claims succeed with an empty map"""
+    client = dra.plugin()
+    assert client.prepare([]) == {}
+    assert client.unprepare([]) == {}
+
+
+@rule("REG-ONE-PER-CLAIM")
+@exclusive
+def test_one_answer_per_claim(dra: Harness) -> None:
+    """the prepare response holds exactly one entry per requested claim UID, no more"""
+    claims = [dra.allocated_claim() for _ in range(3)]
+    client = dra.plugin()
+    try:
+        answer = client.prepare(claims)
+        assert set(answer) == {c.uid for c in claims}, (
+            f"answered {sorted(answer)} for {[c.uid for c in claims]}"
+        )
+        unprepared = client.unprepare(claims)
+        assert set(unprepared) == {c.uid for c in claims}, f"unprepare answered {sorted(unprepared)}"
+    finally:
+        client.unprepare(claims)
+
+
+@rule("REG-UNKNOWN-CLAIM")
+def test_unknown_claim(dra: Harness) -> None:
+    """preparing a claim that does not exist fails for that claim only, with a message naming it"""
+    ghost = ClaimRef(dra.namespace, str(uuid.uuid4()), "no-such-claim")
+    answer = dra.plugin().prepare([ghost])
+    assert set(answer) == {ghost.uid}
+    error = answer[ghost.uid].error
+    assert error, "preparing a claim that does not exist succeeded"
+    assert "no-such-claim" in error or ghost.uid in error, f"the error does not name the claim: {error!r}"
+    assert not answer[ghost.uid].devices
+
+
+@rule("REG-NOT-ALLOCATED")
+def test_not_allocated(dra: Harness) -> None:
+    """preparing a claim that exists but is not allocated fails for that claim, naming why"""
+    claim = ref(dra.claim())
+    answer = dra.plugin().prepare([claim])[claim.uid]
+    assert answer.error, "preparing an unallocated claim succeeded"
+    assert not answer.devices
+    assert "alloc" in answer.error.lower(), (
+        f"the error does not say the claim is not allocated: {answer.error!r}"
+    )
+
+
+@rule("REG-OTHER-NODE")
+@exclusive
+def test_other_node(dra: Harness) -> None:
+    """preparing a claim allocated on another node's pool fails for that claim"""
+    others = [n for n in dra.cluster.nodes() if n != dra.node]
+    if not others:
+        pytest.skip("the cluster has one node under test; this rule needs two")
+    other = others[0]
+    claim = dra.claim()
+    dra.write_allocation(claim, [("gpu", sorted(dra.devices(other))[0])], node=other)
+    answer = dra.plugin().prepare([ref(claim)])[ref(claim).uid]
+    try:
+        assert answer.error, f"prepared a claim allocated on {other} (answered {answer.devices})"
+        assert not answer.devices
+    finally:
+        dra.plugin().unprepare([ref(claim)])
+
+
+@rule("REG-OTHER-DRIVER")
+@exclusive
+def test_other_driver(dra: Harness) -> None:
+    """a claim whose results are all for another driver is answered with no devices (or refused), never
+    with this driver's devices"""
+    claim = dra.claim()
+    current = dra.get("ResourceClaim", claim["metadata"]["name"])
+    assert current is not None
+    pool = dra.pool_of()
+    current["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "gpu", "driver": "other.example.com", "pool": pool, "device": "gpu-0"}
+                ]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [dra.node]}]}
+                ]
+            },
+        }
+    }
+    dra.kube.replace(current, "status")
+    answer = dra.plugin().prepare([ref(claim)])[ref(claim).uid]
+    try:
+        assert not answer.devices, f"answered devices for another driver's claim: {answer.devices}"
+    finally:
+        dra.plugin().unprepare([ref(claim)])
+
+
+@rule("REG-IDEMPOTENT-PREPARE")
+@exclusive
+def test_idempotent_prepare(dra: Harness) -> None:
+    """preparing a prepared claim again returns the same devices and CDI ids (N times, N from the
+    profile, default 3)"""
+    claim = dra.allocated_claim()
+    client = dra.plugin()
+    try:
+        first = client.prepare([claim])[claim.uid]
+        assert not first.error, first.error
+        for attempt in range(2, dra.profile.idempotent_prepares + 1):
+            again = client.prepare([claim])[claim.uid]
+            assert not again.error, f"prepare #{attempt} of a prepared claim failed: {again.error}"
+            assert sorted(again.devices, key=repr) == sorted(first.devices, key=repr), (
+                f"prepare #{attempt} answered {again.devices}, the first {first.devices}"
+            )
+    finally:
+        client.unprepare([claim])
+
+
+@rule("REG-IDEMPOTENT-UNPREPARE")
+@exclusive
+def test_idempotent_unprepare(dra: Harness) -> None:
+    """unpreparing twice succeeds both times"""
+    claim = dra.allocated_claim()
+    client = dra.plugin()
+    assert not client.prepare([claim])[claim.uid].error
+    for attempt in (1, 2):
+        answer = client.unprepare([claim])
+        assert claim.uid in answer, f"unprepare #{attempt} did not answer for the claim"
+        assert not answer[claim.uid].error, f"unprepare #{attempt} failed: {answer[claim.uid].error}"
+
+
+@rule("REG-UNPREPARE-UNKNOWN")
+def test_unprepare_unknown(dra: Harness) -> None:
+    """unpreparing a claim the driver never prepared succeeds"""
+    ghost = ClaimRef(dra.namespace, str(uuid.uuid4()), "never-prepared")
+    answer = dra.plugin().unprepare([ghost])
+    assert ghost.uid in answer, "unprepare did not answer for the claim"
+    assert not answer[ghost.uid].error, f"unpreparing an unknown claim failed: {answer[ghost.uid].error}"
+
+
+@rule("REG-BATCH")
+@exclusive
+def test_batch_fails_per_claim(dra: Harness) -> None:
+    """a batch of claims is answered per claim: one bad claim fails alone and the good ones are prepared"""
+    good = [dra.allocated_claim() for _ in range(2)]
+    bad = ClaimRef(dra.namespace, str(uuid.uuid4()), "no-such-claim")
+    client = dra.plugin()
+    try:
+        answer = client.prepare([good[0], bad, good[1]])
+        assert set(answer) == {good[0].uid, good[1].uid, bad.uid}, f"answered {sorted(answer)}"
+        assert answer[bad.uid].error, "the bad claim did not fail"
+        for claim in good:
+            assert not answer[claim.uid].error, (
+                f"a good claim failed beside a bad one: {answer[claim.uid].error}"
+            )
+            assert answer[claim.uid].devices, "a good claim got no devices"
+    finally:
+        client.unprepare(good)
+
+
+@rule("REG-CONCURRENT")
+@exclusive
+def test_concurrent_prepares(dra: Harness) -> None:
+    """concurrent prepares of different claims all succeed and never share an exclusive device"""
+    count = min(4, len(dra.free_devices()))
+    claims = [dra.allocated_claim() for _ in range(count)]
+    client = dra.plugin()
+    try:
+        with ThreadPoolExecutor(max_workers=count) as pool:
+            answers = list(pool.map(lambda c: client.prepare([c])[c.uid], claims))
+        errors = [a.error for a in answers if a.error]
+        assert not errors, f"concurrent prepares failed: {errors}"
+        seen = [(d.pool_name, d.device_name) for a in answers for d in a.devices]
+        assert len(seen) == len(set(seen)), f"a device was answered for two claims: {seen}"
+    finally:
+        client.unprepare(claims)
+
+
+@rule("REG-REFUSE-IN-USE")
+@exclusive
+def test_refuse_device_in_use(dra: Harness) -> None:
+    """preparing a claim for an exclusive device already prepared for another claim fails (the driver is
+    the last line of defence)"""
+    device = dra.free_devices()[0]
+    first = dra.allocated_claim([device])
+    second = dra.allocated_claim([device])
+    client = dra.plugin()
+    try:
+        assert not client.prepare([first])[first.uid].error
+        answer = client.prepare([second])[second.uid]
+        assert answer.error, f"device {device} was prepared for a second claim: {answer.devices}"
+    finally:
+        client.unprepare([second])
+        client.unprepare([first])
+
+
+@rule("REG-V1BETA1-PARITY")
+@exclusive
+def test_v1beta1_parity(dra: Harness) -> None:
+    """the same claim prepared through v1beta1 answers the same devices as through v1"""
+    claim = dra.allocated_claim()
+    v1 = dra.plugin(version=draproto.DRA_V1)
+    v1beta1 = dra.plugin(version=draproto.DRA_V1BETA1)
+    try:
+        a = v1.prepare([claim])[claim.uid]
+        b = v1beta1.prepare([claim])[claim.uid]
+        assert not a.error and not b.error, f"v1: {a.error!r}, v1beta1: {b.error!r}"
+        strip = [(d.request_names, d.pool_name, d.device_name, d.cdi_device_ids) for d in a.devices]
+        other = [(d.request_names, d.pool_name, d.device_name, d.cdi_device_ids) for d in b.devices]
+        assert sorted(strip) == sorted(other), f"v1 answered {a.devices}, v1beta1 {b.devices}"
+    finally:
+        v1.unprepare([claim])
+
+
+@rule("REG-FUZZ")
+@exclusive
+def test_malformed_requests(dra: Harness) -> None:
+    """malformed requests (empty UID, huge batch, path characters in UIDs, duplicate UIDs) never crash or
+    hang the driver"""
+    client = dra.plugin()
+    client.timeout = 30.0
+    real = dra.allocated_claim()
+    cases = {
+        "empty uid": [ClaimRef(dra.namespace, "", "x")],
+        "path characters": [ClaimRef(dra.namespace, "../../etc/passwd", "../x"), ClaimRef("..", "a/b", "c")],
+        "duplicate uids": [real, real],
+        "huge batch": [ClaimRef(dra.namespace, f"fuzz-{i}", f"fuzz-{i}") for i in range(1000)],
+        "long strings": [ClaimRef("n" * 300, "u" * 4096, "c" * 300)],
+    }
+    try:
+        for what, claims in cases.items():
+            for call in (client.prepare, client.unprepare):
+                try:
+                    call(claims)
+                except grpc.RpcError as e:
+                    code = e.code()  # refusing the request is fine; hanging or dying is not
+                    assert code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED), (
+                        f"{what}: {call.__name__} -> {code}"
+                    )
+        info = dra.plugin_info()
+        assert info.name == dra.driver, "the driver stopped answering GetInfo"
+        ok = client.prepare([real])[real.uid]
+        assert not ok.error, f"after malformed requests, a normal prepare failed: {ok.error}"
+    finally:
+        client.unprepare([real])

@@ -1,0 +1,104 @@
+"""The one way the suite waits: on a watch where the API has one, else by polling.
+
+:func:`watch_until` lists the objects, checks the condition, then watches from the list's
+resourceVersion and re-checks on every event, so a pod that starts running is seen at once,
+not at the next poll. :func:`until` polls a function (files on a node, gRPC answers). Both raise
+:class:`WaitTimeout` naming what was awaited and what was last seen.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from conformance.errors import ConformanceError
+from conformance.kube import ApiError, Kube, meta
+
+__all__ = ["WaitTimeout", "until", "watch_until"]
+
+T = TypeVar("T")
+
+
+class WaitTimeout(ConformanceError, AssertionError):
+    """A condition did not hold in time (a test failure, so also an ``AssertionError``)."""
+
+
+def until(
+    what: str,
+    check: Callable[[], T | None],
+    timeout: float,
+    *,
+    interval: float = 0.1,
+    describe: Callable[[], str] | None = None,
+) -> T:
+    """Call ``check`` until it returns something truthy; return that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            seen = f"; last seen: {describe()}" if describe else ""
+            raise WaitTimeout(f"timed out after {timeout:.0f} s waiting for {what}{seen}")
+        time.sleep(interval)
+
+
+Objects = Mapping[str, dict[str, Any]]
+"""Current objects by ``namespace/name``."""
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    m = meta(obj)
+    return f"{m.get('namespace', '')}/{m.get('name', '')}"
+
+
+def watch_until(
+    kube: Kube,
+    kind: str,
+    what: str,
+    check: Callable[[Objects], T | None],
+    timeout: float,
+    *,
+    namespace: str | None = None,
+    fields: str | None = None,
+    describe: Callable[[Objects], str] | None = None,
+) -> T:
+    """Wait until ``check`` of the current objects of ``kind`` returns something truthy.
+
+    ``check`` sees every object that matches ``namespace`` and ``fields`` by ``namespace/name``.
+    """
+    deadline = time.monotonic() + timeout
+    items, version = kube.objects_and_version(kind, namespace, fields=fields)
+    current = {_key(o): o for o in items}
+    while True:
+        value = check(current)
+        if value:
+            return value
+        left = deadline - time.monotonic()
+        if left <= 0:
+            seen = describe(current) if describe else f"{len(current)} object(s)"
+            raise WaitTimeout(f"timed out after {timeout:.0f} s waiting for {what}; last seen: {seen}")
+        try:
+            for kind_of_event, obj in kube.watch(
+                kind,
+                namespace,
+                resource_version=version,
+                fields=fields,
+                timeout_seconds=max(1, int(left + 0.999)),
+            ):
+                version = str(meta(obj).get("resourceVersion", version))
+                if kind_of_event == "DELETED":
+                    current.pop(_key(obj), None)
+                else:
+                    current[_key(obj)] = obj
+                value = check(current)
+                if value:
+                    return value
+                if time.monotonic() >= deadline:
+                    break
+        except ApiError as e:
+            if e.status != 410:  # a resourceVersion too old: list again
+                raise
+            items, version = kube.objects_and_version(kind, namespace, fields=fields)
+            current = {_key(o): o for o in items}
