@@ -1,4 +1,4 @@
-"""nox sessions: tests, lint, typecheck, bench, fakegpu.
+"""nox sessions: tests, lint, typecheck, bench, fakegpu, report.
 
 ``nox -s tests`` runs the project's own tests in parallel; ``nox -s lint`` and
 ``nox -s typecheck`` are what CI adds. Extra arguments after ``--`` go to the
@@ -7,6 +7,11 @@ tool the session runs.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+from pathlib import Path
+
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -14,6 +19,9 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests", "lint", "typecheck"]
 
 PYTHON = "3.11"
+
+ALLURE = "allure@3.18.0"
+"""Allure 3 (npm), pinned: ``nox -s report`` runs it through npx."""
 
 
 def _install(session: nox.Session) -> None:
@@ -57,3 +65,45 @@ def fakegpu(session: nox.Session) -> None:
     """Run the fakegpu CLI, e.g. ``nox -s fakegpu -- show --profile dgx-h100``."""
     _install(session)
     session.run("fakegpu", *(session.posargs or ["show", "--profile", "dgx-h100"]))
+
+
+@nox.session(python=False)
+def report(session: nox.Session) -> None:
+    """The Allure HTML report of a run, with Allure 3 from npm (needs Node.js 20+ and npx).
+
+    ``nox -s report`` reads ``reports/latest/allure-results`` and writes one self-contained
+    ``reports/latest/allure-report/index.html`` (it opens from disk, no server needed);
+    ``nox -s report -- RESULTS [REPORT]`` reads another results folder (the report goes beside
+    it unless REPORT is given). npm's downloads are cached in ``$XDG_CACHE_HOME/dra-conformance/npm``.
+    The run's own ``index.html`` and ``conformance.md`` need none of this.
+    """
+    if len(session.posargs) > 2:
+        session.error("usage: nox -s report [-- RESULTS_DIR [REPORT_DIR]]")
+    results = Path(session.posargs[0] if session.posargs else "reports/latest/allure-results")
+    out = Path(session.posargs[1]) if len(session.posargs) > 1 else results.parent / "allure-report"
+    if not (shutil.which("node") and shutil.which("npx")):
+        session.error(
+            "Node.js is not installed (no node/npx on PATH); the Allure report needs Node.js 20+ "
+            "(Debian: apt-get install nodejs npm). The run's index.html and conformance.md need nothing"
+        )
+    if not any(results.glob("*-result.json")):
+        session.error(
+            f"no Allure results in {results}: run the conformance suite first (it writes "
+            "reports/<run>/allure-results), or name a results folder: nox -s report -- PATH"
+        )
+    if out.exists():
+        if any(out.iterdir()) and not (out / "index.html").exists():
+            session.error(f"{out} exists and is not an Allure report: move it away or name another folder")
+        shutil.rmtree(out)  # Allure 3 writes beside an old report, not over it
+    config = Path(session.create_tmp()) / "allurerc.json"
+    options = {"singleFile": True, "reportName": "DRA driver conformance"}
+    config.write_text(
+        json.dumps({"name": "DRA driver conformance", "plugins": {"awesome": {"options": options}}})
+    )
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dra-conformance" / "npm"
+    session.run(
+        *("npx", "--yes", ALLURE, "generate", str(results), "--config", str(config), "--output", str(out)),
+        env={"npm_config_cache": str(cache), "npm_config_update_notifier": "false"},
+        external=True,
+    )
+    session.log(f"Allure report: {out / 'index.html'}")
