@@ -293,10 +293,22 @@ class Harness:
         """What a container of a running pod sees."""
         return self.cluster.container_view(f"{self.namespace}/{pod}", container)
 
-    def device_ids(self, view: ContainerView) -> set[str]:
-        """The device ids (unique attribute values) a container's env carries (profile's pattern)."""
+    def seen_devices(self, view: ContainerView) -> set[str]:
+        """The devices a container's env carries, as :meth:`identity` values (profile's pattern)."""
         pattern = re.compile(self.profile.container.env)
-        return {v for k, v in view.env.items() if pattern.match(k)}
+        found = set()
+        for key, value in view.env.items():
+            m = pattern.match(key)
+            if m is None:
+                continue
+            found.add(_normal(m.group("device")) if "device" in pattern.groupindex else value)
+        return found
+
+    def identity(self, device: str, node: str | None = None) -> str:
+        """How a container's env names a device of ``node`` (see ``container.env`` of the profile)."""
+        if "device" in re.compile(self.profile.container.env).groupindex:
+            return _normal(device)
+        return self.unique(self.devices(node)[device])
 
     def plugin_info(self, node: str | None = None) -> PluginInfo:
         """``GetInfo`` of the driver's registration socket on ``node``."""
@@ -354,6 +366,10 @@ def ref(claim: Mapping[str, Any]) -> ClaimRef:
     """The kubelet's reference to a claim object."""
     m = meta(claim)
     return ClaimRef(m["namespace"], m["uid"], m["name"])
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[^A-Z0-9]", "_", name.upper())
 
 
 def _phase(pod: Mapping[str, Any]) -> str:

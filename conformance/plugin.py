@@ -21,7 +21,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from filelock import FileLock
 from clusters import Cluster
 from clusters.external import ExternalCluster
 from clusters.pytest_plugin import ClusterSession, cluster_session
-from conformance import preflight
+from conformance import preflight, report
 from conformance.capabilities import Environment, missing, parse_minor
 from conformance.catalogue import AREAS, by_id
 from conformance.config import SuiteConfig
@@ -219,10 +219,6 @@ class ConformanceRun:
             return
         self._cleanup_preflight()
         self._write_run_info(finished=time.time())
-        try:
-            from conformance import report
-        except ImportError:  # the report renderer ships separately
-            return
         rendered = report.build(self.run_dir)
         report.write(rendered, self.run_dir)
         allure_dir = self.config.option.__dict__.get("allure_report_dir")
@@ -278,11 +274,13 @@ class ConformanceRun:
     # --- diagnostics on failure (worker side) ---------------------------------------------------
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-        report: pytest.TestReport = yield  # type: ignore[misc]
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
         harness = item.stash.get(HARNESS_KEY, None)
         if harness is None or not report.failed or call.when == "teardown":
-            return report  # type: ignore[return-value]
+            return report
         diagnostics = collect(
             harness.kube,
             driver=harness.driver,
@@ -292,7 +290,7 @@ class ConformanceRun:
         )
         report.user_properties.append(("dra_diagnostics", diagnostics))
         _attach_to_allure(diagnostics)
-        return report  # type: ignore[return-value]
+        return report
 
 
 def _attach_to_allure(diagnostics: dict[str, str]) -> None:
@@ -307,7 +305,9 @@ def _attach_to_allure(diagnostics: dict[str, str]) -> None:
 
 def _record(phases: list[pytest.TestReport]) -> TestRecord | None:
     """One record from the setup, call and teardown reports of a test."""
-    props = dict(p for r in phases for p in r.user_properties if isinstance(p, tuple) and len(p) == 2)
+    props: dict[str, Any] = {
+        str(p[0]): p[1] for r in phases for p in r.user_properties if isinstance(p, tuple) and len(p) == 2
+    }
     rule = props.get("dra_rule")
     if not rule:
         return None
@@ -329,7 +329,7 @@ def _record(phases: list[pytest.TestReport]) -> TestRecord | None:
         duration_s=round(sum(r.duration for r in phases), 3),
         started=float(getattr(phases[0], "start", 0.0)),
         longrepr=longrepr,
-        diagnostics=dict(props.get("dra_diagnostics") or {}),
+        diagnostics={str(k): str(v) for k, v in dict(props.get("dra_diagnostics") or {}).items()},
     )
 
 
@@ -417,7 +417,7 @@ def dra(
 ) -> Iterator[Harness]:
     """The test's harness: namespace, node lease, tracker, skips for what the rule needs."""
     run = _run(request)
-    rule = rule_of(request.node)  # type: ignore[arg-type]
+    rule = rule_of(request.node)
     if rule is None:
         raise UsageError(f"{request.node.nodeid} uses the dra fixture but has no @rule(...)")
     if dra_preflight.failure and not rule.id.startswith("PRE-"):
@@ -460,7 +460,7 @@ def dra(
 @pytest.fixture
 def dra_pre(request: pytest.FixtureRequest, dra_preflight: preflight.Verdict) -> str:
     """For the PRE tests: this test's preflight result (empty: passed)."""
-    rule = rule_of(request.node)  # type: ignore[arg-type]
+    rule = rule_of(request.node)
     if rule is None or rule.id not in preflight.PRE_RULES:
         raise UsageError(f"{request.node.nodeid} uses dra_pre but is not a PRE rule test")
     _label_for_allure(rule.id)
@@ -473,8 +473,9 @@ def _label_for_allure(rule_id: str) -> None:
     except ImportError:
         return
     rule = by_id(rule_id)
+    dynamic: Any = allure.dynamic  # untyped library
     with contextlib.suppress(Exception):  # allure is off in this run
-        allure.dynamic.epic(f"{rule.area}: {AREAS[rule.area].title}")
-        allure.dynamic.feature(rule.id)
-        allure.dynamic.title(f"{rule.id}: {rule.sentence}")
-        allure.dynamic.label("needs", ", ".join(rule.needs) or "-")
+        dynamic.epic(f"{rule.area}: {AREAS[rule.area].title}")
+        dynamic.feature(rule.id)
+        dynamic.title(f"{rule.id}: {rule.sentence}")
+        dynamic.label("needs", ", ".join(rule.needs) or "-")

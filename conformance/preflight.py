@@ -13,7 +13,7 @@ import json
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,7 +183,7 @@ def _check_nodes(kube: Kube, profile: DriverProfile, nodes: Sequence[str]) -> st
 def run(kube: Kube, profile: DriverProfile, nodes: Sequence[str], kubeconfig: str = "") -> Verdict:
     """Make the preflight checks in order; stop at the first failure."""
     verdict = Verdict(kubeconfig=kubeconfig, nodes=list(nodes))
-    checks = {
+    checks: dict[str, Callable[[], str]] = {
         "PRE-API": lambda: _check_api(kube),
         "PRE-CLASSES": lambda: _check_classes(kube, profile, verdict),
         "PRE-SLICES": lambda: _check_slices(kube, profile, nodes),

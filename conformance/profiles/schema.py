@@ -70,7 +70,7 @@ class DeviceClasses:
     file: Path | None = None
     """A YAML file of DeviceClass manifests (relative paths are from the profile's folder)."""
     names: tuple[str, ...] = ()
-    """Classes that already exist in the cluster (the suite only checks them)."""
+    """More classes that must exist (made by ``command`` or ``file``, or already in the cluster)."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class Devices:
     """What the driver's devices of the default class look like."""
 
     per_node: int
-    """Devices of the default class on each node."""
+    """Devices of the driver on each node (all its slices of that node)."""
     unique: str
     """An attribute whose value differs on every device (``name``: the device name itself)."""
     attributes: Mapping[str, str] = field(default_factory=dict)
@@ -110,6 +110,13 @@ class Devices:
     """An attribute value no device has (ALLOC-CEL-NOMATCH)."""
     common: str = ""
     """An attribute that devices of one node share, for ``matchAttribute`` (ALLOC-MATCH-ATTR)."""
+    per_node_in_class: int = 0
+    """Devices of the default class on each node (0: :attr:`per_node`, every device)."""
+
+    @property
+    def in_class(self) -> int:
+        """Devices of the default class on each node."""
+        return self.per_node_in_class or self.per_node
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,10 @@ class ContainerSpec:
     """How a container shows the devices it got."""
 
     env: str = ""
-    """A regex for env var names whose values are the ``unique`` values of the container's devices."""
+    """A regex for the names of env vars that each carry one of the container's devices. With a
+    named group ``device``, that part of the name is the device name (compared upper-cased, with
+    every other character than letters and digits as ``_``); without, the variable's value is
+    the device's ``unique`` attribute."""
 
 
 @dataclass(frozen=True)
@@ -300,16 +310,19 @@ def _device_classes(r: _Reader, base: Path | None) -> DeviceClasses:
             r.fail(file, "a file that exists (relative paths are from the profile's folder)", "file")
     command = r.get("command", str, "")
     names = r.strings("names")
-    if sum(bool(x) for x in (command, path, names)) > 1:
-        r.fail(dict(r.data), "at most one of command, file, names")
+    if command and path:
+        r.fail(dict(r.data), "command or file, not both")
     return DeviceClasses(r.get("default", str, required=True), command, path, names)
 
 
 def _devices(r: _Reader) -> Devices:
-    r.known(["perNode", "unique", "attributes", "select", "noMatch", "common"])
+    r.known(["perNode", "perNodeInClass", "unique", "attributes", "select", "noMatch", "common"])
     per_node = r.get("perNode", int, required=True)
     if per_node < 1:
         r.fail(per_node, "a count of at least 1", "perNode")
+    in_class = r.get("perNodeInClass", int, 0)
+    if not 0 <= in_class <= per_node:
+        r.fail(in_class, f"a count from 1 to perNode ({per_node})", "perNodeInClass")
     attributes = r.get("attributes", dict, {})
     for name, kind in attributes.items():
         if kind not in ATTRIBUTE_TYPES:
@@ -321,6 +334,7 @@ def _devices(r: _Reader) -> Devices:
         select=_match(r.sub("select")),
         no_match=_match(r.sub("noMatch")),
         common=r.get("common", str, ""),
+        per_node_in_class=in_class,
     )
 
 
