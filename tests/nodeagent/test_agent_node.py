@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from agent_fakes import FakeKube, FakePlugin, make_claim, make_pod, until
 
-from clusters.local.agent.agent import Agent
-from clusters.local.agent.node import NodeHeartbeat
-from clusters.local.agent.settings import Settings, parse_args
-from clusters.local.agent.slices import SliceJanitor
+from nodeagent.agent import Agent
+from nodeagent.node import NodeHeartbeat
+from nodeagent.settings import Settings, parse_args
+from nodeagent.slices import SliceJanitor
 
 NODE = "node-a"
 
@@ -36,8 +36,8 @@ def test_command_line_matches_the_documented_interface(root: Path) -> None:
     )
     assert settings.k8s_version == (1, 36)
     assert settings.slice_grace_seconds == 30
-    assert settings.checkpoint_path == root / "agent" / "checkpoint.json"
-    assert settings.registry_dir == root / "kubelet" / "plugins_registry"
+    assert settings.layout.checkpoint_path == root / "agent" / "checkpoint.json"
+    assert settings.layout.registry_dir == root / "kubelet" / "plugins_registry"
     with pytest.raises(SystemExit):
         parse_args(["--node-name", NODE, "--root", str(root), "--k8s-version", "latest"])
 
@@ -93,7 +93,7 @@ def test_agent_runs_and_tears_down_a_pod_on_its_threads(root: Path) -> None:
         assert kube.slices == []
         assert NODE in kube.nodes
         plugin.start()
-        (settings.cdi_dir / "gpu.json").write_text(
+        (settings.layout.cdi_dir / "gpu.json").write_text(
             '{"cdiVersion": "0.6.0", "kind": "example.com/gpu",'
             ' "devices": [{"name": "dev-u1", "containerEdits": {"env": ["A=1"]}}]}'
         )
@@ -116,11 +116,9 @@ def test_log_lines_carry_structured_fields() -> None:
     import json
     import logging
 
-    from clusters.local.agent.__main__ import _Formatter
+    from nodeagent.__main__ import _Formatter
 
-    record = logging.LogRecord(
-        "clusters.local.agent.pods", logging.INFO, __file__, 1, "claim prepared", None, None
-    )
+    record = logging.LogRecord("nodeagent.pods", logging.INFO, __file__, 1, "claim prepared", None, None)
     record.node = NODE
     record.claim_uid = "u1"
     line = json.loads(_Formatter(as_json=True).format(record))

@@ -13,12 +13,12 @@ import pytest
 from agent_fakes import FakePlugin, until
 
 import draproto
-from clusters.local.agent.claims import ClaimRef
-from clusters.local.agent.errors import PluginError, PrepareError
-from clusters.local.agent.health import HEALTHY, UNHEALTHY, UNKNOWN, HealthCache, choose_health_version
-from clusters.local.agent.plugins import PluginManager, choose_dra_version
-from clusters.local.agent.prepare import prepare, unprepare
-from clusters.local.agent.settings import Settings
+from nodeagent.claims import ClaimRef
+from nodeagent.errors import PluginError, PrepareError
+from nodeagent.health import HEALTHY, UNHEALTHY, UNKNOWN, HealthCache, choose_health_version
+from nodeagent.plugins import PluginManager, choose_dra_version
+from nodeagent.prepare import prepare, unprepare
+from nodeagent.settings import Settings
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""``python -m clusters.local.agent``: run one node agent until SIGTERM."""
+"""``python -m nodeagent``: run one node agent until SIGTERM."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from clusters.local.agent.agent import Agent
-from clusters.local.agent.kube import RestKube
-from clusters.local.agent.settings import parse_args
+from nodeagent.agent import Agent
+from nodeagent.kube import RestKube
+from nodeagent.settings import parse_args
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 

@@ -22,7 +22,7 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from clusters.local.agent.errors import KubeError
+from nodeagent.errors import KubeError
 
 __all__ = ["Kube", "RestKube"]
 

@@ -7,8 +7,8 @@ import threading
 import time
 from pathlib import Path
 
-from clusters.local.agent.checkpoint import Checkpoint, ClaimInfo, PreparedDevice
-from clusters.local.agent.workqueue import WorkQueue
+from nodeagent.checkpoint import Checkpoint, ClaimInfo, PreparedDevice
+from nodeagent.workqueue import WorkQueue
 
 
 def _info() -> ClaimInfo:
@@ -92,7 +92,7 @@ def test_workqueue_shutdown_wakes_getters() -> None:
 def test_calls_for_one_claim_never_overlap_even_after_it_was_forgotten(tmp_path: Path) -> None:
     from typing import Any, cast
 
-    from clusters.local.agent.manager import ClaimManager
+    from nodeagent.manager import ClaimManager
 
     manager = ClaimManager("n", cast(Any, None), Checkpoint(tmp_path / "checkpoint.json"))
     entered = threading.Event()

@@ -20,10 +20,10 @@ import pytest
 from agent_fakes import FakePlugin
 
 import draproto
-from clusters.local.agent.agent import Agent
-from clusters.local.agent.kube import RestKube
-from clusters.local.agent.settings import Settings, parse_version
 from clusters.local.binaries import Binaries
+from nodeagent.agent import Agent
+from nodeagent.kube import RestKube
+from nodeagent.settings import Settings, parse_version
 
 pytestmark = [
     pytest.mark.cluster,
@@ -72,7 +72,7 @@ class World:
         return self.kube.get_pod(NS, name)
 
     def view(self, pod: str, container: str) -> Any:
-        path = self.agent.settings.containers_dir / f"{NS}_{pod}_{container}.json"
+        path = self.agent.settings.layout.view_path(NS, pod, container)
         return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -198,7 +198,7 @@ def test_claim_allocated_by_the_scheduler_is_prepared_and_the_pod_runs(world: Wo
 def test_template_claim_pod_finishes_and_is_succeeded(world: World, caplog: pytest.LogCaptureFixture) -> None:
     # seen failing once (no prepare call with the generated name), never reproduced: on a failure
     # the message then says what this agent did ("pod running", "claim prepared", with claim UIDs)
-    caplog.set_level(logging.INFO, logger="clusters.local.agent")
+    caplog.set_level(logging.INFO, logger="nodeagent")
     world.plugin.fixed_devices = [{"request_names": [], "pool": "pool-a", "device": "gpu-1", "cdi": []}]
     world.create(
         f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaimtemplates",
@@ -305,7 +305,7 @@ def test_node_is_ready_with_a_fresh_lease(world: World) -> None:
 
 
 def test_agent_process_with_the_reference_driver(world: World) -> None:
-    """``python -m clusters.local.agent`` and ``python -m driver`` as processes, on a second node."""
+    """``python -m nodeagent`` and ``python -m driver`` as processes, on a second node."""
     import os
     import signal
     import subprocess
@@ -324,7 +324,7 @@ def test_agent_process_with_the_reference_driver(world: World) -> None:
         [
             sys.executable,
             "-m",
-            "clusters.local.agent",
+            "nodeagent",
             "--kubeconfig",
             kc,
             "--node-name",

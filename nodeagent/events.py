@@ -7,8 +7,8 @@ import threading
 import time
 from typing import Any
 
-from clusters.local.agent.kube import Kube
-from clusters.local.agent.timeutil import rfc3339
+from nodeagent.kube import Kube
+from nodeagent.timeutil import rfc3339
 
 __all__ = ["EventRecorder"]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from clusters.local.agent import cdi
-from clusters.local.agent.errors import CDIError
+from nodeagent import cdi
+from nodeagent.errors import CDIError
 
 
 def _spec(kind: str = "example.com/gpu", **extra: object) -> dict[str, object]:

@@ -15,7 +15,8 @@ from typing import Any
 import grpc
 
 import draproto
-from clusters.local.agent.errors import KubeError
+from nodeagent.errors import KubeError
+from nodeagent.layout import NodeLayout
 
 Obj = dict[str, Any]
 
@@ -52,8 +53,8 @@ class FakePlugin:
         self.health_versions = health_versions
         self.serve = serve if serve is not None else tuple(v for v in versions if "DRAPlugin" in v)
         self.plugin_type = plugin_type
-        self.reg_socket = root / "kubelet" / "plugins_registry" / f"{driver}-reg.sock"
-        self.dra_socket = root / "kubelet" / "plugins" / driver / "dra.sock"
+        self.reg_socket = NodeLayout(root).registration_socket(driver)
+        self.dra_socket = NodeLayout(root).dra_socket(driver)
         self.endpoint = endpoint if endpoint is not None else str(self.dra_socket)
         self.prepare_calls: list[list[tuple[str, str, str]]] = []
         self.unprepare_calls: list[list[tuple[str, str, str]]] = []

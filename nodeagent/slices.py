@@ -12,8 +12,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from clusters.local.agent.kube import Kube
-from clusters.local.agent.settings import Settings
+from nodeagent.kube import Kube
+from nodeagent.settings import Settings
 
 __all__ = ["SliceJanitor"]
 

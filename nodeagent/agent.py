@@ -6,15 +6,15 @@ import logging
 import threading
 import time
 
-from clusters.local.agent.checkpoint import Checkpoint
-from clusters.local.agent.errors import KubeError
-from clusters.local.agent.health import HealthCache
-from clusters.local.agent.kube import Kube
-from clusters.local.agent.node import NodeHeartbeat
-from clusters.local.agent.plugins import PluginManager
-from clusters.local.agent.pods import PodManager
-from clusters.local.agent.settings import Settings
-from clusters.local.agent.slices import SliceJanitor
+from nodeagent.checkpoint import Checkpoint
+from nodeagent.errors import KubeError
+from nodeagent.health import HealthCache
+from nodeagent.kube import Kube
+from nodeagent.node import NodeHeartbeat
+from nodeagent.plugins import PluginManager
+from nodeagent.pods import PodManager
+from nodeagent.settings import Settings
+from nodeagent.slices import SliceJanitor
 
 __all__ = ["Agent"]
 
@@ -31,9 +31,8 @@ class Agent:
         self.settings = settings
         self.kube = kube
         self.manage_node = manage_node
-        for d in (settings.registry_dir, settings.plugins_dir, settings.cdi_dir, settings.containers_dir):
-            d.mkdir(parents=True, exist_ok=True)
-        self.checkpoint = Checkpoint(settings.checkpoint_path)
+        settings.layout.create()
+        self.checkpoint = Checkpoint(settings.layout.checkpoint_path)
         self.health = HealthCache()
         self.plugins = PluginManager(settings, health=self.health)
         self.slices = SliceJanitor(settings, kube, self.plugins.registered)

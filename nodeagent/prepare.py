@@ -13,10 +13,10 @@ from collections.abc import Sequence
 
 import grpc
 
-from clusters.local.agent.checkpoint import PreparedDevice
-from clusters.local.agent.claims import ClaimRef
-from clusters.local.agent.errors import PrepareError
-from clusters.local.agent.plugins import DRAClient
+from nodeagent.checkpoint import PreparedDevice
+from nodeagent.claims import ClaimRef
+from nodeagent.errors import PrepareError
+from nodeagent.plugins import DRAClient
 
 __all__ = ["prepare", "unprepare"]
 

@@ -15,11 +15,11 @@ import pytest
 from agent_fakes import FakeKube, FakePlugin, make_claim, make_pod
 
 import draproto
-from clusters.local.agent.checkpoint import Checkpoint
-from clusters.local.agent.health import HealthCache
-from clusters.local.agent.plugins import PluginManager
-from clusters.local.agent.pods import FAILED_PREPARE, PodManager
-from clusters.local.agent.settings import Settings
+from nodeagent.checkpoint import Checkpoint
+from nodeagent.health import HealthCache
+from nodeagent.plugins import PluginManager
+from nodeagent.pods import FAILED_PREPARE, PodManager
+from nodeagent.settings import Settings
 
 NODE = "node-a"
 DRIVER = "gpu.example.com"
@@ -38,7 +38,11 @@ class Env:
     def restart_manager(self) -> PodManager:
         """A new PodManager on the same node root, as after an agent restart."""
         self.pods = PodManager(
-            self.settings, self.kube, self.plugins, Checkpoint(self.settings.checkpoint_path), self.health
+            self.settings,
+            self.kube,
+            self.plugins,
+            Checkpoint(self.settings.layout.checkpoint_path),
+            self.health,
         )
         self.health.on_change = self.pods.on_health_change
         return self.pods
@@ -56,7 +60,7 @@ class Env:
         return out
 
     def view(self, pod: str, container: str, ns: str = "default") -> dict[str, Any]:
-        return json.loads((self.settings.containers_dir / f"{ns}_{pod}_{container}.json").read_text())
+        return json.loads((self.settings.layout.containers_dir / f"{ns}_{pod}_{container}.json").read_text())
 
     def spec(self, *names: str, name: str = "gpu.json", text: str | None = None) -> None:
         body = text or json.dumps(
@@ -69,7 +73,7 @@ class Env:
                 ],
             }
         )
-        (self.settings.cdi_dir / name).write_text(body)
+        (self.settings.layout.cdi_dir / name).write_text(body)
 
 
 @pytest.fixture
@@ -83,7 +87,7 @@ def env() -> Iterator[Env]:
         retry_max_seconds=0.05,
         unprepare_give_up_seconds=0.2,
     )
-    settings.cdi_dir.mkdir(parents=True)
+    settings.layout.cdi_dir.mkdir(parents=True)
     kube = FakeKube()
     health = HealthCache()
     plugins = PluginManager(settings, health=health)
@@ -92,7 +96,7 @@ def env() -> Iterator[Env]:
         root, versions=(draproto.DRA_V1, draproto.HEALTH_V1), health_versions=(draproto.HEALTH_V1,)
     ).start()
     assert plugins.wait_for(DRIVER, 5)
-    pods = PodManager(settings, kube, plugins, Checkpoint(settings.checkpoint_path), health)
+    pods = PodManager(settings, kube, plugins, Checkpoint(settings.layout.checkpoint_path), health)
     health.on_change = pods.on_health_change
     e = Env(root, settings, kube, plugin, plugins, health, pods)
     yield e
@@ -245,7 +249,7 @@ def test_deletion_unprepares_removes_views_and_deletes_for_good(env: Env) -> Non
     assert env.sync() == {"pod-1": None}
     assert env.plugin.unprepare_calls == [[("default", "u1", "c1")]]
     assert env.kube.deleted_pods == [("default", "p1", "pod-1")]
-    assert list(env.settings.containers_dir.iterdir()) == []
+    assert list(env.settings.layout.containers_dir.iterdir()) == []
     assert env.pods.checkpoint.claims() == []
 
 

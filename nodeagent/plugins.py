@@ -23,9 +23,9 @@ from typing import Any
 import grpc
 
 import draproto
-from clusters.local.agent.errors import PluginError
-from clusters.local.agent.health import HealthCache, HealthWatcher, choose_health_version
-from clusters.local.agent.settings import Settings
+from nodeagent.errors import PluginError
+from nodeagent.health import HealthCache, HealthWatcher, choose_health_version
+from nodeagent.settings import Settings
 
 __all__ = ["DRAClient", "Plugin", "PluginManager", "choose_dra_version"]
 
@@ -123,7 +123,7 @@ class PluginManager:
 
     def start(self) -> None:
         """Create the registry dir and start watching it."""
-        self.settings.registry_dir.mkdir(parents=True, exist_ok=True)
+        self.settings.layout.registry_dir.mkdir(parents=True, exist_ok=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -162,7 +162,7 @@ class PluginManager:
             if not plugins:
                 raise PluginError(
                     f"DRA driver {driver} is not registered on node {self.settings.node_name} "
-                    f"(no plugin socket in {self.settings.registry_dir})"
+                    f"(no plugin socket in {self.settings.layout.registry_dir})"
                 )
             return plugins[-1].client
 
@@ -187,7 +187,7 @@ class PluginManager:
         """One pass over the registry dir: register new sockets, drop vanished ones."""
         seen: dict[Path, tuple[int, int]] = {}
         try:
-            entries = list(os.scandir(self.settings.registry_dir))
+            entries = list(os.scandir(self.settings.layout.registry_dir))
         except FileNotFoundError:
             entries = []
         for entry in entries:

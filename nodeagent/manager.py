@@ -16,12 +16,12 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from clusters.local.agent import claims
-from clusters.local.agent.checkpoint import Checkpoint, ClaimInfo, PreparedDevice
-from clusters.local.agent.claims import ClaimRef
-from clusters.local.agent.errors import PluginError, PrepareError
-from clusters.local.agent.plugins import PluginManager
-from clusters.local.agent.prepare import prepare, unprepare
+from nodeagent import claims
+from nodeagent.checkpoint import Checkpoint, ClaimInfo, PreparedDevice
+from nodeagent.claims import ClaimRef
+from nodeagent.errors import PluginError, PrepareError
+from nodeagent.plugins import PluginManager
+from nodeagent.prepare import prepare, unprepare
 
 __all__ = ["ClaimManager"]
 

@@ -13,10 +13,10 @@ import platform
 import threading
 from typing import Any
 
-from clusters.local.agent.errors import KubeError
-from clusters.local.agent.kube import Kube
-from clusters.local.agent.settings import Settings
-from clusters.local.agent.timeutil import micro_time, rfc3339
+from nodeagent.errors import KubeError
+from nodeagent.kube import Kube
+from nodeagent.settings import Settings
+from nodeagent.timeutil import micro_time, rfc3339
 
 __all__ = ["NodeHeartbeat"]
 

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nodeagent.layout import NodeLayout
+
 __all__ = ["Settings", "parse_args"]
 
 DEFAULT_K8S_VERSION = "1.37"
@@ -20,7 +22,7 @@ class Settings:
     node_name: str
     """The Node this agent plays the kubelet for."""
     root: Path
-    """The node root: ``kubelet/plugins_registry``, ``kubelet/plugins``, ``cdi``, ``agent``."""
+    """The node root; what lives under it is :class:`~nodeagent.layout.NodeLayout`."""
     kubeconfig: str | None = None
     """API access; None means in-cluster configuration (tests may pass a client instead)."""
     k8s_version: tuple[int, int] = (1, 37)
@@ -51,34 +53,9 @@ class Settings:
     """Extra Node labels (``kubernetes.io/hostname`` and os/arch are always set)."""
 
     @property
-    def registry_dir(self) -> Path:
-        """Where plugins put their registration sockets."""
-        return self.root / "kubelet" / "plugins_registry"
-
-    @property
-    def plugins_dir(self) -> Path:
-        """Parent of each driver's own dir."""
-        return self.root / "kubelet" / "plugins"
-
-    @property
-    def cdi_dir(self) -> Path:
-        """The node's CDI spec dir."""
-        return self.root / "cdi"
-
-    @property
-    def agent_dir(self) -> Path:
-        """The agent's own state."""
-        return self.root / "agent"
-
-    @property
-    def checkpoint_path(self) -> Path:
-        """The claim-info checkpoint."""
-        return self.agent_dir / "checkpoint.json"
-
-    @property
-    def containers_dir(self) -> Path:
-        """Where ContainerView files go."""
-        return self.agent_dir / "containers"
+    def layout(self) -> NodeLayout:
+        """The paths under :attr:`root` (registry, plugin and CDI dirs, checkpoint, views)."""
+        return NodeLayout(self.root)
 
     def at_least(self, major: int, minor: int) -> bool:
         """Whether the Kubernetes version followed is ``major.minor`` or newer."""
@@ -103,7 +80,7 @@ def _label(text: str) -> tuple[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     """The agent's argument parser."""
     p = argparse.ArgumentParser(
-        prog="python -m clusters.local.agent",
+        prog="python -m nodeagent",
         description="Node agent: plays the kubelet's DRA part for one fake node.",
     )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster)")

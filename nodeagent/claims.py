@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from clusters.local.agent.errors import ClaimNotReady
+from nodeagent.errors import ClaimNotReady
 
 __all__ = ["ClaimRef", "PodClaim", "check_claim", "claim_drivers", "container_claim_refs", "pod_claims"]
 

@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusters.local.agent.timeutil import rfc3339
+from nodeagent.timeutil import rfc3339
 
 __all__ = ["HOST_IP", "PodRun", "pod_status"]
 

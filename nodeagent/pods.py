@@ -22,19 +22,19 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from clusters.local.agent import cdi, claims
-from clusters.local.agent.checkpoint import Checkpoint
-from clusters.local.agent.errors import CDIError, ClaimNotReady, KubeError, PluginError
-from clusters.local.agent.events import EventRecorder
-from clusters.local.agent.health import HealthCache
-from clusters.local.agent.kube import Kube
-from clusters.local.agent.manager import ClaimManager
-from clusters.local.agent.plugins import PluginManager
-from clusters.local.agent.settings import Settings
-from clusters.local.agent.status import HOST_IP, PodRun, pending_status, pod_ip, pod_status
-from clusters.local.agent.timeutil import parse
-from clusters.local.agent.views import remove_views, write_view
-from clusters.local.agent.workqueue import WorkQueue
+from nodeagent import cdi, claims
+from nodeagent.checkpoint import Checkpoint
+from nodeagent.errors import CDIError, ClaimNotReady, KubeError, PluginError
+from nodeagent.events import EventRecorder
+from nodeagent.health import HealthCache
+from nodeagent.kube import Kube
+from nodeagent.manager import ClaimManager
+from nodeagent.plugins import PluginManager
+from nodeagent.settings import Settings
+from nodeagent.status import HOST_IP, PodRun, pending_status, pod_ip, pod_status
+from nodeagent.timeutil import parse
+from nodeagent.views import remove_views, write_view
+from nodeagent.workqueue import WorkQueue
 
 __all__ = ["FAILED_PREPARE", "RUN_SECONDS_ANNOTATION", "PodManager"]
 
@@ -187,7 +187,7 @@ class PodManager:
             self._write_pending(pod)
             return delay
         for container, view in edits.items():
-            write_view(self.settings.containers_dir, ns, name, container, view.to_json())
+            write_view(self.settings.layout.view_path(ns, name, container), view.to_json())
         old_status = pod.get("status") or {}
         start_time = parse(old_status.get("startTime")) or self._pending.get(uid, (time.time(), None))[0]
         started_at = start_time
@@ -261,7 +261,7 @@ class PodManager:
         out = {}
         for container, device_ids in ids.items():
             try:
-                out[container] = cdi.resolve(device_ids, [self.settings.cdi_dir])
+                out[container] = cdi.resolve(device_ids, [self.settings.layout.cdi_dir])
             except CDIError as e:
                 raise CDIError(f"container {container}: {e}") from e
         return out
@@ -385,7 +385,7 @@ class PodManager:
         with self._lock:  # a pod of the same name may already run again (force-deleted and recreated)
             reused = any(r.uid != uid and (r.namespace, r.name) == (ns, name) for r in self._runs.values())
         if ns and not reused:
-            remove_views(self.settings.containers_dir, ns, name)
+            remove_views(self.settings.layout, ns, name)
         if pod is not None:
             try:
                 self.kube.delete_pod(ns, name, uid)

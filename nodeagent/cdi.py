@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from clusters.local.agent.errors import CDIError
+from nodeagent.errors import CDIError
 
 __all__ = ["ContainerEdits", "load_specs", "resolve"]
 
