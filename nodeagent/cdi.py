@@ -3,16 +3,15 @@
 What a container runtime does with ``vendor/class=name`` ids: find the spec of
 that kind, apply the spec-level ``containerEdits`` (once per spec) and then the
 device's own edits. Specs are read fresh on every resolve (there are few), so a
-driver that writes or removes a spec is seen at once. A spec that is malformed
-does not poison the others: its error is reported only when one of its ids is
-asked for, or when an id cannot be found at all.
+driver that writes or removes a spec is seen at once. A spec that breaks the CDI
+rules (:mod:`draproto.cdi`) does not poison the others: its error is reported only
+when one of its ids is asked for, or when an id cannot be found at all.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,19 +19,12 @@ from typing import Any
 
 import yaml
 
+from draproto import cdi as cdi_rules
 from nodeagent.errors import CDIError
 
 __all__ = ["ContainerEdits", "load_specs", "resolve"]
 
 log = logging.getLogger(__name__)
-
-CDI_VERSIONS = frozenset(
-    {"0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0"}
-)
-_KIND_PART = r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?"
-KIND_RE = re.compile(rf"^{_KIND_PART}/{_KIND_PART}$")
-DEVICE_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
-ENV_RE = re.compile(r"^[^=]+=")
 
 
 @dataclass
@@ -84,64 +76,19 @@ class SpecSet:
     broken: dict[Path, str] = field(default_factory=dict)
 
 
-def _check_edits(edits: Any, where: str) -> dict[str, Any]:
-    if edits is None:
-        return {}
-    if not isinstance(edits, dict):
-        raise ValueError(f"{where}: containerEdits must be an object, got {type(edits).__name__}")
-    env = edits.get("env") or []
-    if not isinstance(env, list) or not all(isinstance(e, str) and ENV_RE.match(e) for e in env):
-        raise ValueError(f"{where}: env must be a list of 'KEY=VALUE' strings, got {env!r}")
-    nodes = edits.get("deviceNodes") or []
-    if not isinstance(nodes, list):
-        raise ValueError(f"{where}: deviceNodes must be a list")
-    for node in nodes:
-        if not isinstance(node, dict) or not node.get("path"):
-            raise ValueError(f"{where}: a deviceNode needs a path, got {node!r}")
-        if node.get("type", "") not in ("", "b", "c", "u", "p"):
-            raise ValueError(f"{where}: deviceNode {node['path']} has invalid type {node.get('type')!r}")
-        perms = node.get("permissions", "")
-        if not isinstance(perms, str) or set(perms) - set("rwm"):
-            raise ValueError(f"{where}: deviceNode {node['path']} has invalid permissions {perms!r}")
-    mounts = edits.get("mounts") or []
-    if not isinstance(mounts, list):
-        raise ValueError(f"{where}: mounts must be a list")
-    for mount in mounts:
-        if not isinstance(mount, dict) or not mount.get("hostPath") or not mount.get("containerPath"):
-            raise ValueError(f"{where}: a mount needs hostPath and containerPath, got {mount!r}")
-    return edits
-
-
 def parse_spec(path: Path, text: str) -> Spec:
-    """Parse and check one spec file's text; ValueError says what is wrong."""
+    """Parse one spec file's text and check it by the CDI rules; ValueError says what is wrong."""
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as e:
         raise ValueError(f"not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from e
     if not isinstance(data, dict):
-        raise ValueError("a CDI spec must be an object")
-    version = str(data.get("cdiVersion", ""))
-    if version not in CDI_VERSIONS:
-        raise ValueError(f"cdiVersion {version!r} is not one of {sorted(CDI_VERSIONS)}")
-    kind = data.get("kind")
-    if not isinstance(kind, str) or not KIND_RE.match(kind):
-        raise ValueError(f"kind {kind!r} is not vendor/class")
-    devices_raw = data.get("devices")
-    if not isinstance(devices_raw, list) or not devices_raw:
-        raise ValueError(f"kind {kind}: devices must be a non-empty list")
-    devices: dict[str, dict[str, Any]] = {}
-    for dev in devices_raw:
-        name = dev.get("name") if isinstance(dev, dict) else None
-        if not isinstance(name, str) or not DEVICE_NAME_RE.match(name):
-            raise ValueError(f"kind {kind}: invalid device name {name!r}")
-        if name in devices:
-            raise ValueError(f"kind {kind}: device name {name!r} appears twice")
-        edits = _check_edits(dev.get("containerEdits"), f"kind {kind} device {name}")
-        if not any(edits.get(k) for k in edits):
-            raise ValueError(f"kind {kind}: device {name!r} has no containerEdits")
-        devices[name] = edits
-    spec_edits = _check_edits(data.get("containerEdits"), f"kind {kind}")
-    return Spec(path=path, kind=kind, edits=spec_edits, devices=devices)
+        raise ValueError(f"a CDI spec must be an object, got {type(data).__name__}")
+    problems = cdi_rules.validate_spec(data)
+    if problems:
+        raise ValueError("; ".join(problems))
+    devices = {d["name"]: d.get("containerEdits") or {} for d in data["devices"]}
+    return Spec(path=path, kind=data["kind"], edits=data.get("containerEdits") or {}, devices=devices)
 
 
 def load_specs(dirs: Iterable[Path]) -> SpecSet:
@@ -167,14 +114,6 @@ def load_specs(dirs: Iterable[Path]) -> SpecSet:
     return found
 
 
-def split_id(device_id: str) -> tuple[str, str]:
-    """``"vendor/class=name"`` -> ``("vendor/class", "name")``; CDIError when it is not that."""
-    kind, sep, name = device_id.partition("=")
-    if not sep or not KIND_RE.match(kind) or not DEVICE_NAME_RE.match(name):
-        raise CDIError(f"{device_id!r} is not a qualified CDI device name (vendor/class=name)")
-    return kind, name
-
-
 def resolve(device_ids: Iterable[str], dirs: Iterable[Path]) -> ContainerEdits:
     """The container edits of ``device_ids``, in order; CDIError names the first unresolvable id."""
     ids = list(device_ids)
@@ -184,7 +123,11 @@ def resolve(device_ids: Iterable[str], dirs: Iterable[Path]) -> ContainerEdits:
     specs = load_specs(dirs)
     applied: set[Path] = set()
     for device_id in ids:
-        kind, name = split_id(device_id)
+        try:
+            qualified = cdi_rules.parse_qualified_name(device_id)
+        except ValueError as e:
+            raise CDIError(str(e)) from e
+        kind, name = qualified.kind, qualified.name
         matches = [s for s in specs.specs if s.kind == kind and name in s.devices]
         if len(matches) > 1:
             files = ", ".join(str(s.path) for s in matches)
