@@ -1,5 +1,8 @@
 """The driver's checkpoint: what it prepared, for which claim, surviving restarts and reboots.
 
+This is the plugin's side of the DRA protocol: the node agent keeps a checkpoint of its own
+(``nodeagent/checkpoint.py``), and its ``PreparedDevice`` is the same device as answered.
+
 Unprepare gets only a claim's namespace, UID and name, so everything needed to undo a
 prepare is recorded here. A claim goes ``PrepareStarted`` (written before any side effect)
 -> ``PrepareCompleted`` (written after the CDI spec); a restart finding ``PrepareStarted``

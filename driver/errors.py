@@ -13,7 +13,8 @@
         └── DeviceConflict   the device is already prepared for another claim and is not shareable
 
 A ``PrepareError`` ends up in the claim's ``error`` field of the gRPC answer; the
-kubelet retries. Anything else escaping a gRPC handler is a bug.
+kubelet retries (the node agent's own ``PrepareError``, in ``nodeagent/errors.py``, is the
+caller's side of that failure). Anything else escaping a gRPC handler is a bug.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """The driver's settings: built once from flags and env vars, then passed down.
 
+The plugin's side of the DRA protocol (``nodeagent/settings.py`` configures the node's side).
+
 Every flag ``--some-flag`` has an env var ``DRA_GPU_SOME_FLAG``; a flag given on the
 command line wins over its env var, which wins over the default. Nothing else in the
 driver reads ``os.environ``.

@@ -1,4 +1,7 @@
-"""Prepare and unprepare: the driver's node-side state machine.
+"""Prepare and unprepare: the driver's state machine (the plugin's side of the DRA protocol).
+
+``ClaimRef`` here is what the kubelet (or ``nodeagent``, whose ``ClaimRef`` is the same triple
+seen from the caller's side) names a claim with.
 
 ``DeviceState.prepare`` turns an allocated ResourceClaim into CDI devices:
 

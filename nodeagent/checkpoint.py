@@ -1,11 +1,12 @@
 """The agent's claim-info checkpoint: what was prepared for which claim and pods.
 
-Like the kubelet's ``dra_manager_state``: it survives agent restarts, so that
-claims of pods deleted while the agent was down still get unprepared, and so
-that a running pod's CDI ids are known before the driver answers again. What it
-does not hold is whether a claim is prepared *in this process*: after a restart
-prepare is called again for every running pod (drivers are idempotent).
-Writes are atomic: temp file, fsync, rename, fsync of the dir.
+The node's side (the driver keeps a checkpoint of its own, ``driver/checkpoint.py``), like the
+kubelet's ``dra_manager_state``: it survives agent restarts, so that claims of pods deleted
+while the agent was down still get unprepared. It also records each claim's devices, which a
+second pod using a claim already prepared in this process gets without a new call. What it
+does not hold is whether a claim is prepared *in this process*: after a restart prepare is
+called again for every running pod (drivers are idempotent). Writes are atomic: temp file,
+fsync, rename, fsync of the dir.
 """
 
 from __future__ import annotations
@@ -20,52 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Checkpoint", "ClaimInfo", "PreparedDevice"]
+from nodeagent.draclient import PreparedDevice
+
+__all__ = ["Checkpoint", "ClaimInfo"]
 
 log = logging.getLogger(__name__)
 
 VERSION = 1
-
-
-@dataclass(frozen=True)
-class PreparedDevice:
-    """One device of a prepared claim, as the driver answered it."""
-
-    driver: str
-    pool: str
-    device: str
-    request_names: tuple[str, ...] = ()
-    cdi_device_ids: tuple[str, ...] = ()
-    share_id: str | None = None
-
-    def serves(self, request: str | None) -> bool:
-        """Whether a container referencing ``request`` (None: the whole claim) gets this device."""
-        return request is None or not self.request_names or request in self.request_names
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON form for the checkpoint."""
-        out: dict[str, Any] = {
-            "driver": self.driver,
-            "pool": self.pool,
-            "device": self.device,
-            "requestNames": list(self.request_names),
-            "cdiDeviceIDs": list(self.cdi_device_ids),
-        }
-        if self.share_id is not None:
-            out["shareID"] = self.share_id
-        return out
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> PreparedDevice:
-        """Inverse of :meth:`to_json`."""
-        return cls(
-            driver=data["driver"],
-            pool=data.get("pool", ""),
-            device=data.get("device", ""),
-            request_names=tuple(data.get("requestNames", ())),
-            cdi_device_ids=tuple(data.get("cdiDeviceIDs", ())),
-            share_id=data.get("shareID"),
-        )
 
 
 @dataclass
@@ -79,14 +41,6 @@ class ClaimInfo:
     devices: list[PreparedDevice] = field(default_factory=list)
     pods: set[str] = field(default_factory=set)
     """UIDs of pods on this node that use the claim."""
-
-    def cdi_ids(self, request: str | None) -> list[str]:
-        """CDI ids a container referencing ``request`` (None: the whole claim) gets, in order."""
-        ids: list[str] = []
-        for dev in self.devices:
-            if dev.serves(request):
-                ids.extend(i for i in dev.cdi_device_ids if i not in ids)
-        return ids
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for the checkpoint."""

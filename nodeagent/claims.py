@@ -10,26 +10,20 @@ allocated and reserved for the pod.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from nodeagent.errors import ClaimNotReady
 
-__all__ = ["ClaimRef", "PodClaim", "check_claim", "claim_drivers", "container_claim_refs", "pod_claims"]
+__all__ = [
+    "ContainerClaimRef",
+    "PodClaim",
+    "check_claim",
+    "claim_drivers",
+    "container_claim_refs",
+    "pod_claims",
+]
 
 Obj = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ClaimRef:
-    """The identity of a ResourceClaim, as NodePrepareResources takes it."""
-
-    namespace: str
-    uid: str
-    name: str
-
-    def as_tuple(self) -> tuple[str, str, str]:
-        """``(namespace, uid, name)``."""
-        return self.namespace, self.uid, self.name
 
 
 @dataclass(frozen=True)
@@ -65,14 +59,27 @@ def pod_claims(pod: Obj) -> list[PodClaim]:
     return out
 
 
-def container_claim_refs(pod: Obj) -> list[tuple[str, bool, str, str | None]]:
-    """``(container name, is init container, pod claim name, request or None)`` for every container."""
+class ContainerClaimRef(NamedTuple):
+    """One entry of a container's ``resources.claims``."""
+
+    container: str
+    """The container's name."""
+    init: bool
+    """Whether it is an init container."""
+    pod_claim: str
+    """The pod claim name it references (an entry of ``pod.spec.resourceClaims``)."""
+    request: str | None
+    """The request it references, or None for the whole claim."""
+
+
+def container_claim_refs(pod: Obj) -> list[ContainerClaimRef]:
+    """Every claim reference of every container (init containers first)."""
     spec = pod.get("spec") or {}
-    out: list[tuple[str, bool, str, str | None]] = []
+    out: list[ContainerClaimRef] = []
     for init, key in ((True, "initContainers"), (False, "containers")):
         for c in spec.get(key) or []:
             for ref in (c.get("resources") or {}).get("claims") or []:
-                out.append((c["name"], init, ref["name"], ref.get("request") or None))
+                out.append(ContainerClaimRef(c["name"], init, ref["name"], ref.get("request") or None))
     return out
 
 

@@ -1,4 +1,4 @@
-"""The node agent's errors.
+"""The node agent's errors: the node's side (``driver/errors.py`` has the plugin's own tree).
 
 ::
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import grpc
 
 import draproto
+from draproto import health_v1_pb2, health_v1_pb2_grpc, health_v1alpha1_pb2, health_v1alpha1_pb2_grpc
 
 __all__ = ["HEALTHY", "UNHEALTHY", "UNKNOWN", "HealthCache", "HealthWatcher", "choose_health_version"]
 
@@ -29,6 +30,13 @@ UNHEALTHY = "Unhealthy"
 UNKNOWN = "Unknown"
 DEFAULT_TIMEOUT_SECONDS = 30.0
 _NAMES = {0: UNKNOWN, 1: HEALTHY, 2: UNHEALTHY}
+_DeviceHealth = health_v1_pb2.DeviceHealth | health_v1alpha1_pb2.DeviceHealth
+
+if TYPE_CHECKING:  # grpc.CallIterator exists only in the type stubs
+    _Stream = (
+        grpc.CallIterator[health_v1_pb2.NodeWatchResourcesResponse]
+        | grpc.CallIterator[health_v1alpha1_pb2.NodeWatchResourcesResponse]
+    )
 
 
 def choose_health_version(supported: list[str] | tuple[str, ...], k8s_version: tuple[int, int]) -> str | None:
@@ -62,7 +70,7 @@ class HealthCache:
         self._devices: dict[str, dict[tuple[str, str], _Entry]] = {}
         self.on_change = on_change
 
-    def update(self, driver: str, devices: list[Any]) -> None:
+    def update(self, driver: str, devices: Sequence[_DeviceHealth]) -> None:
         """Merge one stream message (``DeviceHealth`` messages of either version)."""
         now = time.time()
         with self._lock:
@@ -116,15 +124,10 @@ class HealthWatcher:
         self.version = version
         self._cache = cache
         self._stop = threading.Event()
-        self._call: Any = None
+        self._channel = channel
+        self._call: _Stream | None = None
         self._lock = threading.Lock()
         self._retry = (retry_initial, retry_max)
-        if version == draproto.HEALTH_V1:
-            self._stub: Any = draproto.health_v1_pb2_grpc.DRAResourceHealthStub(channel)
-            self._request: Any = draproto.health_v1_pb2.NodeWatchResourcesRequest()
-        else:
-            self._stub = draproto.health_v1alpha1_pb2_grpc.DRAResourceHealthStub(channel)
-            self._request = draproto.health_v1alpha1_pb2.NodeWatchResourcesRequest()
         self._thread = threading.Thread(target=self._run, name=f"health-{driver}", daemon=True)
         self.stopped_unimplemented = False
         """Set when the plugin answered Unimplemented and watching stopped for good."""
@@ -136,22 +139,32 @@ class HealthWatcher:
     def stop(self) -> None:
         """Cancel the stream and end the thread."""
         self._stop.set()
+        self._cancel()
+        self._thread.join(timeout=5)
+
+    def _cancel(self) -> None:
         with self._lock:
             call = self._call
         if call is not None:
-            call.cancel()
-        self._thread.join(timeout=5)
+            call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves RpcContext.cancel bare
+
+    def _open(self) -> _Stream:
+        if self.version == draproto.HEALTH_V1:
+            v1 = health_v1_pb2_grpc.DRAResourceHealthStub(self._channel)
+            return v1.NodeWatchResources(health_v1_pb2.NodeWatchResourcesRequest())
+        v1alpha1 = health_v1alpha1_pb2_grpc.DRAResourceHealthStub(self._channel)
+        return v1alpha1.NodeWatchResources(health_v1alpha1_pb2.NodeWatchResourcesRequest())
 
     def _run(self) -> None:
         delay = self._retry[0]
         fields = {"driver": self.driver, "version": self.version}
         while not self._stop.is_set():
             try:
-                call = self._stub.NodeWatchResources(self._request)
+                call = self._open()
                 with self._lock:
                     self._call = call
                 if self._stop.is_set():
-                    call.cancel()
+                    self._cancel()
                     return
                 log.info("health stream open", extra=fields)
                 for message in call:
@@ -159,7 +172,7 @@ class HealthWatcher:
                     delay = self._retry[0]
                 log.info("health stream ended by the plugin", extra=fields)
             except grpc.RpcError as e:
-                code = e.code() if hasattr(e, "code") else None
+                code = e.code() if isinstance(e, grpc.Call) else None
                 if self._stop.is_set() or code == grpc.StatusCode.CANCELLED:
                     return
                 if code == grpc.StatusCode.UNIMPLEMENTED:

@@ -1,6 +1,7 @@
 """Which claims are prepared on the node, for which pods: the kubelet's DRA manager.
 
-It owns the prepare and unprepare calls and the claim-info checkpoint. A claim
+It batches the prepare and unprepare calls (one per driver, through
+:class:`~nodeagent.draclient.DRAClient`) and owns the claim-info checkpoint. A claim
 is written to the checkpoint before its prepare call (so an unprepare is owed
 even if the answer is lost), counts as prepared in this process only after a
 good answer, and is unprepared when the last pod using it lets go. Calls for
@@ -17,11 +18,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from nodeagent import claims
-from nodeagent.checkpoint import Checkpoint, ClaimInfo, PreparedDevice
-from nodeagent.claims import ClaimRef
+from nodeagent.checkpoint import Checkpoint, ClaimInfo
+from nodeagent.draclient import ClaimRef, PreparedDevice
 from nodeagent.errors import PluginError, PrepareError
 from nodeagent.plugins import PluginManager
-from nodeagent.prepare import prepare, unprepare
 
 __all__ = ["ClaimManager"]
 
@@ -48,37 +48,43 @@ class ClaimManager:
                 stack.enter_context(lock)
             yield
 
-    def prepare_pod(self, namespace: str, pod_uid: str, claim_objs: list[dict[str, Any]]) -> None:
+    def prepare_pod(
+        self, namespace: str, pod_uid: str, claim_objs: list[dict[str, Any]]
+    ) -> dict[str, list[PreparedDevice]]:
         """Prepare the pod's claims that are not prepared yet: one call per driver, batched.
 
+        Returns the devices of every claim of the pod by claim UID: the drivers' answers for
+        the claims prepared now, the recorded ones for claims already prepared for another pod.
         PrepareError (or PluginError) names every claim and driver that failed; claims that were
         prepared stay prepared.
         """
         by_uid = {c["metadata"]["uid"]: c for c in claim_objs}
         with self._locked(list(by_uid)):
             by_driver: dict[str, list[ClaimRef]] = defaultdict(list)
+            devices: dict[str, list[PreparedDevice]] = {}
             todo: list[str] = []
             for cuid, claim in by_uid.items():
                 drivers = claims.claim_drivers(claim)
                 info = self.checkpoint.get(cuid)
                 if cuid in self._prepared and info is not None:
                     self.checkpoint.add_pod(cuid, pod_uid)
+                    devices[cuid] = list(info.devices)
                     continue
                 if info is None:
                     info = ClaimInfo(cuid, namespace, claim["metadata"]["name"], drivers, [], {pod_uid})
                     self.checkpoint.put(info)
                 else:
                     self.checkpoint.add_pod(cuid, pod_uid)
+                devices[cuid] = []
                 todo.append(cuid)
                 ref = ClaimRef(namespace, cuid, claim["metadata"]["name"])
                 for d in drivers:
                     by_driver[d].append(ref)
-            devices: dict[str, list[PreparedDevice]] = defaultdict(list)
             failed: set[str] = set()
             errors: list[str] = []
             for driver, refs in sorted(by_driver.items()):
                 try:
-                    answer = prepare(self.plugins.client(driver), refs)
+                    answer = self.plugins.client(driver).prepare(refs)
                 except PluginError as e:
                     errors.append(str(e))
                     failed.update(r.uid for r in refs)
@@ -90,7 +96,7 @@ class ClaimManager:
                     continue
                 info = self.checkpoint.get(cuid)
                 assert info is not None
-                info.devices = devices.get(cuid, [])
+                info.devices = devices[cuid]
                 self.checkpoint.put(info)
                 self._prepared.add(cuid)
                 log.info(
@@ -98,6 +104,7 @@ class ClaimManager:
                 )
             if errors:
                 raise PrepareError("; ".join(errors))
+            return devices
 
     def release_pod(self, pod_uid: str, holds: Callable[[str], bool]) -> None:
         """Drop ``pod_uid`` from its claims; unprepare those no other pod (``holds(uid)``) still uses.
@@ -166,7 +173,7 @@ class ClaimManager:
         errors: list[str] = []
         for driver, refs in sorted(by_driver.items()):
             try:
-                unprepare(self.plugins.client(driver), refs)
+                self.plugins.client(driver).unprepare(refs)
             except PluginError as e:
                 errors.append(str(e))
                 failed.update(r.uid for r in refs)

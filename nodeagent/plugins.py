@@ -1,11 +1,12 @@
-"""DRA plugin discovery, registration and calls, as the kubelet's plugin manager does them.
+"""DRA plugin discovery and registration, as the kubelet's plugin manager does them.
 
 The registry dir is scanned for ``*.sock``; a new (or replaced) socket gets the
 registration handshake: ``GetInfo``, checks, the version choice (the first
 entry of the plugin's list that the agent supports), ``NotifyRegistrationStatus``.
 A registered plugin is reached through one gRPC channel per endpoint, reused
-for every call. When a driver's last plugin goes away the ``on_unregistered``
-callback runs (slice cleanup hangs off it).
+for every call (:class:`~nodeagent.draclient.DRAClient` makes them). When a
+driver's last plugin goes away the ``on_unregistered`` callback runs (slice
+cleanup hangs off it).
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from typing import Any
 import grpc
 
 import draproto
+from draproto import registration_pb2, registration_pb2_grpc
+from nodeagent.draclient import DRAClient
 from nodeagent.errors import PluginError
 from nodeagent.health import HealthCache, HealthWatcher, choose_health_version
 from nodeagent.settings import Settings
 
-__all__ = ["DRAClient", "Plugin", "PluginManager", "choose_dra_version"]
+__all__ = ["Plugin", "PluginManager", "choose_dra_version"]
 
 log = logging.getLogger(__name__)
 
@@ -45,33 +48,6 @@ def choose_dra_version(supported: list[str] | tuple[str, ...]) -> str | None:
         if version in SUPPORTED_DRA_VERSIONS:
             return version
     return None
-
-
-class DRAClient:
-    """Calls one driver's DRAPlugin service (v1 or v1beta1) over a shared channel."""
-
-    def __init__(self, driver: str, channel: grpc.Channel, version: str, timeout: float) -> None:
-        self.driver = driver
-        self.version = version
-        self.timeout = timeout
-        self.pb: Any = draproto.dra_v1_pb2 if version == draproto.DRA_V1 else draproto.dra_v1beta1_pb2
-        grpc_mod: Any = (
-            draproto.dra_v1_pb2_grpc if version == draproto.DRA_V1 else draproto.dra_v1beta1_pb2_grpc
-        )
-        self._stub = grpc_mod.DRAPluginStub(channel)
-
-    def _claims(self, claims: list[tuple[str, str, str]]) -> list[Any]:
-        return [self.pb.Claim(namespace=ns, uid=uid, name=name) for ns, uid, name in claims]
-
-    def node_prepare(self, claims: list[tuple[str, str, str]]) -> Any:
-        """Raw NodePrepareResources for ``(namespace, uid, name)`` claims; grpc.RpcError on failure."""
-        request = self.pb.NodePrepareResourcesRequest(claims=self._claims(claims))
-        return self._stub.NodePrepareResources(request, timeout=self.timeout)
-
-    def node_unprepare(self, claims: list[tuple[str, str, str]]) -> Any:
-        """Raw NodeUnprepareResources; grpc.RpcError on failure."""
-        request = self.pb.NodeUnprepareResourcesRequest(claims=self._claims(claims))
-        return self._stub.NodeUnprepareResources(request, timeout=self.timeout)
 
 
 @dataclass
@@ -241,9 +217,9 @@ class PluginManager:
         timeout = self.settings.registration_timeout_seconds
         try:
             with grpc.insecure_channel(f"unix://{path}") as channel:
-                stub = draproto.registration_pb2_grpc.RegistrationStub(channel)
+                stub = registration_pb2_grpc.RegistrationStub(channel)
                 try:
-                    info = stub.GetInfo(draproto.registration_pb2.InfoRequest(), timeout=timeout)
+                    info = stub.GetInfo(registration_pb2.InfoRequest(), timeout=timeout)
                 except grpc.RpcError as e:
                     # not a plugin yet (still starting) or not a plugin at all: try again, less and less often
                     with self._lock:
@@ -267,9 +243,7 @@ class PluginManager:
                         self._failed[path] = stamp
                     with contextlib.suppress(grpc.RpcError):
                         stub.NotifyRegistrationStatus(
-                            draproto.registration_pb2.RegistrationStatus(
-                                plugin_registered=False, error=error
-                            ),
+                            registration_pb2.RegistrationStatus(plugin_registered=False, error=error),
                             timeout=timeout,
                         )
                     return
@@ -277,7 +251,7 @@ class PluginManager:
                 plugin = self._register(path, stamp, info, version)
                 try:
                     stub.NotifyRegistrationStatus(
-                        draproto.registration_pb2.RegistrationStatus(plugin_registered=True), timeout=timeout
+                        registration_pb2.RegistrationStatus(plugin_registered=True), timeout=timeout
                     )
                 except grpc.RpcError as e:
                     log.warning("NotifyRegistrationStatus failed", extra={**fields, "error": str(e.code())})
@@ -298,7 +272,7 @@ class PluginManager:
             with self._lock:
                 self._pending.discard(path)
 
-    def _validate(self, info: Any) -> str:
+    def _validate(self, info: registration_pb2.PluginInfo) -> str:
         if info.type != draproto.DRA_PLUGIN_TYPE:
             return f"plugin type {info.type!r} is not {draproto.DRA_PLUGIN_TYPE!r}"
         if not info.name:
@@ -307,7 +281,9 @@ class PluginManager:
             return f"endpoint {info.endpoint!r} is not an absolute socket path"
         return ""
 
-    def _register(self, path: Path, stamp: tuple[int, int], info: Any, version: str) -> Plugin:
+    def _register(
+        self, path: Path, stamp: tuple[int, int], info: registration_pb2.PluginInfo, version: str
+    ) -> Plugin:
         with self._lock:
             channel = self._channel(info.endpoint)
             client = DRAClient(info.name, channel, version, self.settings.grpc_timeout_seconds)

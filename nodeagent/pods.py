@@ -24,6 +24,7 @@ from typing import Any
 
 from nodeagent import cdi, claims
 from nodeagent.checkpoint import Checkpoint
+from nodeagent.draclient import PreparedDevice, cdi_ids
 from nodeagent.errors import CDIError, ClaimNotReady, KubeError, PluginError
 from nodeagent.events import EventRecorder
 from nodeagent.health import HealthCache
@@ -120,11 +121,8 @@ class PodManager:
         with self._lock:
             runs = list(self._runs.values())
         for run in runs:
-            for claim_uid in run.claims.values():
-                info = self.checkpoint.get(claim_uid)
-                if info is not None and driver in info.drivers:
-                    self.queue.add(run.uid)
-                    break
+            if any(d.driver == driver for devices in run.devices.values() for d in devices):
+                self.queue.add(run.uid)
 
     def pod(self, uid: str) -> Obj | None:
         """The cached pod."""
@@ -165,7 +163,8 @@ class PodManager:
                     raise ClaimNotReady(f"ResourceClaim {ns}/{pc.claim_name} not found")
                 claims.check_claim(claim, pod)
                 by_pod_claim[pc.pod_claim_name] = claim
-            self.dra.prepare_pod(ns, uid, list(by_pod_claim.values()))
+            by_claim_uid = self.dra.prepare_pod(ns, uid, list(by_pod_claim.values()))
+            prepared = {pc: by_claim_uid[c["metadata"]["uid"]] for pc, c in by_pod_claim.items()}
         except KubeError as e:  # the API server, not the pod, is the problem: no event
             delay = self._backoff(uid)
             log.warning(
@@ -179,7 +178,7 @@ class PodManager:
             self._write_pending(pod)
             return delay
         try:
-            edits = self._container_edits(pod, by_pod_claim)
+            edits = self._container_edits(pod, prepared)
         except CDIError as e:
             delay = self._backoff(uid)
             log.warning("CDI resolution failed", extra={**fields, "error": str(e), "retry_in": delay})
@@ -202,6 +201,7 @@ class PodManager:
             ip=HOST_IP if (pod.get("spec") or {}).get("hostNetwork") else pod_ip(uid),
             run_seconds=self._run_seconds(pod),
             claims={pc: c["metadata"]["uid"] for pc, c in by_pod_claim.items()},
+            devices=prepared,
         )
         with self._lock:
             self._runs[uid] = run
@@ -243,21 +243,18 @@ class PodManager:
             )
             return None
 
-    def _container_edits(self, pod: Obj, by_pod_claim: dict[str, Obj]) -> dict[str, cdi.ContainerEdits]:
+    def _container_edits(
+        self, pod: Obj, prepared: dict[str, list[PreparedDevice]]
+    ) -> dict[str, cdi.ContainerEdits]:
+        """What each container sees: the CDI ids of the devices it references, resolved."""
         spec = pod.get("spec") or {}
         ids: dict[str, list[str]] = {
             c["name"]: [] for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
         }
-        for container, _init, pod_claim, request in claims.container_claim_refs(pod):
-            claim = by_pod_claim.get(pod_claim)
-            if claim is None:
-                continue
-            info = self.checkpoint.get(claim["metadata"]["uid"])
-            if info is None:
-                continue
-            for i in info.cdi_ids(request):
-                if i not in ids[container]:
-                    ids[container].append(i)
+        for ref in claims.container_claim_refs(pod):
+            for i in cdi_ids(prepared.get(ref.pod_claim, []), ref.request):
+                if i not in ids[ref.container]:
+                    ids[ref.container].append(i)
         out = {}
         for container, device_ids in ids.items():
             try:
@@ -271,22 +268,18 @@ class PodManager:
     def _resources(self, pod: Obj, run: PodRun) -> dict[str, list[Obj]]:
         out: dict[str, list[Obj]] = defaultdict(list)
         now = time.time()
-        for container, _init, pod_claim, request in claims.container_claim_refs(pod):
-            cuid = run.claims.get(pod_claim)
-            info = self.checkpoint.get(cuid) if cuid else None
-            if info is None:
-                continue
-            name = f"claim:{pod_claim}" + (f"/{request}" if request else "")
+        for ref in claims.container_claim_refs(pod):
+            name = f"claim:{ref.pod_claim}" + (f"/{ref.request}" if ref.request else "")
             resources = [
                 {
                     "resourceID": f"{d.driver}/{d.pool}/{d.device}",
                     "health": self.health.get(d.driver, d.pool, d.device, now),
                 }
-                for d in info.devices
-                if d.serves(request)
+                for d in run.devices.get(ref.pod_claim, [])
+                if d.serves(ref.request)
             ]
             if resources:
-                out[container].append({"name": name, "resources": resources})
+                out[ref.container].append({"name": name, "resources": resources})
         return out
 
     def _refresh(self, pod: Obj, run: PodRun) -> float | None:

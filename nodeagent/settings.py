@@ -1,4 +1,7 @@
-"""The node agent's settings, built once from the command line and passed down."""
+"""The node agent's settings, built once from the command line and passed down.
+
+The node's side of the DRA protocol (``driver/settings.py`` configures the plugin's side).
+"""
 
 from __future__ import annotations
 

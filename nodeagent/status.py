@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodeagent.draclient import PreparedDevice
 from nodeagent.timeutil import rfc3339
 
 __all__ = ["HOST_IP", "PodRun", "pod_status"]
@@ -31,6 +32,8 @@ class PodRun:
     finished_at: float | None = None
     claims: dict[str, str] = field(default_factory=dict)
     """Pod claim name -> ResourceClaim UID."""
+    devices: dict[str, list[PreparedDevice]] = field(default_factory=dict)
+    """Pod claim name -> the devices prepared for its claim (what prepare returned)."""
     last_status: Obj | None = None
     """The status last written, so an unchanged status is not written again."""
 

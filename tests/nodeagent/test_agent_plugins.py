@@ -13,11 +13,10 @@ import pytest
 from agent_fakes import FakePlugin, until
 
 import draproto
-from nodeagent.claims import ClaimRef
+from nodeagent.draclient import ClaimRef
 from nodeagent.errors import PluginError, PrepareError
 from nodeagent.health import HEALTHY, UNHEALTHY, UNKNOWN, HealthCache, choose_health_version
 from nodeagent.plugins import PluginManager, choose_dra_version
-from nodeagent.prepare import prepare, unprepare
 from nodeagent.settings import Settings
 
 
@@ -138,12 +137,12 @@ def test_prepare_batches_and_returns_devices_per_claim(
     plugins.append(p)
     p.results["u2"] = [{"request_names": ["a"], "pool": "p", "device": "d1", "cdi": ["x.io/y=1"]}]
     assert manager.wait_for(p.driver, 5)
-    out = prepare(manager.client(p.driver), _refs("u1", "u2"))
+    out = manager.client(p.driver).prepare(_refs("u1", "u2"))
     assert p.prepare_calls == [[("ns", "u1", "claim-u1"), ("ns", "u2", "claim-u2")]]
     assert out["u2"][0].request_names == ("a",)
     assert out["u2"][0].cdi_device_ids == ("x.io/y=1",)
     assert out["u1"][0].driver == p.driver
-    unprepare(manager.client(p.driver), _refs("u1", "u2"))
+    manager.client(p.driver).unprepare(_refs("u1", "u2"))
     assert p.unprepare_calls == [[("ns", "u1", "claim-u1"), ("ns", "u2", "claim-u2")]]
 
 
@@ -171,7 +170,7 @@ def test_prepare_answers_are_checked(
     setup(p)
     assert manager.wait_for(p.driver, 5)
     with pytest.raises(PrepareError, match=message) as info:
-        prepare(manager.client(p.driver), _refs("u1", "u2"))
+        manager.client(p.driver).prepare(_refs("u1", "u2"))
     assert p.driver in str(info.value)
 
 
@@ -184,7 +183,7 @@ def test_a_hanging_plugin_times_out(root: Path, plugins: list[FakePlugin]) -> No
         p.hang.set()
         assert m.wait_for(p.driver, 5)
         with pytest.raises(PrepareError, match="DEADLINE_EXCEEDED"):
-            prepare(m.client(p.driver), _refs("u1"))
+            m.client(p.driver).prepare(_refs("u1"))
     finally:
         m.stop()
 
@@ -196,7 +195,7 @@ def test_one_channel_per_endpoint_is_reused(
     plugins.append(p)
     assert manager.wait_for(p.driver, 5)
     first = manager.client(p.driver)
-    prepare(first, _refs("u1"))
+    first.prepare(_refs("u1"))
     assert manager.client(p.driver) is first
     assert len(manager._channels) == 1
 

@@ -7,7 +7,8 @@ import threading
 import time
 from pathlib import Path
 
-from nodeagent.checkpoint import Checkpoint, ClaimInfo, PreparedDevice
+from nodeagent.checkpoint import Checkpoint, ClaimInfo
+from nodeagent.draclient import PreparedDevice, cdi_ids
 from nodeagent.workqueue import WorkQueue
 
 
@@ -29,10 +30,10 @@ def _info() -> ClaimInfo:
 
 def test_cdi_ids_follow_the_referenced_request() -> None:
     info = _info()
-    assert info.cdi_ids("a") == ["v/c=0", "v/c=2"]  # empty request_names serves every request
-    assert info.cdi_ids(None) == ["v/c=0", "v/c=1", "v/c=2", "v/c=3"]
+    assert cdi_ids(info.devices, "a") == ["v/c=0", "v/c=2"]  # empty request_names serves every request
+    assert cdi_ids(info.devices, None) == ["v/c=0", "v/c=1", "v/c=2", "v/c=3"]
     # exact string match: a firstAvailable sub-request name does not match its parent
-    assert info.cdi_ids("gpu/sub0") == ["v/c=2"]
+    assert cdi_ids(info.devices, "gpu/sub0") == ["v/c=2"]
 
 
 def test_checkpoint_survives_a_restart(tmp_path: Path) -> None:
