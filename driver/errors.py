@@ -8,6 +8,7 @@
     ├── CDIError             a CDI spec breaks the CDI rules
     ├── CheckpointError      the checkpoint cannot be read or written
     ├── DeviceError          NVML refused or failed: discovery, creating or destroying a partition
+    ├── StoreConflict        a ResourceSlice to create already exists (HTTP 409)
     └── PrepareError         one claim cannot be prepared or unprepared (names claim, device, reason)
         ├── ClaimError       the claim is missing, not allocated, or allocated elsewhere
         └── DeviceConflict   the device is already prepared for another claim and is not shareable
@@ -29,6 +30,7 @@ __all__ = [
     "DriverError",
     "PrepareError",
     "SettingsError",
+    "StoreConflict",
 ]
 
 
@@ -61,6 +63,10 @@ class CheckpointError(DriverError):
 
 class DeviceError(DriverError):
     """NVML refused or failed a device operation (discovery, creating or destroying a partition)."""
+
+
+class StoreConflict(DriverError):
+    """A ResourceSlice to create already exists (HTTP 409); the message is its name."""
 
 
 class PrepareError(DriverError):

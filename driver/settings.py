@@ -17,12 +17,11 @@ from pathlib import Path
 
 from driver.breakage import RULES, parse_rules
 from driver.errors import SettingsError
+from driver.faults import DEFAULT_IGNORED_XIDS
 from driver.inventory import DEVICE_KINDS
 
 __all__ = [
     "DEFAULT_DRIVER_NAME",
-    "DEFAULT_IGNORED_XIDS",
-    "DEVICE_KINDS",
     "BackendSettings",
     "HealthSettings",
     "KubeletSettings",
@@ -33,8 +32,6 @@ __all__ = [
 ]
 
 DEFAULT_DRIVER_NAME = "gpu.dra-conformance.io"
-DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
-"""XIDs caused by applications, not by the GPU: they do not make a device unhealthy."""
 
 ENV_PREFIX = "DRA_GPU_"
 BREAK_RULES_ENV = "DRA_GPU_TESTING_BREAK_RULES"
