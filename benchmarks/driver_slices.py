@@ -26,7 +26,10 @@ from typing import Any
 import fakegpu
 from driver import devices
 from driver.health import HealthMonitor
-from driver.slices import DeviceTaint, KubeSliceStore, SlicePublisher, build_slices
+from driver.inventory import Inventory
+from driver.kubeslices import KubeSliceStore
+from driver.slices import SlicePublisher
+from driver.slicing import DeviceTaint, build_slices
 
 DRIVER = "gpu.dra-conformance.io"
 NODE = "bench-node"
@@ -51,7 +54,7 @@ def _wait(predicate: Callable[[], bool], timeout: float = 30.0) -> float:
     return round((time.perf_counter() - started) * 1000, 1)
 
 
-def _publish(inventory: devices.Inventory) -> dict[str, Any]:
+def _publish(inventory: Inventory) -> dict[str, Any]:
     from kubernetes import client, config
 
     from clusters.errors import BinariesError

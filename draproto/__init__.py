@@ -1,7 +1,8 @@
-"""The kubelet's published DRA plugin protocols, as generated Python stubs.
+"""The published interfaces between a DRA driver and a node: the kubelet's plugin protocols, CDI.
 
-This is the one place where the wire protocol lives: the driver serves it,
-the node agent in ``clusters.local`` calls it. It holds no logic of either.
+This is the one place where the wire protocol lives, as generated Python stubs: the driver
+serves it, the node agent (``nodeagent``) calls it. It holds no logic of either side; what both
+sides check, the CDI spec rules, is :mod:`draproto.cdi`.
 
 The ``.proto`` files beside this module are written from the field lists in
 DESIGN.md; ``python -m draproto.generate`` regenerates ``_gen`` and

@@ -2,7 +2,9 @@
 
 Run ``python -m draproto.generate`` after editing a ``.proto`` file, and
 ``python -m draproto.generate --check`` in tests to catch stale stubs. Needs
-``grpcio-tools`` (in the ``dev`` extra).
+``grpcio-tools`` and ``mypy-protobuf`` (both pinned in the ``dev`` extra): protoc writes the
+messages, their ``.pyi`` and the gRPC modules, mypy-protobuf the gRPC modules' ``.pyi``, so that
+mypy sees typed stubs and servicers on both sides of the protocol.
 """
 
 from __future__ import annotations
@@ -16,7 +18,16 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PROTOS = sorted(p.name for p in PACKAGE_DIR.glob("*.proto"))
-SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
+
+
+def _grpc_stub_plugin() -> str:
+    """mypy-protobuf's protoc plugin, beside this interpreter (a venv) or on PATH."""
+    name = "protoc-gen-mypy_grpc"
+    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if found is None:
+        raise SystemExit(f"{name} not found: pip install -e '.[dev]' (it comes with mypy-protobuf)")
+    return found
 
 
 def _generate(out_root: Path) -> Path:
@@ -32,6 +43,9 @@ def _generate(out_root: Path) -> Path:
         f"--python_out={out_root}",
         f"--pyi_out={out_root}",
         f"--grpc_python_out={out_root}",
+        f"--plugin=protoc-gen-mypy_grpc={_grpc_stub_plugin()}",
+        f"--mypy_grpc_out={out_root}",
+        "--mypy_grpc_opt=quiet",
         *[f"draproto/_gen/{name}" for name in PROTOS],
     ]
     if protoc.main(args) != 0:

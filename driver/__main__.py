@@ -94,8 +94,10 @@ def run(settings: Settings, stop: threading.Event) -> int:
     from driver import devices
     from driver.claims import ApiClaimSource
     from driver.health import HealthMonitor
+    from driver.kubeslices import KubeSliceStore
     from driver.plugin import PluginServer
-    from driver.slices import KubeSliceStore, SlicePublisher, taints_from_faults
+    from driver.slices import SlicePublisher
+    from driver.slicing import taints_from_faults
     from driver.state import DeviceState
 
     api = _api_client(settings)

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from driver.inventory import DeviceError
+from driver.errors import DeviceError
 
 __all__ = ["MIG_LOCK", "nvml", "optional", "text"]
 

@@ -24,35 +24,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from draproto import cdi as cdi_rules
 from driver._files import atomic_write
 from driver.errors import CDIError
 
 __all__ = [
     "CDI_VERSION",
     "CONTAINER_INFO_DIR",
-    "VALID_VERSIONS",
     "CDIDevice",
     "SpecStore",
     "env_key",
-    "minimum_version",
     "validate",
 ]
 
 CDI_VERSION = "0.6.0"
 """The version our specs declare: enough for everything they use (names may start with a digit)."""
-VALID_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 CONTAINER_INFO_DIR = "/var/run/dra-gpu"
 """Where device-info files appear inside containers."""
 
-_KIND_PART = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
-_DEVICE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
-_HOOK_NAMES = {"prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"}
-_EDIT_KEYS = ("env", "deviceNodes", "mounts", "hooks", "intelRdt", "additionalGids", "netDevices")
 _NVIDIA_COMMON = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split("."))
 
 
 def env_key(device_name: str) -> str:
@@ -60,100 +50,9 @@ def env_key(device_name: str) -> str:
     return "GPU_DEVICE_" + re.sub(r"[^A-Za-z0-9]", "_", device_name).upper()
 
 
-def _edits_of(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    edits = [spec.get("containerEdits") or {}]
-    edits += [
-        device.get("containerEdits") or {}
-        for device in spec.get("devices") or []
-        if isinstance(device, Mapping)
-    ]
-    return [e for e in edits if isinstance(e, Mapping)]
-
-
-def minimum_version(spec: Mapping[str, Any]) -> str:
-    """The lowest ``cdiVersion`` that allows every feature the spec uses."""
-    needed = "0.3.0"
-    kind = str(spec.get("kind", ""))
-    if "." in kind.partition("/")[2] or spec.get("annotations"):
-        needed = "0.6.0"
-    for device in spec.get("devices") or []:
-        if isinstance(device, Mapping):
-            name = str(device.get("name", ""))
-            if name[:1].isdigit() and _version(needed) < (0, 5, 0):
-                needed = "0.5.0"
-            if device.get("annotations"):
-                needed = max(needed, "0.6.0", key=_version)
-    for edits in _edits_of(spec):
-        if any(isinstance(n, Mapping) and n.get("hostPath") for n in edits.get("deviceNodes") or []):
-            needed = max(needed, "0.5.0", key=_version)
-        if edits.get("intelRdt") or edits.get("additionalGids"):
-            needed = max(needed, "0.7.0", key=_version)
-        if edits.get("netDevices"):
-            needed = max(needed, "1.1.0", key=_version)
-    return needed
-
-
-def _check_edits(edits: Any, where: str, problems: list[str]) -> bool:
-    """Append rule violations; return whether the edits are non-empty."""
-    if not isinstance(edits, Mapping):
-        problems.append(f"{where}: containerEdits must be an object")
-        return False
-    for i, entry in enumerate(edits.get("env") or []):
-        if not isinstance(entry, str) or "=" not in entry or entry.startswith("="):
-            problems.append(f"{where}.env[{i}]: {entry!r} is not KEY=VALUE")
-    for i, node in enumerate(edits.get("deviceNodes") or []):
-        if not isinstance(node, Mapping) or not node.get("path"):
-            problems.append(f"{where}.deviceNodes[{i}]: path is required")
-            continue
-        if node.get("type", "") not in {"", "b", "c", "u", "p"}:
-            problems.append(f"{where}.deviceNodes[{i}]: type {node.get('type')!r} is not one of b, c, u, p")
-        if not set(str(node.get("permissions", ""))) <= set("rwm"):
-            problems.append(
-                f"{where}.deviceNodes[{i}]: permissions {node.get('permissions')!r} not within 'rwm'"
-            )
-    for i, mount in enumerate(edits.get("mounts") or []):
-        if not isinstance(mount, Mapping) or not mount.get("hostPath") or not mount.get("containerPath"):
-            problems.append(f"{where}.mounts[{i}]: hostPath and containerPath are required")
-    for i, hook in enumerate(edits.get("hooks") or []):
-        if not isinstance(hook, Mapping) or hook.get("hookName") not in _HOOK_NAMES:
-            problems.append(f"{where}.hooks[{i}]: unknown hookName")
-        elif not str(hook.get("path", "")).startswith("/"):
-            problems.append(f"{where}.hooks[{i}]: path must be absolute")
-    return any(edits.get(key) for key in _EDIT_KEYS)
-
-
 def validate(spec: Mapping[str, Any]) -> None:
-    """Check a spec against the CDI rules; raise ``CDIError`` listing every violation."""
-    problems: list[str] = []
-    version = spec.get("cdiVersion")
-    if version not in VALID_VERSIONS:
-        problems.append(f"cdiVersion {version!r} is not one of {', '.join(VALID_VERSIONS)}")
-    else:
-        needed = minimum_version(spec)
-        if _version(str(version)) < _version(needed):
-            problems.append(f"cdiVersion {version} is below {needed}, which the spec's features need")
-    vendor, slash, klass = str(spec.get("kind", "")).partition("/")
-    if not slash or not _KIND_PART.match(vendor) or not _KIND_PART.match(klass):
-        problems.append(f"kind {spec.get('kind')!r} is not vendor/class")
-    devices = spec.get("devices")
-    if not isinstance(devices, Sequence) or not devices:
-        problems.append("devices: at least one device is required")
-        devices = []
-    seen: set[str] = set()
-    for i, device in enumerate(devices):
-        if not isinstance(device, Mapping):
-            problems.append(f"devices[{i}]: must be an object")
-            continue
-        name = str(device.get("name", ""))
-        if not _DEVICE_NAME.match(name):
-            problems.append(f"devices[{i}]: name {name!r} is not valid")
-        if name in seen:
-            problems.append(f"devices[{i}]: name {name!r} is not unique")
-        seen.add(name)
-        if not _check_edits(device.get("containerEdits", {}), f"devices[{i}]", problems):
-            problems.append(f"devices[{i}]: containerEdits must not be empty")
-    if "containerEdits" in spec:
-        _check_edits(spec["containerEdits"], "containerEdits", problems)
+    """Check a spec against the CDI rules (:mod:`draproto.cdi`); CDIError lists every violation."""
+    problems = cdi_rules.validate_spec(spec)
     if problems:
         raise CDIError("invalid CDI spec: " + "; ".join(problems))
 

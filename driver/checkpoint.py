@@ -1,5 +1,8 @@
 """The driver's checkpoint: what it prepared, for which claim, surviving restarts and reboots.
 
+This is the plugin's side of the DRA protocol: the node agent keeps a checkpoint of its own
+(``nodeagent/checkpoint.py``), and its ``PreparedDevice`` is the same device as answered.
+
 Unprepare gets only a claim's namespace, UID and name, so everything needed to undo a
 prepare is recorded here. A claim goes ``PrepareStarted`` (written before any side effect)
 -> ``PrepareCompleted`` (written after the CDI spec); a restart finding ``PrepareStarted``
@@ -19,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from driver._files import atomic_write
-from driver.errors import CheckpointError
+from driver.config import DeviceConfig
+from driver.config import parse as parse_config
+from driver.errors import CheckpointError, ConfigError
 
 __all__ = [
     "PREPARE_COMPLETED",
@@ -65,8 +70,20 @@ class PreparedDevice:
     """Allocated with admin access: prepared even when other claims hold the device."""
     partition_uuid: str | None = None
     """UUID of the MIG device created for a ``partition`` device, to destroy on unprepare."""
-    config: dict[str, Any] | None = None
-    """The applied opaque config, normalized (API form)."""
+    config: DeviceConfig | None = None
+    """The applied opaque config (stored in its normalized API form)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form: the fields, with the config in API form."""
+        out = asdict(self)
+        out["config"] = None if self.config is None else self.config.to_dict()
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PreparedDevice:
+        """Inverse of :meth:`to_json`; ConfigError when the stored config no longer parses."""
+        config = data.get("config")
+        return cls(**{**data, "config": None if config is None else parse_config(config)})
 
 
 @dataclass
@@ -126,12 +143,12 @@ class CheckpointStore:
                 )
             claims = {}
             for uid, rec in body["claims"].items():
-                devices = [PreparedDevice(**d) for d in rec.pop("devices", [])]
+                devices = [PreparedDevice.from_json(d) for d in rec.pop("devices", [])]
                 claims[uid] = ClaimRecord(devices=devices, **rec)
             return Checkpoint(boot_id=body.get("bootID", ""), claims=claims)
         except CheckpointError:
             raise
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError, ConfigError) as e:
             raise CheckpointError(
                 f"checkpoint {self.path} is corrupt ({e!r}); remove it to start over"
             ) from e
@@ -141,7 +158,10 @@ class CheckpointStore:
         body = {
             "version": VERSION,
             "bootID": checkpoint.boot_id,
-            "claims": {uid: asdict(rec) for uid, rec in sorted(checkpoint.claims.items())},
+            "claims": {
+                uid: {**asdict(rec), "devices": [d.to_json() for d in rec.devices]}
+                for uid, rec in sorted(checkpoint.claims.items())
+            },
         }
         data = {"data": body, "checksum": _checksum(body)}
         try:

@@ -17,12 +17,10 @@ partitionable GPUs. Three kinds of device, chosen by the ``--device-kinds`` sett
     slices, memory), one device per possible placement of every MIG profile
     (``gpu-0-part-3g71gb-4``, the last number is the first memory slice) consuming
     its share, and the whole GPU consuming everything. The scheduler picks a
-    combination that fits; ``prepare_partition`` (``driver.partitions``, re-exported
-    here) then creates that GPU instance and its full-size compute instance, and
-    ``unprepare_partition`` destroys them.
+    combination that fits; ``driver.partitions.prepare_partition`` then creates that GPU
+    instance and its full-size compute instance, and ``unprepare_partition`` destroys them.
 
-The device model (``DeviceInfo``, ``Inventory``, ...) lives in ``driver.inventory`` and
-is re-exported here, so ``from driver.devices import DeviceInfo`` keeps working.
+The device model (``DeviceInfo``, ``Inventory``, ...) is ``driver.inventory``.
 """
 
 from __future__ import annotations
@@ -38,36 +36,19 @@ from typing import Any
 import pynvml
 
 from driver._nvml import nvml, optional, text
+from driver.errors import DeviceError
 from driver.inventory import (
     DEVICE_KINDS,
     MIB,
     AttributeValue,
-    DeviceError,
     DeviceInfo,
-    DeviceKind,
     Inventory,
     MigProfile,
     Placement,
     Version,
 )
-from driver.partitions import prepare_partition, unprepare_partition
 
-__all__ = [
-    "DEVICE_KINDS",
-    "AttributeValue",
-    "DeviceError",
-    "DeviceInfo",
-    "DeviceKind",
-    "Inventory",
-    "MigProfile",
-    "Placement",
-    "Version",
-    "discover",
-    "nvml",
-    "prepare_partition",
-    "semver",
-    "unprepare_partition",
-]
+__all__ = ["discover", "semver"]
 
 log = logging.getLogger(__name__)
 

@@ -8,12 +8,14 @@
     ├── CDIError             a CDI spec breaks the CDI rules
     ├── CheckpointError      the checkpoint cannot be read or written
     ├── DeviceError          NVML refused or failed: discovery, creating or destroying a partition
+    ├── StoreConflict        a ResourceSlice to create already exists (HTTP 409)
     └── PrepareError         one claim cannot be prepared or unprepared (names claim, device, reason)
         ├── ClaimError       the claim is missing, not allocated, or allocated elsewhere
         └── DeviceConflict   the device is already prepared for another claim and is not shareable
 
 A ``PrepareError`` ends up in the claim's ``error`` field of the gRPC answer; the
-kubelet retries. Anything else escaping a gRPC handler is a bug.
+kubelet retries (the node agent's own ``PrepareError``, in ``nodeagent/errors.py``, is the
+caller's side of that failure). Anything else escaping a gRPC handler is a bug.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "DriverError",
     "PrepareError",
     "SettingsError",
+    "StoreConflict",
 ]
 
 
@@ -60,6 +63,10 @@ class CheckpointError(DriverError):
 
 class DeviceError(DriverError):
     """NVML refused or failed a device operation (discovery, creating or destroying a partition)."""
+
+
+class StoreConflict(DriverError):
+    """A ResourceSlice to create already exists (HTTP 409); the message is its name."""
 
 
 class PrepareError(DriverError):

@@ -1,13 +1,13 @@
-"""Device health from NVML events: XIDs, double-bit ECC errors, lost GPUs.
+"""Device health from NVML events: the monitor thread and the faults it keeps.
 
 ``HealthMonitor`` runs one thread that waits on an NVML event set (critical XIDs and
-double-bit ECC errors on every GPU) and, every few seconds, re-checks each GPU:
+double-bit ECC errors on every GPU) and, every few seconds, re-checks each GPU. Which
+events make what unhealthy, how badly and for how long is ``driver.faults``; this module
+decides where a fault lands and when it heals:
 
-- a non-benign XID marks the device it names (a MIG device or partition when the
-  event carries a GPU instance, else every device on the GPU); XIDs that
-  applications cause (13, 31, 43, 45, 68, 109 by default) are ignored;
-- a double-bit ECC error marks every device on the GPU;
-- a GPU that answers ``GPU_IS_LOST`` marks every device on it.
+- an XID marks the device it names (a MIG device or partition when the event carries a
+  GPU instance, else every device on the GPU);
+- a double-bit ECC error or a lost GPU marks every device on the GPU.
 
 Healing: a lost GPU that answers again (XID 79 counts as lost), or a GPU whose volatile
 uncorrected ECC count drops back to zero, has been reset, and all its faults clear; an
@@ -15,9 +15,7 @@ ECC fault lasts as long as that counter is non-zero (or ``xid_hold_seconds`` whe
 has no counter). An XID is a one-off event with no state to re-check, so its fault clears
 after ``xid_hold_seconds`` of quiet on that device (a later XID restarts the clock).
 
-The severity of a fault picks the taint effect the slices get: ``NoExecute`` for
-faults that make running work wrong (ECC, lost GPU, XIDs of that class), else
-``NoSchedule``. ``snapshot()`` and ``subscribe()`` serve the kubelet health stream
+``snapshot()`` and ``subscribe()`` serve the kubelet health stream
 (``driver.healthstream.HealthSource``); ``faults()`` serves the taints.
 """
 
@@ -29,53 +27,23 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
 from typing import Any
 
 import pynvml
 
-from driver.devices import DeviceInfo, Inventory, nvml
+from driver import faults as policy
+from driver._nvml import nvml
+from driver.faults import DEFAULT_IGNORED_XIDS, Fault
 from driver.healthstream import HEALTHY, UNHEALTHY, DeviceHealth, Subscribers
-from driver.settings import DEFAULT_IGNORED_XIDS, Settings
+from driver.inventory import DeviceInfo, Inventory
+from driver.settings import Settings
 
-__all__ = [
-    "DEFAULT_IGNORED_XIDS",
-    "NO_EXECUTE",
-    "NO_EXECUTE_XIDS",
-    "NO_SCHEDULE",
-    "Fault",
-    "HealthMonitor",
-]
+__all__ = ["HealthMonitor"]
 
 log = logging.getLogger(__name__)
 
-NO_SCHEDULE = "NoSchedule"
-NO_EXECUTE = "NoExecute"
-
-NO_EXECUTE_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
-"""XIDs after which running work cannot be trusted (ECC, row remapping, NVLink, bus, GSP): evict."""
-
-XID_FALLEN_OFF_BUS = 79
-"""The GPU has fallen off the bus: the same as GPU_IS_LOST, and healed the same way."""
-
 _ALL_INSTANCES = 0xFFFFFFFF
 _EVENTS = pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeDoubleBitEccError
-
-
-@dataclass(frozen=True)
-class Fault:
-    """Why a device is unhealthy.
-
-    ``reason`` is short and fits a label value (``xid-79``, ``ecc-double-bit``,
-    ``gpu-lost``); ``message`` is for people; ``severity`` is the taint effect.
-    """
-
-    reason: str
-    message: str
-    severity: str
-    since: float
-    expires: float | None = None
-    """When the fault clears by itself (XIDs), or None (cleared by a reset)."""
 
 
 def _pointer(handle: Any) -> int | None:
@@ -177,11 +145,6 @@ class HealthMonitor:
 
     # --- bookkeeping ----------------------------------------------------------------------------
 
-    def _worst(self, faults: list[Fault]) -> Fault | None:
-        if not faults:
-            return None
-        return max(faults, key=lambda f: (f.severity == NO_EXECUTE, -f.since))
-
     def _refresh_view(self, notify: bool = True) -> None:
         now = self._clock()
         with self._lock:
@@ -189,7 +152,7 @@ class HealthMonitor:
             for dev in self._inventory:
                 found = list(self._gpu_faults.get(dev.gpu_uuid, {}).values())
                 found += self._device_faults.get(dev.name, {}).values()
-                view[dev.name] = self._worst(found)
+                view[dev.name] = policy.worst(found)
             changed = [
                 name for name in view if view[name] != self._view.get(name, None) or name not in self._view
             ]
@@ -228,17 +191,15 @@ class HealthMonitor:
 
     def record_xid(self, gpu_uuid: str, xid: int, gpu_instance: int = _ALL_INSTANCES) -> None:
         """Take in one XID event (the event loop calls this; tests may too)."""
-        if xid in self.ignored_xids:
+        if policy.xid_is_benign(xid, self.ignored_xids):
             log.info("benign XID ignored", extra={"gpu": gpu_uuid, "xid": xid})
             return
-        if xid == XID_FALLEN_OFF_BUS:
+        if xid == policy.XID_FALLEN_OFF_BUS:
             self.record_lost(gpu_uuid)
             return
-        now = self._clock()
-        severity = NO_EXECUTE if xid in NO_EXECUTE_XIDS else NO_SCHEDULE
         targets = self._instance_devices(gpu_uuid, gpu_instance)
         where = ", ".join(d.name for d in targets) if targets else f"GPU {gpu_uuid}"
-        fault = Fault(f"xid-{xid}", f"XID {xid} on {where}", severity, now, now + self._xid_hold)
+        fault = policy.xid_fault(xid, where, self._clock(), self._xid_hold)
         with self._lock:
             if targets:
                 for dev in targets:
@@ -255,24 +216,20 @@ class HealthMonitor:
         """
         now = self._clock()
         with self._lock:
-            current = self._gpu_faults.get(gpu_uuid, {}).get("ecc-double-bit")
+            current = self._gpu_faults.get(gpu_uuid, {}).get(policy.ECC_DOUBLE_BIT)
             if current is not None and current.expires is None:
                 return
             since = current.since if current is not None else now
-            message = f"double-bit ECC error on GPU {gpu_uuid}"
             expires = None if persistent else now + self._xid_hold
-            self._add_gpu_fault(gpu_uuid, Fault("ecc-double-bit", message, NO_EXECUTE, since, expires))
+            self._add_gpu_fault(gpu_uuid, policy.ecc_fault(gpu_uuid, since, expires))
         self._refresh_view()
 
     def record_lost(self, gpu_uuid: str) -> None:
         """The GPU answered GPU_IS_LOST: all its devices, evict, until it answers again."""
         with self._lock:
-            if "gpu-lost" in self._gpu_faults.get(gpu_uuid, {}):
+            if policy.GPU_LOST in self._gpu_faults.get(gpu_uuid, {}):
                 return
-            self._add_gpu_fault(
-                gpu_uuid,
-                Fault("gpu-lost", f"GPU {gpu_uuid} is lost (fallen off the bus)", NO_EXECUTE, self._clock()),
-            )
+            self._add_gpu_fault(gpu_uuid, policy.lost_fault(gpu_uuid, self._clock()))
         self._refresh_view()
 
     def _instance_devices(self, gpu_uuid: str, gpu_instance: int) -> list[DeviceInfo]:
@@ -314,7 +271,7 @@ class HealthMonitor:
         with self._lock:
             for table in (self._gpu_faults, self._device_faults):
                 for key in list(table):
-                    kept = {r: f for r, f in table[key].items() if f.expires is None or f.expires > now}
+                    kept = policy.current(table[key], now)
                     if kept:
                         table[key] = kept
                     else:
@@ -332,7 +289,7 @@ class HealthMonitor:
             log.debug("GPU re-check failed", extra={"gpu": gpu_uuid, "error": str(e)})
             return
         with self._lock:
-            was_lost = "gpu-lost" in self._gpu_faults.get(gpu_uuid, {})
+            was_lost = policy.GPU_LOST in self._gpu_faults.get(gpu_uuid, {})
         if was_lost:
             self._clear_gpu(gpu_uuid, "GPU answers again")
             self._register(gpu_uuid)
@@ -356,7 +313,7 @@ class HealthMonitor:
         else:
             # The counter says no error: an ECC fault from an event was healed before we looked.
             with self._lock:
-                self._gpu_faults.get(gpu_uuid, {}).pop("ecc-double-bit", None)
+                self._gpu_faults.get(gpu_uuid, {}).pop(policy.ECC_DOUBLE_BIT, None)
 
     # --- the thread -----------------------------------------------------------------------------
 

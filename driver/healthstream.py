@@ -18,9 +18,18 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
-from draproto import health_v1_pb2, health_v1alpha1_pb2
+from draproto import health_v1_pb2, health_v1_pb2_grpc, health_v1alpha1_pb2, health_v1alpha1_pb2_grpc
 
-__all__ = ["RESEND_SECONDS", "DeviceHealth", "HealthService", "HealthSource", "StaticHealth", "Subscribers"]
+__all__ = [
+    "RESEND_SECONDS",
+    "DeviceHealth",
+    "HealthService",
+    "HealthServiceV1",
+    "HealthServiceV1alpha1",
+    "HealthSource",
+    "StaticHealth",
+    "Subscribers",
+]
 
 log = logging.getLogger(__name__)
 
@@ -111,11 +120,12 @@ RESEND_SECONDS = 10.0
 
 
 class HealthService:
-    """One ``DRAResourceHealth`` servicer for a given protocol version (pb2 module)."""
+    """The ``DRAResourceHealth`` stream; a subclass per protocol version names its pb2 module."""
+
+    _pb2: ModuleType
 
     def __init__(
         self,
-        pb2: ModuleType,
         source: HealthSource,
         pool_name: str,
         stopping: threading.Event,
@@ -124,7 +134,6 @@ class HealthService:
         timeout_seconds: int = 0,
         resend_seconds: float = RESEND_SECONDS,
     ) -> None:
-        self._pb2 = pb2
         self._source = source
         self._pool = pool_name
         self._stopping = stopping
@@ -181,6 +190,18 @@ class HealthService:
             log.info("health stream closed")
 
 
+class HealthServiceV1(HealthService, health_v1_pb2_grpc.DRAResourceHealthServicer):
+    """``v1.DRAResourceHealth``."""
+
+    _pb2 = health_v1_pb2
+
+
+class HealthServiceV1alpha1(HealthService, health_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
+    """``v1alpha1.DRAResourceHealth``."""
+
+    _pb2 = health_v1alpha1_pb2
+
+
 def services(
     source: HealthSource,
     pool_name: str,
@@ -188,13 +209,10 @@ def services(
     *,
     silent: bool = False,
     resend_seconds: float = RESEND_SECONDS,
-) -> tuple[HealthService, HealthService]:
+) -> tuple[HealthServiceV1, HealthServiceV1alpha1]:
     """The ``v1`` and ``v1alpha1`` servicers over one source."""
+    args = (source, pool_name, stopping)
     return (
-        HealthService(
-            health_v1_pb2, source, pool_name, stopping, silent=silent, resend_seconds=resend_seconds
-        ),
-        HealthService(
-            health_v1alpha1_pb2, source, pool_name, stopping, silent=silent, resend_seconds=resend_seconds
-        ),
+        HealthServiceV1(*args, silent=silent, resend_seconds=resend_seconds),
+        HealthServiceV1alpha1(*args, silent=silent, resend_seconds=resend_seconds),
     )

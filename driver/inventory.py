@@ -12,13 +12,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from driver.errors import DeviceError
-
 __all__ = [
     "DEVICE_KINDS",
     "MIB",
     "AttributeValue",
-    "DeviceError",
     "DeviceInfo",
     "DeviceKind",
     "Inventory",

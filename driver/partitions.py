@@ -15,7 +15,8 @@ from typing import Any
 import pynvml
 
 from driver._nvml import MIG_LOCK, nvml, text
-from driver.inventory import DeviceError, DeviceInfo, MigProfile, Placement
+from driver.errors import DeviceError
+from driver.inventory import DeviceInfo, MigProfile, Placement
 
 __all__ = ["prepare_partition", "unprepare_partition"]
 

@@ -56,7 +56,7 @@ def supported_versions(settings: Settings) -> list[str]:
     return versions
 
 
-class _Registration:
+class _Registration(registration_pb2_grpc.RegistrationServicer):
     def __init__(self, settings: Settings, registered: threading.Event) -> None:
         self._settings = settings
         self._registered = registered
@@ -135,6 +135,20 @@ class _DRAPlugin:
         return self._each_claim(request, self._pb2.NodeUnprepareResourcesResponse(), "unprepare", unprepare)
 
 
+class _DRAPluginV1(_DRAPlugin, dra_v1_pb2_grpc.DRAPluginServicer):
+    """DRAPlugin ``v1`` (answers carry ``share_id``)."""
+
+    def __init__(self, state: DeviceState, settings: Settings) -> None:
+        super().__init__(dra_v1_pb2, state, settings)
+
+
+class _DRAPluginV1beta1(_DRAPlugin, dra_v1beta1_pb2_grpc.DRAPluginServicer):
+    """DRAPlugin ``v1beta1``."""
+
+    def __init__(self, state: DeviceState, settings: Settings) -> None:
+        super().__init__(dra_v1beta1_pb2, state, settings)
+
+
 def _unlink(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
@@ -167,10 +181,8 @@ class PluginServer:
         """Serve the DRA socket, then the registration socket (readiness)."""
         settings = self.settings
         dra = self._server(settings.dra_socket)
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAPlugin(dra_v1_pb2, self.state, settings), dra)
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
-            _DRAPlugin(dra_v1beta1_pb2, self.state, settings), dra
-        )
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAPluginV1(self.state, settings), dra)
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAPluginV1beta1(self.state, settings), dra)
         if settings.health.enabled and self.health is not None:
             v1, v1alpha1 = services(
                 self.health,

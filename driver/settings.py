@@ -1,5 +1,7 @@
 """The driver's settings: built once from flags and env vars, then passed down.
 
+The plugin's side of the DRA protocol (``nodeagent/settings.py`` configures the node's side).
+
 Every flag ``--some-flag`` has an env var ``DRA_GPU_SOME_FLAG``; a flag given on the
 command line wins over its env var, which wins over the default. Nothing else in the
 driver reads ``os.environ``.
@@ -15,12 +17,11 @@ from pathlib import Path
 
 from driver.breakage import RULES, parse_rules
 from driver.errors import SettingsError
+from driver.faults import DEFAULT_IGNORED_XIDS
 from driver.inventory import DEVICE_KINDS
 
 __all__ = [
     "DEFAULT_DRIVER_NAME",
-    "DEFAULT_IGNORED_XIDS",
-    "DEVICE_KINDS",
     "BackendSettings",
     "HealthSettings",
     "KubeletSettings",
@@ -31,8 +32,6 @@ __all__ = [
 ]
 
 DEFAULT_DRIVER_NAME = "gpu.dra-conformance.io"
-DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
-"""XIDs caused by applications, not by the GPU: they do not make a device unhealthy."""
 
 ENV_PREFIX = "DRA_GPU_"
 BREAK_RULES_ENV = "DRA_GPU_TESTING_BREAK_RULES"

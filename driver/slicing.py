@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from driver.health import Fault
+from driver.faults import Fault
 from driver.inventory import DeviceInfo, Inventory, Version
 
 __all__ = [

@@ -1,4 +1,7 @@
-"""Prepare and unprepare: the driver's node-side state machine.
+"""Prepare and unprepare: the driver's state machine (the plugin's side of the DRA protocol).
+
+``ClaimRef`` here is what the kubelet (or ``nodeagent``, whose ``ClaimRef`` is the same triple
+seen from the caller's side) names a claim with.
 
 ``DeviceState.prepare`` turns an allocated ResourceClaim into CDI devices:
 
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from driver import devices, devnodes
+from driver import devnodes, partitions
 from driver._files import atomic_write
 from driver.cdi import CDIDevice, SpecStore
 from driver.checkpoint import (
@@ -44,9 +47,9 @@ from driver.checkpoint import (
     read_boot_id,
 )
 from driver.claims import ClaimSource
-from driver.config import DeviceConfig, entries_from_allocation, parse, select
-from driver.devices import DeviceInfo, Inventory
+from driver.config import DeviceConfig, entries_from_allocation, select
 from driver.errors import ClaimError, ConfigError, DeviceConflict, DriverError, PrepareError
+from driver.inventory import DeviceInfo, Inventory
 from driver.settings import Settings
 
 __all__ = ["ClaimRef", "DeviceState", "Partitioner"]
@@ -67,7 +70,7 @@ class ClaimRef:
 
 
 class Partitioner(Protocol):
-    """Creates and destroys MIG partitions (``driver.devices`` in production)."""
+    """Creates and destroys MIG partitions (``driver.partitions`` in production)."""
 
     def prepare(self, info: DeviceInfo) -> str:
         """Create the partition; return its MIG device UUID."""
@@ -80,10 +83,10 @@ class Partitioner(Protocol):
 
 class _NvmlPartitioner:
     def prepare(self, info: DeviceInfo) -> str:
-        return devices.prepare_partition(info)
+        return partitions.prepare_partition(info)
 
     def unprepare(self, info: DeviceInfo) -> None:
-        devices.unprepare_partition(info)
+        partitions.unprepare_partition(info)
 
 
 def _parent_request(request: str) -> str:
@@ -330,7 +333,7 @@ class DeviceState:
                 share_id=share_id,
                 shareable=bool(share_id) or bool(config and config.shareable),
                 admin_access=bool(result.get("adminAccess")),
-                config=None if config is None else config.to_dict(),
+                config=config,
             )
         return list(planned.values())
 
@@ -369,7 +372,7 @@ class DeviceState:
                 except DriverError as e:
                     raise PrepareError(f"claim {record.ref}: device {device.device}: {e}") from e
                 device.uuid = device.partition_uuid
-            config = None if device.config is None else parse(device.config)
+            config = device.config
             info_file = self._write_info(record, device, info, config)
             device.cdi_ids = [self.specs.cdi_id(record.uid, self._cdi_device_name(device))]
             cdi_devices.append(

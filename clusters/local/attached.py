@@ -62,11 +62,11 @@ class AttachedLocalCluster(Cluster):
 
     def registry_dir(self, node: str) -> Path:
         """The node's plugin-registration directory."""
-        return self._local_node(node).registry_dir
+        return self._local_node(node).layout.registry_dir
 
     def cdi_dir(self, node: str) -> Path:
         """The node's CDI spec directory."""
-        return self._local_node(node).cdi_dir
+        return self._local_node(node).layout.cdi_dir
 
     def node_logs(self, node: str) -> dict[str, Path]:
         """The driver's and the node agent's log files."""

@@ -4,16 +4,14 @@ Layout under one short temp root (unix socket paths must stay under 108 bytes)::
 
     /tmp/drac-XXXX/
         cp/                         control plane: pki, kubeconfig, etcd data, logs
-        n0/                         node root of node-0 (the agent's --root)
-            kubelet/plugins_registry/
-            kubelet/plugins/<driver>/
-            cdi/
+        n0/                         node root of node-0 (the agent's --root), laid out as
+                                    nodeagent.layout.NodeLayout says (kubelet dirs, cdi/, agent/)
             gpus/                   the fake GPU machine's state (default driver)
-            agent/containers/<ns>_<pod>_<container>.json
             logs/agent.log, logs/driver.log
 
 The driver is started as a process from a command line, as a vendor's driver would be;
-this module never imports it.
+this module never imports it. The node agent too is only started as a process
+(``python -m nodeagent``); of its code this module uses the node layout alone.
 """
 
 from __future__ import annotations
@@ -40,6 +38,7 @@ from clusters.local.driverproc import (
 )
 from clusters.local.processes import ManagedProcess, install_signal_handlers
 from clusters.local.settings import LocalSettings
+from nodeagent.layout import NodeLayout
 
 __all__ = ["LOCAL_CAPABILITIES", "LocalCluster", "LocalNode", "find_container_view"]
 
@@ -70,19 +69,9 @@ class LocalNode:
     """The driver's command line with placeholders filled in (empty: none)."""
 
     @property
-    def registry_dir(self) -> Path:
-        """Where plugins put their registration sockets."""
-        return self.root / "kubelet" / "plugins_registry"
-
-    @property
-    def containers_dir(self) -> Path:
-        """Where the agent writes container views."""
-        return self.root / "agent" / "containers"
-
-    @property
-    def cdi_dir(self) -> Path:
-        """Where the driver writes CDI specs."""
-        return self.root / "cdi"
+    def layout(self) -> NodeLayout:
+        """The paths under :attr:`root` the agent and the driver use."""
+        return NodeLayout(self.root)
 
     @property
     def log_files(self) -> dict[str, Path]:
@@ -186,11 +175,11 @@ class LocalCluster(Cluster):
 
     def registry_dir(self, node: str) -> Path:
         """The node's plugin-registration directory."""
-        return self._node(node).registry_dir
+        return self._node(node).layout.registry_dir
 
     def cdi_dir(self, node: str) -> Path:
         """The node's CDI spec directory."""
-        return self._node(node).cdi_dir
+        return self._node(node).layout.cdi_dir
 
     def node_logs(self, node: str) -> dict[str, Path]:
         """The driver's and the node agent's log files."""
@@ -266,11 +255,9 @@ class LocalCluster(Cluster):
                 "set DRAC_WORK_DIR to a path without spaces"
             )
         # mkdtemp adds 8 characters; the driver's sockets are the longest paths under a node
-        node = f"{work}/drac-XXXXXXXX/n{max(s.nodes - 1, 0)}/kubelet"
+        node = NodeLayout(Path(f"{work}/drac-XXXXXXXX/n{max(s.nodes - 1, 0)}"))
         longest = max(
-            f"{node}/plugins_registry/{s.driver_name}-reg.sock",
-            f"{node}/plugins/{s.driver_name}/dra.sock",
-            key=len,
+            str(node.registration_socket(s.driver_name)), str(node.dra_socket(s.driver_name)), key=len
         )
         if len(longest.encode()) > _SOCKET_PATH_MAX:
             raise ClusterError(
@@ -300,11 +287,10 @@ class LocalCluster(Cluster):
         command = default_driver_command(s.driver_name)
         if s.driver_command is not None:
             command = list(s.driver_command)
-        subdirs = ("kubelet/plugins_registry", f"kubelet/plugins/{s.driver_name}", "cdi", "logs", "agent")
         for i in range(s.nodes):
             n = LocalNode(f"node-{i}", self.root / f"n{i}")
-            for sub in subdirs:
-                (n.root / sub).mkdir(parents=True, exist_ok=True)
+            n.layout.create(drivers=(s.driver_name,))
+            (n.root / "logs").mkdir(exist_ok=True)
             n.driver_command = tuple(self._expand(n, command)) if command else ()
             self.local_nodes[n.name] = n
 
@@ -312,7 +298,7 @@ class LocalCluster(Cluster):
         argv = [
             sys.executable,
             "-m",
-            "clusters.local.agent",
+            "nodeagent",
             "--kubeconfig",
             str(self.kubeconfig),
             "--node-name",
@@ -329,7 +315,7 @@ class LocalCluster(Cluster):
         n.driver = ManagedProcess(f"driver-{n.name}", n.driver_command, log_path).start()
 
     def _reg_socket(self, n: LocalNode) -> Path:
-        return n.registry_dir / f"{self.settings.driver_name}-reg.sock"
+        return n.layout.registration_socket(self.settings.driver_name)
 
     def _slice_uids(self, n: LocalNode) -> set[str]:
         from kubernetes import client
@@ -473,14 +459,13 @@ class LocalCluster(Cluster):
 def find_container_view(node_roots: Iterable[Path], pod: PodRef, container: str) -> ContainerView:
     """The view a node agent wrote for ``container`` of ``pod`` under one of ``node_roots``."""
     namespace, name = pod_key(pod)
-    filename = f"{namespace}_{name}_{container}.json"
-    for root in node_roots:
-        path = root / "agent" / "containers" / filename
+    paths = [NodeLayout(root).view_path(namespace, name, container) for root in node_roots]
+    for path in paths:
         if path.exists():
             return ContainerView.from_file(path)
     raise ClusterError(
         f"no container view for {namespace}/{name} container {container!r} on any node "
-        f"(looked for {filename} under each node's agent/containers); is the pod Running?"
+        f"(looked for {', '.join(map(str, paths))}); is the pod Running?"
     )
 
 

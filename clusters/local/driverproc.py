@@ -10,17 +10,20 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from clusters.errors import ControlPlaneError, NodeError
+from nodeagent.layout import NodeLayout
 
 __all__ = ["create_objects", "default_driver_command", "device_class_manifests", "expand_command"]
 
 
 def default_driver_command(driver_name: str) -> list[str]:
     """The reference driver on a fakegpu DGX H100 profile, with placeholders for the node."""
+    node = NodeLayout(Path("{root}"))  # the node's dirs, with the root left as a placeholder
     return [
         sys.executable,
         "-m",
@@ -38,11 +41,11 @@ def default_driver_command(driver_name: str) -> list[str]:
         "--kubeconfig",
         "{kubeconfig}",
         "--registry-dir",
-        "{root}/kubelet/plugins_registry",
+        str(node.registry_dir),
         "--plugin-dir",
-        "{root}/kubelet/plugins/{driver}",
+        str(node.plugin_dir("{driver}")),
         "--cdi-dir",
-        "{root}/cdi",
+        str(node.cdi_dir),
     ]
 
 

@@ -17,7 +17,7 @@ import grpc
 
 from draproto import dra_v1_pb2, dra_v1_pb2_grpc
 from driver.claims import MemoryClaimSource
-from driver.devices import DeviceInfo, Inventory, MigProfile, Placement
+from driver.inventory import DeviceInfo, Inventory, MigProfile, Placement
 from driver.plugin import PluginServer
 from driver.settings import BackendSettings, KubeletSettings, Settings
 from driver.state import DeviceState
@@ -65,7 +65,7 @@ class FakePartitioner:
 
     def prepare(self, info: DeviceInfo) -> str:
         if self.fail:
-            from driver.devices import DeviceError
+            from driver.errors import DeviceError
 
             raise DeviceError(self.fail)
         return self.live.setdefault(info.name, f"MIG-{uuidlib.uuid4()}")

@@ -19,11 +19,12 @@ from drvkit import DRIVER, NODE, Node, gpu, make_claim, opaque, prepare, result,
 from draproto import health_v1_pb2, health_v1_pb2_grpc
 from driver.breakage import RULES, parse_rules
 from driver.cdi import validate
-from driver.devices import Inventory
 from driver.errors import CDIError, SettingsError
 from driver.health import HealthMonitor
+from driver.inventory import Inventory
 from driver.settings import from_args
-from driver.slices import MAX_DEVICES_PER_SLICE, SlicePublisher
+from driver.slices import SlicePublisher
+from driver.slicing import MAX_DEVICES_PER_SLICE
 
 TS = {"apiVersion": "gpu.dra-conformance.io/v1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from driver.cdi import CDIDevice, SpecStore, env_key, minimum_version, validate
+from driver.cdi import CDIDevice, SpecStore, env_key, validate
 from driver.errors import CDIError
 
 
@@ -21,10 +21,6 @@ def good() -> dict[str, Any]:
         "kind": "k8s.gpu.example.com/gpu",
         "devices": [{"name": "0abc-gpu-0", "containerEdits": {"env": ["A=1"]}}],
     }
-
-
-def _dev(edits: dict[str, Any]) -> dict[str, Any]:
-    return {"devices": [{"name": "a", "containerEdits": edits}]}
 
 
 @pytest.fixture
@@ -38,47 +34,12 @@ def test_a_good_spec_passes() -> None:
     validate(good())
 
 
-@pytest.mark.parametrize(
-    ("change", "problem"),
-    [
-        ({"cdiVersion": "0.9.0"}, "cdiVersion"),
-        ({"cdiVersion": "0.4.0"}, "below 0.5.0"),
-        ({"kind": "gpu"}, "vendor/class"),
-        ({"kind": "1vendor/gpu"}, "vendor/class"),
-        ({"kind": "vendor/gpu-"}, "vendor/class"),
-        ({"devices": []}, "at least one device"),
-        ({"devices": [{"name": "-x", "containerEdits": {"env": ["A=1"]}}]}, "name '-x'"),
-        ({"devices": [{"name": "a/b", "containerEdits": {"env": ["A=1"]}}]}, "name 'a/b'"),
-        ({"devices": [{"name": "a", "containerEdits": {"env": ["A=1"]}}] * 2}, "not unique"),
-        (_dev({}), "must not be empty"),
-        (_dev({"env": ["NOEQUALS"]}), "KEY=VALUE"),
-        (_dev({"deviceNodes": [{"type": "c"}]}), "path is required"),
-        (_dev({"deviceNodes": [{"path": "/d", "type": "x"}]}), "type"),
-        (_dev({"deviceNodes": [{"path": "/d", "permissions": "rx"}]}),
-         "permissions"),
-        (_dev({"mounts": [{"hostPath": "/x"}]}), "containerPath"),
-        (_dev({"hooks": [{"hookName": "boot", "path": "/x"}]}),
-         "hookName"),
-        (_dev({"hooks": [{"hookName": "prestart", "path": "x"}]}),
-         "absolute"),
-    ],
-)  # fmt: skip
-def test_rule_breaks_are_reported(change: dict[str, Any], problem: str) -> None:
-    spec = {**good(), **change}
+def test_a_broken_spec_raises_the_drivers_error_listing_every_problem() -> None:
+    spec = {**good(), "kind": "gpu", "devices": [{"name": "-x", "containerEdits": {"env": ["NOEQUALS"]}}]}
     with pytest.raises(CDIError, match="invalid CDI spec") as err:
         validate(spec)
-    assert problem in str(err.value)
-
-
-def test_minimum_versions_follow_features() -> None:
-    base = {"kind": "v/c", "devices": [{"name": "a", "containerEdits": {"env": ["A=1"]}}]}
-    assert minimum_version(base) == "0.3.0"
-    assert minimum_version({**base, "kind": "v/c.d"}) == "0.6.0"
-    assert minimum_version({**base, "devices": [{"name": "1a"}]}) == "0.5.0"
-    assert minimum_version({**base, "containerEdits": {"additionalGids": [5]}}) == "0.7.0"
-    assert (
-        minimum_version({**base, "containerEdits": {"netDevices": [{"hostInterfaceName": "x"}]}}) == "1.1.0"
-    )
+    for problem in ("vendor/class", "name '-x'", "KEY=VALUE"):
+        assert problem in str(err.value)
 
 
 def test_store_writes_valid_unique_specs_and_removes_them(cdi_dir: Path) -> None:

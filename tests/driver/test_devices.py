@@ -10,8 +10,11 @@ from kubernetes import client
 
 import fakegpu
 from driver import devices
-from driver.devices import DeviceError, Inventory, Version, discover, prepare_partition, unprepare_partition
-from driver.slices import build_slices
+from driver.devices import discover
+from driver.errors import DeviceError
+from driver.inventory import DeviceInfo, Inventory, Placement, Version
+from driver.partitions import prepare_partition, unprepare_partition
+from driver.slicing import build_slices
 
 SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -66,7 +69,7 @@ def test_static_mig_devices_of_an_administrator_layout() -> None:
     assert dev.attributes["profile"] == "2g.20gb"
     assert dev.attributes["parentUUID"] == dev.parent_uuid
     assert str(dev.uuid).startswith("MIG-") and dev.attributes["uuid"] == dev.uuid
-    assert dev.placement == devices.Placement(4, 2)
+    assert dev.placement == Placement(4, 2)
     assert dev.gpu_instance_id == 5 and dev.compute_instance_id == 0
     assert dev.capacity["multiprocessors"] == 32
     assert dev.capacity["memory"] > 20 * 10**9
@@ -230,7 +233,7 @@ def test_inventory_helpers(h100_mig: fakegpu.FakeMachine) -> None:
 
 def test_partitions_whose_labels_collide_get_the_profile_id(h100_mig: fakegpu.FakeMachine) -> None:
     part = discover(["partitionable-mig"])["gpu-0-part-3g40gb-0"]
-    found: dict[str, devices.DeviceInfo] = {}
+    found: dict[str, DeviceInfo] = {}
     devices._add(found, part)
     devices._add(found, part)
     assert list(found) == ["gpu-0-part-3g40gb-0", "gpu-0-part-3g40gb-0-p9"]

@@ -16,9 +16,12 @@ import pytest
 from drvkit import wait_for
 
 import fakegpu
-from driver.devices import DeviceInfo, Inventory, Placement, discover, prepare_partition
-from driver.health import NO_EXECUTE, NO_SCHEDULE, HealthMonitor
+from driver.devices import discover
+from driver.faults import NO_EXECUTE, NO_SCHEDULE
+from driver.health import HealthMonitor
 from driver.healthstream import HEALTHY, UNHEALTHY
+from driver.inventory import DeviceInfo, Inventory, Placement
+from driver.partitions import prepare_partition
 
 GPU0 = "GPU-00000000-1111-2222-3333-444444444444"
 GPU1 = "GPU-00000001-1111-2222-3333-444444444444"

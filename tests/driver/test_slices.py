@@ -15,15 +15,15 @@ from drvkit import wait_for
 from kubernetes import client
 
 from driver import devices
-from driver.devices import DeviceInfo, Inventory, MigProfile, Placement, Version
-from driver.health import NO_EXECUTE, NO_SCHEDULE, Fault
-from driver.slices import (
+from driver.errors import StoreConflict
+from driver.faults import NO_EXECUTE, NO_SCHEDULE, Fault
+from driver.inventory import AttributeValue, DeviceInfo, Inventory, MigProfile, Placement, Version
+from driver.kubeslices import KubeSliceStore
+from driver.slices import SlicePublisher
+from driver.slicing import (
     MAX_DEVICES_PER_SLICE,
     MAX_DEVICES_PER_SLICE_WITH_EXTRAS,
     DeviceTaint,
-    KubeSliceStore,
-    SlicePublisher,
-    StoreConflict,
     build_slices,
     taints_from_faults,
 )
@@ -68,7 +68,7 @@ def h100_profiles() -> list[MigProfile]:
 
 def _gpu(index: int) -> devices._Gpu:
     uuid = f"GPU-{index:08d}-1111-2222-3333-444444444444"
-    attributes: dict[str, devices.AttributeValue] = {
+    attributes: dict[str, AttributeValue] = {
         "type": "gpu",
         "uuid": uuid,
         "productName": "NVIDIA H100 80GB HBM3",

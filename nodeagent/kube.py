@@ -1,0 +1,307 @@
+"""The few API-server requests the agent makes, on plain JSON.
+
+The agent works on objects as JSON dicts, not as generated models: the
+kubernetes client's models drop fields they do not know and refuse objects
+that miss fields they think required, and a kubelet stand-in must see what the
+server sent. :class:`RestKube` uses the ``kubernetes`` client for configuration,
+TLS and auth, and sends the requests itself. :class:`Kube` is the seam tests
+fill with an in-memory fake.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+from nodeagent.errors import KubeError
+
+__all__ = ["Kube", "RestKube"]
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+class Kube(Protocol):
+    """What the agent asks of the API server."""
+
+    def list_pods(self, node: str) -> tuple[list[Obj], str]:
+        """Pods bound to ``node`` and the list's resourceVersion."""
+
+    def watch_pods(self, node: str, resource_version: str, timeout_seconds: int) -> Iterator[tuple[str, Obj]]:
+        """Watch events (type, object) of pods bound to ``node``; ends when the server ends it."""
+
+    def get_pod(self, namespace: str, name: str) -> Obj | None:
+        """A pod, or None when it does not exist."""
+
+    def update_pod_status(self, pod: Obj) -> Obj:
+        """PUT the pod's status subresource (KubeError 409 on a stale resourceVersion)."""
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete with grace period 0 and a UID precondition; gone already counts as done."""
+
+    def get_claim(self, namespace: str, name: str) -> Obj | None:
+        """A ResourceClaim, or None when it does not exist."""
+
+    def create_event(self, namespace: str, event: Obj) -> None:
+        """Create a core/v1 Event."""
+
+    def delete_slices(self, node: str, driver: str | None = None) -> int:
+        """Delete the node's ResourceSlices (of one driver, or all); how many were deleted."""
+
+    def get_node(self, name: str) -> Obj | None:
+        """The Node, or None."""
+
+    def create_node(self, node: Obj) -> Obj:
+        """Create the Node."""
+
+    def patch_node_status(self, name: str, patch: Obj) -> Obj:
+        """Strategic-merge-patch the Node's status."""
+
+    def get_lease(self, namespace: str, name: str) -> Obj | None:
+        """A coordination.k8s.io/v1 Lease, or None."""
+
+    def create_lease(self, namespace: str, lease: Obj) -> Obj:
+        """Create a Lease."""
+
+    def update_lease(self, namespace: str, lease: Obj) -> Obj:
+        """Replace a Lease (KubeError 409 on a stale resourceVersion)."""
+
+
+def _q(value: str) -> str:
+    return quote(value, safe="")
+
+
+class RestKube:
+    """:class:`Kube` against a real API server."""
+
+    def __init__(self, kubeconfig: str | None = None, api_client: Any = None) -> None:
+        if api_client is None:
+            if kubeconfig:
+                api_client = k8s_config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+            else:
+                k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
+                api_client = k8s_client.ApiClient()
+        self.api = api_client
+        self._lock = threading.Lock()
+        self._resource_group: str | None = None
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self.api.close()
+
+    # -- plumbing
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | tuple[float, float] = 30.0,
+        stream: bool = False,
+    ) -> Any:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        method, url, headers, _, _ = self.api.param_serialize(
+            method,
+            path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            auth_settings=["BearerToken"],
+        )
+        if isinstance(timeout, tuple):
+            t = urllib3.Timeout(connect=timeout[0], read=timeout[1])
+        else:
+            t = urllib3.Timeout(total=timeout)
+        try:
+            resp = self.api.rest_client.pool_manager.request(
+                method,
+                url,
+                body=json.dumps(body) if body is not None else None,
+                headers=headers,
+                timeout=t,
+                preload_content=False,
+            )
+        except urllib3.exceptions.HTTPError as e:
+            raise KubeError(f"{method} {path}: {e}") from e
+        if stream and 200 <= resp.status < 300:
+            return resp
+        data = resp.read()
+        resp.release_conn()
+        if not 200 <= resp.status < 300:
+            message = data.decode(errors="replace")
+            with contextlib.suppress(ValueError, AttributeError):
+                message = json.loads(data).get("message", message)
+            raise KubeError(f"{method} {path}: {resp.status} {message}", resp.status)
+        return json.loads(data) if data else {}
+
+    def _get_or_none(self, path: str) -> Obj | None:
+        try:
+            out: Obj = self._send("GET", path)
+        except KubeError as e:
+            if e.status == 404:
+                return None
+            raise
+        return out
+
+    def _resource_prefix(self) -> str:
+        # resource.k8s.io/v1 on 1.34+; v1beta2/v1beta1 keep the same claim/slice shape we read.
+        with self._lock:
+            if self._resource_group is None:
+                versions = []
+                try:
+                    group = self._send("GET", "/apis/resource.k8s.io")
+                    versions = [v["version"] for v in group.get("versions", [])]
+                except KubeError as e:
+                    log.warning("cannot discover resource.k8s.io versions", extra={"error": str(e)})
+                for v in ("v1", "v1beta2", "v1beta1"):
+                    if v in versions:
+                        self._resource_group = f"/apis/resource.k8s.io/{v}"
+                        break
+                else:
+                    return "/apis/resource.k8s.io/v1"
+            return self._resource_group
+
+    # -- pods
+
+    def list_pods(self, node: str) -> tuple[list[Obj], str]:
+        """See :class:`Kube`."""
+        out = self._send("GET", "/api/v1/pods", query={"fieldSelector": f"spec.nodeName={node}"})
+        return list(out.get("items") or []), str(out.get("metadata", {}).get("resourceVersion", ""))
+
+    def watch_pods(self, node: str, resource_version: str, timeout_seconds: int) -> Iterator[tuple[str, Obj]]:
+        """See :class:`Kube`."""
+        query = {
+            "fieldSelector": f"spec.nodeName={node}",
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        if resource_version:
+            query["resourceVersion"] = resource_version
+        resp = self._send("GET", "/api/v1/pods", query=query, timeout=(10, timeout_seconds + 15), stream=True)
+        try:
+            buf = b""
+            for chunk in resp.stream(4096, decode_content=True):
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        event = json.loads(line)
+                        yield event.get("type", ""), event.get("object") or {}
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise KubeError(f"pod watch broke: {e}") from e
+        finally:
+            resp.release_conn()
+
+    def get_pod(self, namespace: str, name: str) -> Obj | None:
+        """See :class:`Kube`."""
+        return self._get_or_none(f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}")
+
+    def update_pod_status(self, pod: Obj) -> Obj:
+        """See :class:`Kube`."""
+        md = pod["metadata"]
+        out: Obj = self._send(
+            "PUT", f"/api/v1/namespaces/{_q(md['namespace'])}/pods/{_q(md['name'])}/status", body=pod
+        )
+        return out
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """See :class:`Kube`."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": uid},
+        }
+        try:
+            self._send("DELETE", f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}", body=body)
+        except KubeError as e:
+            if e.status not in (404, 409):  # 409: the UID precondition failed, our pod is gone
+                raise
+
+    # -- DRA
+
+    def get_claim(self, namespace: str, name: str) -> Obj | None:
+        """See :class:`Kube`."""
+        return self._get_or_none(
+            f"{self._resource_prefix()}/namespaces/{_q(namespace)}/resourceclaims/{_q(name)}"
+        )
+
+    def delete_slices(self, node: str, driver: str | None = None) -> int:
+        """See :class:`Kube`."""
+        prefix = self._resource_prefix()
+        selector = f"spec.nodeName={node}"
+        if driver is not None:
+            selector += f",spec.driver={driver}"
+        items = (
+            self._send("GET", f"{prefix}/resourceslices", query={"fieldSelector": selector}).get("items")
+            or []
+        )
+        deleted = 0
+        for item in items:
+            name = item["metadata"]["name"]
+            try:
+                self._send("DELETE", f"{prefix}/resourceslices/{_q(name)}")
+                deleted += 1
+            except KubeError as e:
+                if e.status != 404:
+                    raise
+        return deleted
+
+    # -- events
+
+    def create_event(self, namespace: str, event: Obj) -> None:
+        """See :class:`Kube`."""
+        self._send("POST", f"/api/v1/namespaces/{_q(namespace)}/events", body=event)
+
+    # -- node and lease
+
+    def get_node(self, name: str) -> Obj | None:
+        """See :class:`Kube`."""
+        return self._get_or_none(f"/api/v1/nodes/{_q(name)}")
+
+    def create_node(self, node: Obj) -> Obj:
+        """See :class:`Kube`."""
+        out: Obj = self._send("POST", "/api/v1/nodes", body=node)
+        return out
+
+    def patch_node_status(self, name: str, patch: Obj) -> Obj:
+        """See :class:`Kube`."""
+        out: Obj = self._send(
+            "PATCH",
+            f"/api/v1/nodes/{_q(name)}/status",
+            body=patch,
+            content_type="application/strategic-merge-patch+json",
+        )
+        return out
+
+    def get_lease(self, namespace: str, name: str) -> Obj | None:
+        """See :class:`Kube`."""
+        return self._get_or_none(f"/apis/coordination.k8s.io/v1/namespaces/{_q(namespace)}/leases/{_q(name)}")
+
+    def create_lease(self, namespace: str, lease: Obj) -> Obj:
+        """See :class:`Kube`."""
+        out: Obj = self._send(
+            "POST", f"/apis/coordination.k8s.io/v1/namespaces/{_q(namespace)}/leases", body=lease
+        )
+        return out
+
+    def update_lease(self, namespace: str, lease: Obj) -> Obj:
+        """See :class:`Kube`."""
+        name = lease["metadata"]["name"]
+        out: Obj = self._send(
+            "PUT", f"/apis/coordination.k8s.io/v1/namespaces/{_q(namespace)}/leases/{_q(name)}", body=lease
+        )
+        return out

@@ -1,0 +1,443 @@
+"""Fakes for the node agent's tests: a DRA plugin over real gRPC, and an in-memory API server."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+import draproto
+from nodeagent.errors import KubeError
+from nodeagent.layout import NodeLayout
+
+Obj = dict[str, Any]
+
+
+def until(cond: Callable[[], object], timeout: float = 10.0) -> None:
+    """Poll ``cond`` until it is true; AssertionError after ``timeout`` s (generous: CI machines are slow)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"condition not met in {timeout} s")
+
+
+class FakePlugin:
+    """A DRA driver's kubelet plugin: registration socket plus DRA (and health) services.
+
+    Behaviour knobs are plain attributes a test sets before or between calls.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        driver: str = "gpu.example.com",
+        versions: tuple[str, ...] = (draproto.DRA_V1,),
+        *,
+        health_versions: tuple[str, ...] = (),
+        serve: tuple[str, ...] | None = None,
+        endpoint: str | None = None,
+        plugin_type: str = draproto.DRA_PLUGIN_TYPE,
+    ) -> None:
+        self.driver = driver
+        self.versions = versions
+        self.health_versions = health_versions
+        self.serve = serve if serve is not None else tuple(v for v in versions if "DRAPlugin" in v)
+        self.plugin_type = plugin_type
+        self.reg_socket = NodeLayout(root).registration_socket(driver)
+        self.dra_socket = NodeLayout(root).dra_socket(driver)
+        self.endpoint = endpoint if endpoint is not None else str(self.dra_socket)
+        self.prepare_calls: list[list[tuple[str, str, str]]] = []
+        self.unprepare_calls: list[list[tuple[str, str, str]]] = []
+        self.prepare_versions: list[str] = []
+        self.registration_status: list[tuple[bool, str]] = []
+        self.results: dict[str, list[Obj]] = {}
+        """Per claim uid: devices ``{request_names, pool, device, cdi}``; default one device."""
+        self.fixed_devices: list[Obj] | None = None
+        """Devices for every claim without an entry in ``results`` (instead of one per claim uid)."""
+        self.claim_errors: dict[str, str] = {}
+        self.unprepare_errors: dict[str, str] = {}
+        self.fail_with: grpc.StatusCode | None = None
+        self.extra_uid: str | None = None
+        self.drop_uid: str | None = None
+        self.hang = threading.Event()
+        self.garbage: bytes | None = None
+        """When set before :meth:`start`, the DRA calls answer these raw bytes instead of a message."""
+        self.health_queue: queue.Queue[list[tuple[str, str, int]] | None] = queue.Queue()
+        self.health_opened: list[str] = []
+        self.health_unimplemented = False
+        self._server: grpc.Server | None = None
+
+    # -- answers
+
+    def devices_for(self, uid: str) -> list[Obj]:
+        """What prepare answers for ``uid``."""
+        if uid not in self.results and self.fixed_devices is not None:
+            return self.fixed_devices
+        return self.results.get(
+            uid,
+            [
+                {
+                    "request_names": [],
+                    "pool": "pool-a",
+                    "device": "gpu-0",
+                    "cdi": [f"example.com/gpu=dev-{uid}"],
+                }
+            ],
+        )
+
+    def _prepare(self, pb: Any, version: str, request: Any, context: grpc.ServicerContext) -> Any:
+        claims = [(c.namespace, c.uid, c.name) for c in request.claims]
+        self.prepare_calls.append(claims)
+        self.prepare_versions.append(version)
+        if self.hang.is_set():
+            while self.hang.is_set() and context.is_active():
+                time.sleep(0.05)
+        if self.fail_with is not None:
+            context.abort(self.fail_with, "injected failure")
+        out = pb.NodePrepareResourcesResponse()
+        for _, uid, _ in claims:
+            if uid == self.drop_uid:
+                continue
+            if uid in self.claim_errors:
+                out.claims[uid].error = self.claim_errors[uid]
+                continue
+            entry = out.claims[uid]
+            for d in self.devices_for(uid):
+                entry.devices.append(
+                    pb.Device(
+                        request_names=d["request_names"],
+                        pool_name=d["pool"],
+                        device_name=d["device"],
+                        cdi_device_ids=d["cdi"],
+                    )
+                )
+        if self.extra_uid:
+            out.claims[self.extra_uid].CopyFrom(pb.NodePrepareResourceResponse())
+        return out
+
+    def _unprepare(self, pb: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        claims = [(c.namespace, c.uid, c.name) for c in request.claims]
+        self.unprepare_calls.append(claims)
+        if self.fail_with is not None:
+            context.abort(self.fail_with, "injected failure")
+        out = pb.NodeUnprepareResourcesResponse()
+        for _, uid, _ in claims:
+            out.claims[uid].error = self.unprepare_errors.get(uid, "")
+        return out
+
+    # -- lifecycle
+
+    def start(self) -> FakePlugin:
+        """Serve on both sockets."""
+        self.reg_socket.parent.mkdir(parents=True, exist_ok=True)
+        self.dra_socket.parent.mkdir(parents=True, exist_ok=True)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        plugin = self
+
+        class Registration(draproto.registration_pb2_grpc.RegistrationServicer):  # type: ignore[misc]
+            def GetInfo(self, request: Any, context: Any) -> Any:
+                return draproto.registration_pb2.PluginInfo(
+                    type=plugin.plugin_type,
+                    name=plugin.driver,
+                    endpoint=plugin.endpoint,
+                    supported_versions=list(plugin.versions),
+                )
+
+            def NotifyRegistrationStatus(self, request: Any, context: Any) -> Any:
+                plugin.registration_status.append((request.plugin_registered, request.error))
+                return draproto.registration_pb2.RegistrationStatusResponse()
+
+        draproto.registration_pb2_grpc.add_RegistrationServicer_to_server(Registration(), server)
+        for version, pb, mod in (
+            (draproto.DRA_V1, draproto.dra_v1_pb2, draproto.dra_v1_pb2_grpc),
+            (draproto.DRA_V1BETA1, draproto.dra_v1beta1_pb2, draproto.dra_v1beta1_pb2_grpc),
+        ):
+            if version not in self.serve:
+                continue
+            if self.garbage is not None:
+                server.add_generic_rpc_handlers((_GarbageHandler(self.garbage),))
+                continue
+
+            def make(pb: Any = pb, version: str = version, mod: Any = mod) -> Any:
+                class Service(mod.DRAPluginServicer):  # type: ignore[misc]
+                    def NodePrepareResources(self, request: Any, context: Any) -> Any:
+                        return plugin._prepare(pb, version, request, context)
+
+                    def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
+                        return plugin._unprepare(pb, request, context)
+
+                return Service()
+
+            mod.add_DRAPluginServicer_to_server(make(), server)
+        for version, pb, mod in (
+            (draproto.HEALTH_V1, draproto.health_v1_pb2, draproto.health_v1_pb2_grpc),
+            (draproto.HEALTH_V1ALPHA1, draproto.health_v1alpha1_pb2, draproto.health_v1alpha1_pb2_grpc),
+        ):
+
+            def make_health(pb: Any = pb, version: str = version, mod: Any = mod) -> Any:
+                class Health(mod.DRAResourceHealthServicer):  # type: ignore[misc]
+                    def NodeWatchResources(self, request: Any, context: Any) -> Iterator[Any]:
+                        plugin.health_opened.append(version)
+                        if plugin.health_unimplemented or version not in plugin.health_versions:
+                            context.abort(grpc.StatusCode.UNIMPLEMENTED, "no health here")
+                        while context.is_active():
+                            try:
+                                item = plugin.health_queue.get(timeout=0.1)
+                            except queue.Empty:
+                                continue
+                            if item is None:
+                                return
+                            msg = pb.NodeWatchResourcesResponse()
+                            for pool, device, health in item:
+                                msg.devices.append(
+                                    pb.DeviceHealth(
+                                        device=pb.DeviceIdentifier(pool_name=pool, device_name=device),
+                                        health=health,
+                                        last_updated_time=int(time.time()),
+                                    )
+                                )
+                            yield msg
+
+                return Health()
+
+            mod.add_DRAResourceHealthServicer_to_server(make_health(), server)
+        server.add_insecure_port(f"unix://{self.dra_socket}")
+        server.add_insecure_port(f"unix://{self.reg_socket}")
+        server.start()
+        self._server = server
+        return self
+
+    def stop(self, remove_sockets: bool = True) -> None:
+        """Stop serving; remove the sockets, as a driver does on shutdown."""
+        self.hang.clear()
+        self.health_queue.put(None)
+        if self._server is not None:
+            self._server.stop(grace=0).wait()
+            self._server = None
+        if remove_sockets:
+            for s in (self.reg_socket, self.dra_socket):
+                s.unlink(missing_ok=True)
+
+
+class _GarbageHandler(grpc.GenericRpcHandler):
+    """Answers every DRAPlugin call with fixed raw bytes (a plugin that talks garbage)."""
+
+    def __init__(self, garbage: bytes) -> None:
+        self.garbage = garbage
+
+    def service(self, handler_call_details: Any) -> Any:
+        if ".DRAPlugin/" not in str(handler_call_details.method):
+            return None
+        # no (de)serializers: the request arrives and the answer leaves as raw bytes
+        return grpc.unary_unary_rpc_method_handler(lambda _request, _context: self.garbage)
+
+
+class FakeKube:
+    """The agent's :class:`Kube` seam, in memory."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.pods: dict[tuple[str, str], Obj] = {}
+        self.claims: dict[tuple[str, str], Obj] = {}
+        self.events: list[Obj] = []
+        self.slices: list[Obj] = []
+        self.nodes: dict[str, Obj] = {}
+        self.leases: dict[tuple[str, str], Obj] = {}
+        self.deleted_pods: list[tuple[str, str, str]] = []
+        self.status_updates = 0
+        self._rv = itertools.count(1)
+
+    def _bump(self, obj: Obj) -> Obj:
+        obj.setdefault("metadata", {})["resourceVersion"] = str(next(self._rv))
+        return obj
+
+    # -- helpers for tests
+
+    def add_pod(self, pod: Obj) -> Obj:
+        with self.lock:
+            md = pod["metadata"]
+            self.pods[(md["namespace"], md["name"])] = self._bump(pod)
+            return copy.deepcopy(pod)
+
+    def add_claim(self, claim: Obj) -> None:
+        with self.lock:
+            md = claim["metadata"]
+            self.claims[(md["namespace"], md["name"])] = self._bump(claim)
+
+    def pod_now(self, ns: str, name: str) -> Obj | None:
+        with self.lock:
+            p = self.pods.get((ns, name))
+            return copy.deepcopy(p) if p else None
+
+    def reasons(self) -> list[str]:
+        """Reasons of the recorded events."""
+        return [e["reason"] for e in self.events]
+
+    # -- Kube
+
+    def list_pods(self, node: str) -> tuple[list[Obj], str]:
+        with self.lock:
+            pods = [copy.deepcopy(p) for p in self.pods.values() if p["spec"].get("nodeName") == node]
+            return pods, str(next(self._rv))
+
+    def watch_pods(self, node: str, resource_version: str, timeout_seconds: int) -> Iterator[tuple[str, Obj]]:
+        time.sleep(min(timeout_seconds, 0.2))
+        return iter(())
+
+    def get_pod(self, namespace: str, name: str) -> Obj | None:
+        return self.pod_now(namespace, name)
+
+    def update_pod_status(self, pod: Obj) -> Obj:
+        with self.lock:
+            md = pod["metadata"]
+            cur = self.pods.get((md["namespace"], md["name"]))
+            if cur is None or cur["metadata"]["uid"] != md["uid"]:
+                raise KubeError("not found", 404)
+            if md.get("resourceVersion") and md["resourceVersion"] != cur["metadata"]["resourceVersion"]:
+                raise KubeError("conflict", 409)
+            cur["status"] = copy.deepcopy(pod["status"])
+            self._bump(cur)
+            self.status_updates += 1
+            return copy.deepcopy(cur)
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        with self.lock:
+            cur = self.pods.get((namespace, name))
+            if cur is not None and cur["metadata"]["uid"] == uid:
+                del self.pods[(namespace, name)]
+                self.deleted_pods.append((namespace, name, uid))
+
+    def get_claim(self, namespace: str, name: str) -> Obj | None:
+        with self.lock:
+            c = self.claims.get((namespace, name))
+            return copy.deepcopy(c) if c else None
+
+    def create_event(self, namespace: str, event: Obj) -> None:
+        with self.lock:
+            self.events.append(copy.deepcopy(event))
+
+    def delete_slices(self, node: str, driver: str | None = None) -> int:
+        with self.lock:
+            keep = [
+                s
+                for s in self.slices
+                if s["spec"]["nodeName"] != node or (driver is not None and s["spec"]["driver"] != driver)
+            ]
+            n = len(self.slices) - len(keep)
+            self.slices = keep
+            return n
+
+    def get_node(self, name: str) -> Obj | None:
+        with self.lock:
+            n = self.nodes.get(name)
+            return copy.deepcopy(n) if n else None
+
+    def create_node(self, node: Obj) -> Obj:
+        with self.lock:
+            node = copy.deepcopy(node)
+            node["metadata"]["uid"] = f"node-uid-{node['metadata']['name']}"
+            self.nodes[node["metadata"]["name"]] = self._bump(node)
+            return copy.deepcopy(node)
+
+    def patch_node_status(self, name: str, patch: Obj) -> Obj:
+        with self.lock:
+            self.nodes[name].setdefault("status", {}).update(copy.deepcopy(patch["status"]))
+            return copy.deepcopy(self.nodes[name])
+
+    def get_lease(self, namespace: str, name: str) -> Obj | None:
+        with self.lock:
+            lease = self.leases.get((namespace, name))
+            return copy.deepcopy(lease) if lease else None
+
+    def create_lease(self, namespace: str, lease: Obj) -> Obj:
+        with self.lock:
+            self.leases[(namespace, lease["metadata"]["name"])] = self._bump(copy.deepcopy(lease))
+            return copy.deepcopy(lease)
+
+    def update_lease(self, namespace: str, lease: Obj) -> Obj:
+        with self.lock:
+            self.leases[(namespace, lease["metadata"]["name"])] = self._bump(copy.deepcopy(lease))
+            return copy.deepcopy(lease)
+
+
+def make_claim(
+    name: str,
+    uid: str,
+    *,
+    namespace: str = "default",
+    drivers: tuple[str, ...] = ("gpu.example.com",),
+    requests: tuple[str, ...] = ("gpu",),
+    reserved_for: tuple[str, ...] = (),
+    allocated: bool = True,
+) -> Obj:
+    """A ResourceClaim as the scheduler leaves it."""
+    claim: Obj = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "spec": {"devices": {"requests": [{"name": r} for r in requests]}},
+        "status": {},
+    }
+    if allocated:
+        claim["status"]["allocation"] = {
+            "devices": {
+                "results": [
+                    {"request": r, "driver": d, "pool": "pool-a", "device": f"gpu-{i}"}
+                    for i, (r, d) in enumerate(itertools.product(requests, drivers))
+                ]
+            }
+        }
+    claim["status"]["reservedFor"] = [{"resource": "pods", "name": "p", "uid": u} for u in reserved_for]
+    return claim
+
+
+def make_pod(
+    name: str,
+    uid: str,
+    *,
+    node: str = "node-a",
+    namespace: str = "default",
+    claims: dict[str, str] | None = None,
+    containers: dict[str, list[tuple[str, str | None]]] | None = None,
+    init_containers: dict[str, list[tuple[str, str | None]]] | None = None,
+    templates: dict[str, str] | None = None,
+    claim_statuses: dict[str, str | None] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> Obj:
+    """A bound pod. ``claims``: pod claim name -> ResourceClaim name; ``containers``: name -> refs."""
+
+    def spec_containers(cs: dict[str, list[tuple[str, str | None]]]) -> list[Obj]:
+        out = []
+        for cname, refs in cs.items():
+            c: Obj = {"name": cname, "image": "registry.example/app:1"}
+            if refs:
+                c["resources"] = {"claims": [{"name": n, **({"request": r} if r else {})} for n, r in refs]}
+            out.append(c)
+        return out
+
+    spec: Obj = {"nodeName": node, "containers": spec_containers(containers or {"main": []})}
+    if init_containers:
+        spec["initContainers"] = spec_containers(init_containers)
+    rcs = [{"name": n, "resourceClaimName": c} for n, c in (claims or {}).items()]
+    rcs += [{"name": n, "resourceClaimTemplateName": t} for n, t in (templates or {}).items()]
+    if rcs:
+        spec["resourceClaims"] = rcs
+    status: Obj = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}
+    if claim_statuses is not None:
+        status["resourceClaimStatuses"] = [
+            {"name": n, **({"resourceClaimName": c} if c else {})} for n, c in claim_statuses.items()
+        ]
+    md: Obj = {"name": name, "namespace": namespace, "uid": uid}
+    if annotations:
+        md["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": md, "spec": spec, "status": status}

@@ -1,0 +1,371 @@
+"""The node agent prepares, runs and tears down pods the way the kubelet does."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_fakes import FakeKube, FakePlugin, make_claim, make_pod
+
+import draproto
+from nodeagent.checkpoint import Checkpoint
+from nodeagent.health import HealthCache
+from nodeagent.plugins import PluginManager
+from nodeagent.pods import FAILED_PREPARE, PodManager
+from nodeagent.settings import Settings
+
+NODE = "node-a"
+DRIVER = "gpu.example.com"
+
+
+@dataclass
+class Env:
+    root: Path
+    settings: Settings
+    kube: FakeKube
+    plugin: FakePlugin
+    plugins: PluginManager
+    health: HealthCache
+    pods: PodManager
+
+    def restart_manager(self) -> PodManager:
+        """A new PodManager on the same node root, as after an agent restart."""
+        self.pods = PodManager(
+            self.settings,
+            self.kube,
+            self.plugins,
+            Checkpoint(self.settings.layout.checkpoint_path),
+            self.health,
+        )
+        self.health.on_change = self.pods.on_health_change
+        return self.pods
+
+    def sync(self, *uids: str, rounds: int = 1) -> dict[str, float | None]:
+        """List the node's pods into the manager and sync the given (or all) pods."""
+        self.pods.replace_all(self.kube.list_pods(NODE)[0])
+        out: dict[str, float | None] = {}
+        for _ in range(rounds):
+            for uid in uids or [p["metadata"]["uid"] for p in self.kube.list_pods(NODE)[0]]:
+                out[uid] = self.pods.sync(uid)
+                pod = next((p for p in self.kube.pods.values() if p["metadata"]["uid"] == uid), None)
+                if pod is not None:
+                    self.pods.upsert(json.loads(json.dumps(pod)))
+        return out
+
+    def view(self, pod: str, container: str, ns: str = "default") -> dict[str, Any]:
+        return json.loads((self.settings.layout.containers_dir / f"{ns}_{pod}_{container}.json").read_text())
+
+    def spec(self, *names: str, name: str = "gpu.json", text: str | None = None) -> None:
+        body = text or json.dumps(
+            {
+                "cdiVersion": "0.6.0",
+                "kind": "example.com/gpu",
+                "devices": [
+                    {"name": n, "containerEdits": {"env": [f"DEV_{n.upper().replace('-', '_')}=1"]}}
+                    for n in names
+                ],
+            }
+        )
+        (self.settings.layout.cdi_dir / name).write_text(body)
+
+
+@pytest.fixture
+def env() -> Iterator[Env]:
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="agt"))
+    settings = Settings(
+        node_name=NODE,
+        root=root,
+        poll_seconds=0.05,
+        retry_initial_seconds=0.01,
+        retry_max_seconds=0.05,
+        unprepare_give_up_seconds=0.2,
+    )
+    settings.layout.cdi_dir.mkdir(parents=True)
+    kube = FakeKube()
+    health = HealthCache()
+    plugins = PluginManager(settings, health=health)
+    plugins.start()
+    plugin = FakePlugin(
+        root, versions=(draproto.DRA_V1, draproto.HEALTH_V1), health_versions=(draproto.HEALTH_V1,)
+    ).start()
+    assert plugins.wait_for(DRIVER, 5)
+    pods = PodManager(settings, kube, plugins, Checkpoint(settings.layout.checkpoint_path), health)
+    health.on_change = pods.on_health_change
+    e = Env(root, settings, kube, plugin, plugins, health, pods)
+    yield e
+    plugin.stop()
+    plugins.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _pod_with_claims(env: Env, name: str = "p1", uid: str = "pod-1", **kw: Any) -> None:
+    kw.setdefault("claims", {"gpus": "c1", "more": "c2"})
+    kw.setdefault("containers", {"a": [("gpus", "gpu")], "b": [("more", None)]})
+    env.kube.add_pod(make_pod(name, uid, **kw))
+
+
+def test_claims_prepared_in_one_call_and_each_container_gets_its_request(env: Env) -> None:
+    env.kube.add_claim(make_claim("c1", "u1", requests=("gpu", "other"), reserved_for=("pod-1",)))
+    env.kube.add_claim(make_claim("c2", "u2", reserved_for=("pod-1",)))
+    env.plugin.results["u1"] = [
+        {"request_names": ["gpu"], "pool": "pool-a", "device": "gpu-0", "cdi": ["example.com/gpu=g0"]},
+        {"request_names": ["other"], "pool": "pool-a", "device": "gpu-1", "cdi": ["example.com/gpu=g1"]},
+    ]
+    env.spec("g0", "g1", "dev-u2")
+    _pod_with_claims(env)
+    assert env.sync() == {"pod-1": None}
+    assert len(env.plugin.prepare_calls) == 1
+    assert sorted(env.plugin.prepare_calls[0]) == [("default", "u1", "c1"), ("default", "u2", "c2")]
+    assert env.view("p1", "a")["cdi_devices"] == ["example.com/gpu=g0"]
+    assert env.view("p1", "a")["env"] == {"DEV_G0": "1"}
+    assert env.view("p1", "b")["cdi_devices"] == ["example.com/gpu=dev-u2"]
+    pod = env.kube.pod_now("default", "p1")
+    assert pod is not None
+    status = pod["status"]
+    assert status["phase"] == "Running"
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {
+        "PodReadyToStartContainers": "True",
+        "Initialized": "True",
+        "Ready": "True",
+        "ContainersReady": "True",
+        "PodScheduled": "True",
+    }
+    cs = {c["name"]: c for c in status["containerStatuses"]}
+    assert cs["a"]["ready"] and cs["a"]["started"] and "running" in cs["a"]["state"]
+    assert cs["a"]["containerID"].startswith("fake://") and cs["a"]["imageID"]
+    assert status["podIP"].startswith("10.") and status["hostIP"] and status["startTime"]
+    # a second look changes nothing and calls nobody
+    updates = env.kube.status_updates
+    env.sync()
+    assert env.kube.status_updates == updates
+    assert len(env.plugin.prepare_calls) == 1
+
+
+def test_unreserved_claim_keeps_the_pod_pending_with_an_event(env: Env) -> None:
+    env.kube.add_claim(make_claim("c1", "u1", reserved_for=()))
+    env.spec("dev-u1")
+    env.kube.add_pod(make_pod("p1", "pod-1", claims={"gpus": "c1"}, containers={"a": [("gpus", None)]}))
+    delay = env.sync()["pod-1"]
+    assert delay is not None and delay > 0
+    assert env.plugin.prepare_calls == []
+    pending = env.kube.pod_now("default", "p1")["status"]  # type: ignore[index]
+    assert pending["phase"] == "Pending"
+    assert pending["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    assert {c["type"]: c["status"] for c in pending["conditions"]}["Ready"] == "False"
+    updates = env.kube.status_updates
+    env.sync()  # the same failure again: nothing new to write
+    assert env.kube.status_updates == updates
+    event = env.kube.events[-1]
+    assert event["reason"] == FAILED_PREPARE and event["type"] == "Warning"
+    assert "default/c1 is not reserved for pod p1" in event["message"]
+    assert event["involvedObject"]["uid"] == "pod-1"
+    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
+    assert env.sync()["pod-1"] is None
+    assert env.kube.pod_now("default", "p1")["status"]["phase"] == "Running"  # type: ignore[index]
+
+
+def test_missing_claim_and_missing_template_claim_give_events(env: Env) -> None:
+    env.kube.add_pod(make_pod("p1", "pod-1", claims={"gpus": "nope"}))
+    env.kube.add_pod(make_pod("p2", "pod-2", templates={"gpus": "tmpl"}))
+    env.sync()
+    messages = " | ".join(e["message"] for e in env.kube.events)
+    assert "ResourceClaim default/nope not found" in messages
+    assert "template tmpl" in messages
+
+
+def test_template_claim_name_comes_from_pod_status(env: Env) -> None:
+    env.kube.add_claim(make_claim("p1-gpus-x7k", "u1", reserved_for=("pod-1",)))
+    env.spec("dev-u1")
+    env.kube.add_pod(
+        make_pod(
+            "p1",
+            "pod-1",
+            templates={"gpus": "tmpl"},
+            claim_statuses={"gpus": "p1-gpus-x7k"},
+            containers={"a": [("gpus", None)]},
+        )
+    )
+    env.sync()
+    assert env.plugin.prepare_calls == [[("default", "u1", "p1-gpus-x7k")]]
+    assert env.view("p1", "a")["cdi_devices"] == ["example.com/gpu=dev-u1"]
+
+
+def test_failed_prepare_is_reported_and_retried(env: Env) -> None:
+    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
+    env.spec("dev-u1")
+    env.plugin.claim_errors["u1"] = "GPU on fire"
+    env.kube.add_pod(make_pod("p1", "pod-1", claims={"gpus": "c1"}, containers={"a": [("gpus", None)]}))
+    assert env.sync()["pod-1"] is not None
+    event = env.kube.events[-1]
+    assert event["reason"] == FAILED_PREPARE
+    assert (
+        "claim default/c1" in event["message"]
+        and DRIVER in event["message"]
+        and "GPU on fire" in event["message"]
+    )
+    assert env.kube.pod_now("default", "p1")["status"]["phase"] == "Pending"  # type: ignore[index]
+    del env.plugin.claim_errors["u1"]
+    assert env.sync()["pod-1"] is None
+    assert len(env.plugin.prepare_calls) == 2
+    assert env.kube.pod_now("default", "p1")["status"]["phase"] == "Running"  # type: ignore[index]
+
+
+def test_unregistered_driver_is_named(env: Env) -> None:
+    env.kube.add_claim(make_claim("c1", "u1", drivers=("other.example.com",), reserved_for=("pod-1",)))
+    env.kube.add_pod(make_pod("p1", "pod-1", claims={"gpus": "c1"}))
+    env.sync()
+    assert "DRA driver other.example.com is not registered" in env.kube.events[-1]["message"]
+
+
+def test_malformed_cdi_spec_gives_an_event_and_other_pods_run(env: Env) -> None:
+    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
+    env.kube.add_claim(make_claim("c2", "u2", reserved_for=("pod-2",)))
+    env.plugin.results["u1"] = [{"request_names": [], "pool": "p", "device": "d", "cdi": ["broken.io/gpu=x"]}]
+    env.spec("dev-u2")
+    env.spec(name="broken.yaml", text="cdiVersion: 0.6.0\nkind: broken.io/gpu\ndevices: [[[")
+    env.kube.add_pod(make_pod("p1", "pod-1", claims={"g": "c1"}, containers={"a": [("g", None)]}))
+    env.kube.add_pod(make_pod("p2", "pod-2", claims={"g": "c2"}, containers={"a": [("g", None)]}))
+    out = env.sync()
+    assert out["pod-1"] is not None and out["pod-2"] is None
+    event = next(e for e in env.kube.events if e["involvedObject"]["name"] == "p1")
+    assert "CDI device injection failed" in event["message"] and "broken.yaml" in event["message"]
+    assert env.kube.pod_now("default", "p2")["status"]["phase"] == "Running"  # type: ignore[index]
+
+
+def test_deletion_unprepares_removes_views_and_deletes_for_good(env: Env) -> None:
+    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
+    env.spec("dev-u1")
+    env.kube.add_pod(make_pod("p1", "pod-1", claims={"gpus": "c1"}, containers={"a": [("gpus", None)]}))
+    env.sync()
+    assert env.pods.checkpoint.get("u1") is not None
+    env.kube.pods[("default", "p1")]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert env.sync() == {"pod-1": None}
+    assert env.plugin.unprepare_calls == [[("default", "u1", "c1")]]
+    assert env.kube.deleted_pods == [("default", "p1", "pod-1")]
+    assert list(env.settings.layout.containers_dir.iterdir()) == []
+    assert env.pods.checkpoint.claims() == []
+
+
+def test_shared_claim_is_unprepared_only_after_its_last_pod(env: Env) -> None:
+    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1", "pod-2")))
+    env.spec("dev-u1")
+    for n in ("1", "2"):
+        env.kube.add_pod(make_pod(f"p{n}", f"pod-{n}", claims={"g": "c1"}, containers={"a": [("g", None)]}))
+    env.sync()
+    assert len(env.plugin.prepare_calls) == 1  # the second pod finds the claim prepared
+    env.kube.pods[("default", "p1")]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    env.sync()
+    assert env.plugin.unprepare_calls == []
+    assert env.view("p2", "a")["cdi_devices"] == ["example.com/gpu=dev-u1"]
+    env.kube.pods[("default", "p2")]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    env.sync()
+    assert env.plugin.unprepare_calls == [[("default", "u1", "c1")]]
+
+
+def test_failing_unprepare_is_retried_then_given_up_with_an_event(env: Env) -> None:
+    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
+    env.spec("dev-u1")
+    env.kube.add_pod(make_pod("p1", "pod-1", claims={"g": "c1"}))
+    env.sync()
+    env.plugin.unprepare_errors["u1"] = "busy"
+    env.kube.pods[("default", "p1")]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert env.sync()["pod-1"] is not None
+    assert env.kube.deleted_pods == []
+    time.sleep(0.25)
+    assert env.sync()["pod-1"] is None
+    assert env.kube.deleted_pods == [("default", "p1", "pod-1")]
+    assert "FailedUnprepareDynamicResources" in env.kube.reasons()
+    del env.plugin.unprepare_errors["u1"]
+    env.pods.sweep_orphans()  # the claim is still owed an unprepare
+    assert env.pods.checkpoint.claims() == []
+
+
+def test_run_seconds_finishes_the_pod_and_unprepares(env: Env) -> None:
+    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
+    env.spec("dev-u1")
+    env.kube.add_pod(
+        make_pod(
+            "p1",
+            "pod-1",
+            claims={"g": "c1"},
+            containers={"a": [("g", None)]},
+            init_containers={"init": [("g", None)]},
+            annotations={"dra-conformance.io/run-seconds": "0.2"},
+        )
+    )
+    delay = env.sync()["pod-1"]
+    assert delay is not None and 0 < delay <= 0.2
+    pod = env.kube.pod_now("default", "p1")
+    assert pod is not None
+    assert pod["status"]["phase"] == "Running"
+    init = pod["status"]["initContainerStatuses"][0]
+    assert init["state"]["terminated"]["reason"] == "Completed" and init["ready"]
+    assert env.view("p1", "init")["cdi_devices"] == ["example.com/gpu=dev-u1"]
+    time.sleep(delay)
+    env.sync()
+    pod = env.kube.pod_now("default", "p1")
+    assert pod is not None
+    assert pod["status"]["phase"] == "Succeeded"
+    term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 0 and term["reason"] == "Completed"
+    assert env.plugin.unprepare_calls == [[("default", "u1", "c1")]]
+
+
+def test_after_a_restart_running_pods_are_prepared_again(env: Env) -> None:
+    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
+    env.spec("dev-u1")
+    env.kube.add_pod(make_pod("p1", "pod-1", claims={"g": "c1"}, containers={"a": [("g", None)]}))
+    env.sync()
+    before = env.kube.pod_now("default", "p1")
+    env.restart_manager()
+    assert env.pods.checkpoint.get("u1") is not None  # the checkpoint survived
+    env.sync()
+    assert len(env.plugin.prepare_calls) == 2  # "prepared" did not survive
+    after = env.kube.pod_now("default", "p1")
+    assert before is not None and after is not None
+    assert after["status"]["startTime"] == before["status"]["startTime"]
+
+
+def test_claims_of_pods_deleted_while_down_are_unprepared(env: Env) -> None:
+    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
+    env.spec("dev-u1")
+    env.kube.add_pod(make_pod("p1", "pod-1", claims={"g": "c1"}))
+    env.sync()
+    env.restart_manager()
+    del env.kube.pods[("default", "p1")]
+    env.pods.sweep_orphans()
+    assert env.plugin.unprepare_calls == []  # nothing judged before the first pod list
+    env.sync()
+    env.pods.sweep_orphans()
+    assert env.plugin.unprepare_calls == [[("default", "u1", "c1")]]
+    assert env.pods.checkpoint.claims() == []
+
+
+def test_health_reaches_allocated_resources_status(env: Env) -> None:
+    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
+    env.spec("dev-u1")
+    env.kube.add_pod(make_pod("p1", "pod-1", claims={"gpus": "c1"}, containers={"a": [("gpus", "gpu")]}))
+    env.sync()
+    while (key := env.pods.queue.get(timeout=0)) is not None:  # drain what the sync enqueued
+        env.pods.queue.done(key)
+    env.plugin.health_queue.put([("pool-a", "gpu-0", 2)])
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and len(env.pods.queue) == 0:
+        time.sleep(0.02)
+    assert len(env.pods.queue) == 1  # the change enqueued the pod
+    env.sync()
+    pod = env.kube.pod_now("default", "p1")
+    assert pod is not None
+    assert pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"] == [
+        {
+            "name": "claim:gpus/gpu",
+            "resources": [{"resourceID": f"{DRIVER}/pool-a/gpu-0", "health": "Unhealthy"}],
+        }
+    ]
