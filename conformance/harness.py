@@ -11,7 +11,10 @@ import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from clusters import Cluster, ContainerView
 from clusters.pytest_plugin import SESSION_LABEL
@@ -231,6 +234,11 @@ class Harness:
         )
         return allocated_devices(found)
 
+    def allocated_of(self, claim: Mapping[str, Any]) -> list[AllocatedDevice]:
+        """The current allocation results of a claim of this test."""
+        current = self.get("ResourceClaim", meta(claim)["name"])
+        return allocated_devices(current or claim)
+
     # --- the driver's devices -----------------------------------------------------------------
 
     def slices(self, node: str | None = None) -> list[Obj]:
@@ -309,6 +317,33 @@ class Harness:
         if "device" in re.compile(self.profile.container.env).groupindex:
             return _normal(device)
         return self.unique(self.devices(node)[device])
+
+    def cdi_specs(self, node: str | None = None) -> dict[Path, Obj]:
+        """The CDI specs on ``node`` (``.json`` and ``.yaml`` files of its CDI dir), parsed.
+
+        A file that does not parse maps to ``{"unparsable": <why>}`` (a runtime would refuse it).
+        """
+        out: dict[Path, Obj] = {}
+        directory = self.cluster.cdi_dir(node or self.node)
+        for path in sorted(directory.glob("*")):
+            if path.suffix not in (".json", ".yaml"):
+                continue
+            try:
+                data = yaml.safe_load(path.read_text())  # JSON is YAML
+            except (OSError, yaml.YAMLError) as e:
+                out[path] = {"unparsable": str(e)}
+                continue
+            out[path] = data if isinstance(data, dict) else {"unparsable": f"not a mapping: {data!r}"}
+        return out
+
+    def cdi_devices(self, node: str | None = None) -> dict[str, Path]:
+        """Every CDI device defined on ``node`` by its qualified name (``vendor/class=name``), and where."""
+        found: dict[str, Path] = {}
+        for path, spec in self.cdi_specs(node).items():
+            for device in spec.get("devices") or []:
+                if isinstance(device, dict):
+                    found[f"{spec.get('kind')}={device.get('name')}"] = path
+        return found
 
     def plugin_info(self, node: str | None = None) -> PluginInfo:
         """``GetInfo`` of the driver's registration socket on ``node``."""

@@ -1,0 +1,370 @@
+"""PREP: preparation, CDI and opaque config.
+
+What the driver answers (CDI ids, requests, pools and devices) is read through its socket; what
+its CDI specs say, from the node's CDI directory; what a container got, from its view. Config
+rules use the profile's example configs and what a container shows for each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from conformance import manifests
+from conformance.harness import Harness, ref
+from conformance.kube import meta
+from conformance.profiles import ExampleConfig
+from conformance.rules import exclusive, rule
+from conformance.waiting import until, watch_until
+from draproto.cdi import parse_qualified_name, validate_spec
+
+FAILED_PREPARE = "FailedPrepareDynamicResources"
+FAILED_UNPREPARE = "FailedUnprepareDynamicResources"
+
+
+def _cdi_ids(dra: Harness, pod: str, claim: Mapping[str, Any], container: str = "ctr") -> list[str]:
+    """The CDI ids a running pod's claim got: what the container was given, else the driver's answer."""
+    if "view" in dra.env.cluster_capabilities:
+        return dra.view(pod, container).cdi_devices
+    return _answered_ids(dra, claim)
+
+
+def _answered_ids(dra: Harness, claim: Mapping[str, Any]) -> list[str]:
+    """The CDI ids the driver answers for an allocated claim (prepare is idempotent: a kubelet calls it
+    again after a restart)."""
+    answer = dra.plugin().prepare([ref(claim)])[ref(claim).uid]
+    assert not answer.error, f"prepare of claim {ref(claim).name} failed: {answer.error}"
+    return [i for d in answer.devices for i in d.cdi_device_ids]
+
+
+def _prepared_ids(dra: Harness) -> list[str]:
+    """A claim of a pod, prepared; its CDI ids. With the driver's socket at hand the ids are asked of
+    the driver once the scheduler allocated the claim, so a spec the node refuses (and a pod that
+    never runs) still shows what the driver wrote; else they are what the running container got."""
+    if "grpc" not in dra.env.cluster_capabilities:
+        pod, claim = dra.run_pod()
+        return _cdi_ids(dra, meta(pod)["name"], claim)
+    claim = dra.claim()
+    dra.pod(claims={"gpu": meta(claim)["name"]})
+    dra.wait_allocated(meta(claim)["name"])
+    return _answered_ids(dra, claim)
+
+
+def _configs(dra: Harness, count: int) -> list[tuple[str, ExampleConfig]]:
+    valid = list(dra.profile.configs.valid.items())
+    if len(valid) < count:
+        pytest.skip(
+            f"profile {dra.profile.name} lists {len(valid)} valid config(s) (configs.valid), needs {count}"
+        )
+    return valid[:count]
+
+
+def _config_class(dra: Harness, config: Mapping[str, Any]) -> str:
+    """A DeviceClass like the default one, with an opaque config for the driver."""
+    base = dra.get("DeviceClass", dra.device_class)
+    assert base is not None, f"DeviceClass {dra.device_class} is gone"
+    name = f"{dra.namespace}-cfg"
+    dra.create(
+        manifests.device_class(
+            name,
+            selectors=(base.get("spec") or {}).get("selectors") or [],
+            config=[manifests.opaque_config(dra.driver, config)],
+        )
+    )
+    return name
+
+
+def _shows(env: Mapping[str, str], expected: Mapping[str, str]) -> list[str]:
+    """What of ``expected`` the env does not show."""
+    return [f"{k}={v} (saw {env.get(k)!r})" for k, v in expected.items() if env.get(k) != v]
+
+
+@rule("PREP-CDI-IDS")
+def test_cdi_ids_resolve(dra: Harness) -> None:
+    """every CDI id answered is `vendor/class=name`, valid, and resolves to a device in a spec on the node"""
+    ids = _prepared_ids(dra)
+    assert ids, "the claim's devices got no CDI ids"
+    for cdi_id in ids:
+        parse_qualified_name(cdi_id)  # ValueError names the bad id
+    if "grpc" in dra.env.cluster_capabilities:
+        defined = dra.cdi_devices()
+        unresolved = [i for i in ids if i not in defined]
+        assert not unresolved, f"CDI ids no spec on {dra.node} defines: {unresolved}"
+
+
+@rule("PREP-CDI-SPEC")
+def test_cdi_specs_valid(dra: Harness) -> None:
+    """every CDI spec the driver writes passes the CDI rules (DESIGN.md)"""
+    ids = _prepared_ids(dra)
+    kinds = {parse_qualified_name(i).kind for i in ids}
+    specs = {p: s for p, s in dra.cdi_specs().items() if s.get("kind") in kinds or "unparsable" in s}
+    assert specs, f"no CDI spec of kind {sorted(kinds)} on {dra.node}"
+    problems = {
+        str(p): validate_spec(s) if "unparsable" not in s else [s["unparsable"]] for p, s in specs.items()
+    }
+    broken = {p: v for p, v in problems.items() if v}
+    assert not broken, f"CDI specs that break the rules: {broken}"
+
+
+@rule("PREP-CDI-UNIQUE")
+@exclusive
+def test_cdi_names_unique(dra: Harness) -> None:
+    """two claims never get the same CDI device name; names are not reused after unprepare"""
+    device = dra.free_devices()[0]
+    client = dra.plugin()
+    first = dra.allocated_claim([device])
+    other = dra.allocated_claim(1)
+    try:
+        a = client.prepare([first, other])
+        assert not a[first.uid].error and not a[other.uid].error, a
+        ids_first = {i for d in a[first.uid].devices for i in d.cdi_device_ids}
+        ids_other = {i for d in a[other.uid].devices for i in d.cdi_device_ids}
+        assert not ids_first & ids_other, f"two claims share CDI names: {ids_first & ids_other}"
+        client.unprepare([first])
+        again = dra.allocated_claim([device])  # the same device, a new claim
+        b = client.prepare([again])[again.uid]
+        assert not b.error, b.error
+        reused = ids_first & {i for d in b.devices for i in d.cdi_device_ids}
+        assert not reused, f"CDI names reused after unprepare: {reused}"
+        client.unprepare([again])
+    finally:
+        client.unprepare([first, other])
+
+
+@rule("PREP-VIEW")
+def test_container_sees_its_devices(dra: Harness) -> None:
+    """a container sees exactly its devices: the profile's per-device env/ids for its devices and none of
+    another claim's"""
+    if not dra.profile.container.env:
+        pytest.skip(f"profile {dra.profile.name} does not say how a container shows a device (container.env)")
+    pod_a, claim_a = dra.run_pod()
+    pod_b, claim_b = dra.run_pod()
+    for pod, claim, other in ((pod_a, claim_a, claim_b), (pod_b, claim_b, claim_a)):
+        seen = dra.seen_devices(dra.view(meta(pod)["name"]))
+        mine = {dra.identity(d.device) for d in dra.allocated_of(claim)}
+        theirs = {dra.identity(d.device) for d in dra.allocated_of(other)}
+        assert mine <= seen, (
+            f"{meta(pod)['name']} does not see its devices {sorted(mine - seen)}; saw {sorted(seen)}"
+        )
+        assert not seen & theirs, f"{meta(pod)['name']} sees another claim's devices {sorted(seen & theirs)}"
+        assert seen == mine, f"{meta(pod)['name']} sees devices it was not given: {sorted(seen - mine)}"
+
+
+@rule("PREP-NETDEV")
+def test_network_devices(dra: Harness) -> None:
+    """a network device reaches the container as a CDI `netDevices` entry (host interface -> container
+    name)"""
+    pod, claim = dra.run_pod()
+    ids = _cdi_ids(dra, meta(pod)["name"], claim)
+    specs = dra.cdi_specs()
+    entries: list[dict[str, Any]] = []
+    for spec in specs.values():
+        for device in spec.get("devices") or []:
+            if f"{spec.get('kind')}={device.get('name')}" in ids:
+                entries += (device.get("containerEdits") or {}).get("netDevices") or []
+    assert entries, f"no netDevices edit for the claim's CDI devices {ids}"
+    for entry in entries:
+        assert entry.get("hostInterfaceName") and entry.get("name"), f"incomplete netDevices entry: {entry}"
+
+
+@rule("PREP-REQUEST-NAMES")
+@exclusive
+def test_request_names(dra: Harness) -> None:
+    """each answered device names the request(s) it was allocated for, so containers get the right ones"""
+    free = dra.free_devices()
+    if len(free) < 2:
+        pytest.skip(f"node {dra.node} has {len(free)} free device(s); the rule needs two requests")
+    claim = dra.claim(
+        requests=[manifests.request("first", dra.device_class), manifests.request("second", dra.device_class)]
+    )
+    dra.write_allocation(claim, [("first", free[0]), ("second", free[1])])
+    client = dra.plugin()
+    try:
+        answer = client.prepare([ref(claim)])[ref(claim).uid]
+        assert not answer.error, answer.error
+        by_device = {d.device_name: set(d.request_names) for d in answer.devices}
+        assert set(by_device) == {free[0], free[1]}, f"answered devices {sorted(by_device)}"
+        for device, request in ((free[0], "first"), (free[1], "second")):
+            names = by_device[device]
+            assert not names or names == {request}, (
+                f"{device} was allocated for {request!r}, answered {names}"
+            )
+    finally:
+        client.unprepare([ref(claim)])
+
+
+@rule("PREP-POOL-DEVICE")
+@exclusive
+def test_pool_and_device(dra: Harness) -> None:
+    """each answered device names the allocated pool and device, not others"""
+    claim = dra.allocated_claim(2 if len(dra.free_devices()) >= 2 else 1)
+    allocated = {(d.pool, d.device) for d in dra.allocated_of(dra.get("ResourceClaim", claim.name) or {})}
+    client = dra.plugin()
+    try:
+        answer = client.prepare([claim])[claim.uid]
+        assert not answer.error, answer.error
+        answered = {(d.pool_name, d.device_name) for d in answer.devices}
+        assert answered == allocated, f"allocated {sorted(allocated)}, the driver answered {sorted(answered)}"
+    finally:
+        client.unprepare([claim])
+
+
+@rule("PREP-CONFIG-CLASS")
+def test_class_config(dra: Harness) -> None:
+    """a class's opaque config reaches the device"""
+    [(name, config)] = _configs(dra, 1)
+    device_class = _config_class(dra, config.parameters)
+    pod, _ = dra.run_pod({"device_class": device_class})
+    missing = _shows(dra.view(meta(pod)["name"]).env, config.env)
+    assert not missing, f"the class's config {name!r} does not show in the container: {missing}"
+
+
+@rule("PREP-CONFIG-PRECEDENCE")
+def test_claim_config_wins(dra: Harness) -> None:
+    """when class and claim configs both apply, the claim's wins"""
+    (_, class_config), (name, claim_config) = _configs(dra, 2)
+    device_class = _config_class(dra, class_config.parameters)
+    config = [manifests.opaque_config(dra.driver, claim_config.parameters)]
+    pod, _ = dra.run_pod({"device_class": device_class, "config": config})
+    missing = _shows(dra.view(meta(pod)["name"]).env, claim_config.env)
+    assert not missing, f"the claim's config {name!r} did not win over the class's: {missing}"
+
+
+@rule("PREP-CONFIG-SCOPE")
+def test_config_scoped_to_request(dra: Harness) -> None:
+    """a config scoped to one request applies to that request's devices only"""
+    [(name, config)] = _configs(dra, 1)
+    if dra.profile.devices.in_class < 2:
+        pytest.skip(f"profile {dra.profile.name} has one device per node; the rule needs two requests")
+    claim = dra.claim(
+        requests=[
+            manifests.request("with", dra.device_class),
+            manifests.request("without", dra.device_class),
+        ],
+        config=[manifests.opaque_config(dra.driver, config.parameters, requests=["with"])],
+    )
+    containers = [manifests.Container("with", ["gpu/with"]), manifests.Container("without", ["gpu/without"])]
+    pod = dra.pod(claims={"gpu": meta(claim)["name"]}, containers=containers)
+    dra.wait_running(meta(pod)["name"])
+    scoped = dra.view(meta(pod)["name"], "with").env
+    other = dra.view(meta(pod)["name"], "without").env
+    missing = _shows(scoped, config.env)
+    assert not missing, f"config {name!r} does not reach the devices of its request: {missing}"
+    leaked = {k: v for k, v in config.env.items() if other.get(k) == v}
+    assert not leaked, f"config {name!r} for request 'with' reached request 'without': {leaked}"
+
+
+@rule("PREP-CONFIG-INVALID")
+def test_invalid_config_fails_the_claim(dra: Harness) -> None:
+    """an invalid opaque config fails the claim with a message naming the field, and the pod stays Pending
+    with a FailedPrepareDynamicResources event"""
+    invalid = dra.profile.configs.invalid
+    if invalid is None:
+        pytest.skip(f"profile {dra.profile.name} gives no invalid config (configs.invalid)")
+    claim = dra.claim(config=[manifests.opaque_config(dra.driver, invalid.parameters)])
+    pod = meta(dra.pod(claims={"gpu": meta(claim)["name"]}))["name"]
+    event = watch_until(
+        dra.kube,
+        "Event",
+        f"a {FAILED_PREPARE} event for pod {pod}",
+        lambda objs: next(
+            (
+                e
+                for e in objs.values()
+                if e.get("reason") == FAILED_PREPARE and (e.get("involvedObject") or {}).get("name") == pod
+            ),
+            None,
+        ),
+        dra.profile.timeouts.pod,
+        namespace=dra.namespace,
+    )
+    message = str(event.get("message"))
+    assert invalid.field.rsplit(".", 1)[-1] in message, (
+        f"the error does not name {invalid.field!r}: {message}"
+    )
+    current = dra.get("Pod", pod) or {}
+    assert (current.get("status") or {}).get("phase") == "Pending", f"pod is {(current.get('status') or {})}"
+
+
+@rule("PREP-UNPREPARE-DELETE")
+def test_unprepare_on_delete(dra: Harness) -> None:
+    """deleting the pod unprepares the claim and removes its CDI spec"""
+    pod, claim = dra.run_pod()
+    name = meta(pod)["name"]
+    ids = _cdi_ids(dra, name, claim)
+    dra.delete("Pod", name)
+    dra.wait_gone("Pod", name)
+    if "grpc" in dra.env.cluster_capabilities:
+        until(
+            "the claim's CDI devices to be removed",
+            lambda: not set(ids) & set(dra.cdi_devices()),
+            dra.profile.timeouts.unprepare,
+            describe=lambda: f"still defined: {sorted(set(ids) & set(dra.cdi_devices()))}",
+        )
+
+
+@rule("PREP-FORCE-DELETE")
+@exclusive
+def test_force_deleted_pod_is_unprepared(dra: Harness) -> None:
+    """a force-deleted pod's claim is still unprepared"""
+    pod, claim = dra.run_pod({"all_devices": True})
+    name, claim_name = meta(pod)["name"], meta(claim)["name"]
+    ids = _cdi_ids(dra, name, claim)
+    dra.delete("Pod", name, grace_seconds=0)
+    dra.delete("ResourceClaim", claim_name)
+    dra.wait_gone("ResourceClaim", claim_name)
+    if "grpc" in dra.env.cluster_capabilities:
+        until(
+            "the force-deleted pod's CDI devices to be removed",
+            lambda: not set(ids) & set(dra.cdi_devices()),
+            dra.profile.timeouts.unprepare,
+            describe=lambda: f"still defined: {sorted(set(ids) & set(dra.cdi_devices()))}",
+        )
+    again, _ = dra.run_pod({"all_devices": True})  # every device can be prepared again
+    assert meta(again)["name"]
+
+
+@rule("PREP-NO-WARNINGS")
+def test_no_warnings(dra: Harness) -> None:
+    """a normal pod lifecycle emits no FailedPrepare/FailedUnprepare events"""
+    pod, _ = dra.run_pod()
+    name = meta(pod)["name"]
+    dra.delete("Pod", name)
+    dra.wait_gone("Pod", name)
+    warnings = [
+        f"{e.get('reason')}: {e.get('message')}"
+        for e in dra.kube.objects("Event", dra.namespace)
+        if e.get("type") == "Warning" and e.get("reason") in (FAILED_PREPARE, FAILED_UNPREPARE)
+    ]
+    assert not warnings, f"a normal lifecycle emitted warnings: {warnings}"
+
+
+CHURN_CYCLES = 50
+CHURN_BATCH = 5
+
+
+@rule("PREP-CHURN")
+@exclusive
+def test_churn_leaves_nothing_behind(dra: Harness) -> None:
+    """50 claim/pod create-delete cycles leave no CDI spec, checkpoint entry or partition behind"""
+    before = set(dra.cdi_specs())
+    template = meta(dra.create(manifests.claim_template(dra.name("churn"), dra.device_class)))["name"]
+    batch = min(CHURN_BATCH, dra.profile.devices.in_class)
+    for _ in range(CHURN_CYCLES // batch):
+        pods = [meta(dra.pod(templates={"gpu": template}))["name"] for _ in range(batch)]
+        for name in pods:
+            dra.wait_running(name)
+        for name in pods:
+            dra.delete("Pod", name)
+        for name in pods:
+            dra.wait_gone("Pod", name)
+    until(
+        "the node's CDI specs to be back to what they were",
+        lambda: set(dra.cdi_specs()) == before,
+        dra.profile.timeouts.unprepare,
+        describe=lambda: f"left behind: {sorted(str(p) for p in set(dra.cdi_specs()) - before)}",
+    )
+    again, _ = dra.run_pod({"all_devices": True})  # nothing is still held: every device prepares
+    assert meta(again)["name"]
