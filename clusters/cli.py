@@ -16,17 +16,23 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from clusters.errors import ClusterError
 from clusters.local import binaries, daemon
 from clusters.local.settings import LocalSettings
 
-__all__ = ["main"]
+__all__ = ["add_commands", "main", "run_command"]
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dra-conformance", description="DRA driver conformance harness")
-    top = parser.add_subparsers(dest="command", required=True)
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def add_commands(top: Any) -> None:
+    """Add ``cluster up|status|down|binaries`` to a top-level ``add_subparsers()`` object."""
     cluster = top.add_parser("cluster", help="a local Kubernetes cluster with fake GPU nodes")
     sub = cluster.add_subparsers(dest="action", required=True)
 
@@ -55,7 +61,6 @@ def _parser() -> argparse.ArgumentParser:
     bins = sub.add_parser("binaries", help="find, download or build the control-plane binaries")
     bins.add_argument("--k8s-version", help="Kubernetes version (default 1.37.2)")
     bins.add_argument("--bin-dir", type=Path, help="use this directory")
-    return parser
 
 
 def _settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettings:
@@ -105,9 +110,14 @@ def _status(settings: LocalSettings, as_json: bool) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``dra-conformance``."""
+    """Entry point of ``python -m clusters.cli`` (the ``cluster`` commands alone)."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    return run_command(args)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Carry out a parsed ``cluster ...`` command; the exit status."""
     try:
         settings = _settings(args, dict(os.environ))
     except ValueError as e:

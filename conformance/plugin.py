@@ -33,7 +33,7 @@ from clusters.external import ExternalCluster
 from clusters.pytest_plugin import ClusterSession, cluster_session
 from conformance import preflight, report
 from conformance.capabilities import Environment, missing, parse_minor
-from conformance.catalogue import AREAS, by_id
+from conformance.catalogue import AREAS, RULES, by_id
 from conformance.config import SuiteConfig
 from conformance.diagnostics import LogMarks, collect
 from conformance.errors import UsageError
@@ -62,6 +62,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dra-driver-command", default=None, help="overrides the profile's local start command")
     group.addoption("--dra-nodes", type=int, default=None, help="nodes of the local cluster")
     group.addoption("--dra-rules", default="", help="comma list of rule ids to run (default: all)")
+    group.addoption(
+        "--dra-areas", default="", help="comma list of areas to run, by id or marker (default: all)"
+    )
     group.addoption("--dra-report-dir", default=None, help="the run's directory (default reports/<run-id>)")
 
 
@@ -84,6 +87,7 @@ def pytest_configure(config: pytest.Config) -> None:
             driver_command=config.getoption("dra_driver_command"),
             nodes=config.getoption("dra_nodes"),
             rules=config.getoption("dra_rules"),
+            areas=config.getoption("dra_areas"),
             run_id=Path(report_dir).name if report_dir else (workerinput or {}).get("dra_run_id"),
             reports_dir=Path(report_dir).parent if report_dir else "reports",
             k8s_version=config.getoption("k8s_version", None),
@@ -95,6 +99,8 @@ def pytest_configure(config: pytest.Config) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         if config.pluginmanager.hasplugin("allure_pytest") and not config.option.allure_report_dir:
             config.option.allure_report_dir = str(run_dir / "allure-results")
+        if not getattr(config.option, "xmlpath", None):
+            config.option.xmlpath = str(run_dir / "junit.xml")
     run = ConformanceRun(config, suite, run_dir, controller=workerinput is None)
     config.stash[RUN_KEY] = run
     config.pluginmanager.register(run, "dra-conformance-run")
@@ -147,7 +153,7 @@ class ConformanceRun:
     def pytest_collection_modifyitems(
         self, session: pytest.Session, config: pytest.Config, items: list[Any]
     ) -> None:
-        selected_ids = {r.id for r in self.suite.selected}
+        selected_ids = {r.id for r in self.suite.selected} | set(preflight.PRE_RULES)  # the gate always runs
         keep, drop = [], []
         for item in items:
             rule = rule_of(item)
@@ -270,6 +276,12 @@ class ConformanceRun:
             stopped=f"preflight failed: {self._preflight_failed}" if self._preflight_failed else "",
         )
         _atomic_write(self.run_dir / "run.json", info.to_json())
+
+    def _selection(self) -> tuple[str, ...]:
+        if not self.suite.rules and not self.suite.areas:
+            return ()
+        chosen = {r.id for r in self.suite.selected} | set(preflight.PRE_RULES)
+        return tuple(r.id for r in RULES if r.id in chosen)
 
     # --- diagnostics on failure (worker side) ---------------------------------------------------
 

@@ -1,0 +1,226 @@
+"""``conformance.run(config) -> Report``: one conformance run from start to report.
+
+1. start the cluster (``local``: control plane, node agents and the driver as processes, in the
+   background with progress; ``external``: the given kubeconfig, nothing started);
+2. preflight (``-m preflight``) on its own: when it fails, the run stops with its one message;
+3. the selected rules, in parallel (pytest-xdist), in a pytest process of their own, with a live
+   count and a line per area as it finishes;
+4. stop the cluster (unless kept), and return the report the plugin wrote to
+   ``<reports>/<run-id>/`` (``reports/latest`` points there).
+
+pytest runs as a child process, so a run does not depend on (or disturb) the caller's pytest
+and modules; its full output goes to ``<run dir>/pytest.log``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from clusters.errors import ClusterError
+from clusters.local import daemon
+from clusters.local.settings import LocalSettings
+from conformance import report
+from conformance.catalogue import AREAS, by_id
+from conformance.config import SuiteConfig
+from conformance.errors import ConformanceError
+from conformance.results import read_records
+
+__all__ = ["Progress", "pytest_command", "run"]
+
+Progress = Callable[[str], None]
+"""Where progress lines go (the CLI prints them to stderr)."""
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def pytest_command(
+    config: SuiteConfig, *, state_dir: Path | None, marker: str = "", workers: str | None = None
+) -> list[str]:
+    """The pytest command line of one phase (``marker``: a pytest ``-m`` expression)."""
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", "-p", "no:cacheprovider"]
+    cmd += ["--dra-profile", str(config.profile.path or config.profile.name)]
+    cmd += ["--dra-report-dir", str(config.run_dir.resolve()), "--dra-cluster", config.cluster]
+    if config.kubeconfig is not None:
+        cmd += ["--dra-kubeconfig", str(config.kubeconfig)]
+    if state_dir is not None:
+        cmd += ["--cluster-state-dir", str(state_dir)]
+    if config.rules:
+        cmd += ["--dra-rules", ",".join(config.rules)]
+    if config.areas:
+        cmd += ["--dra-areas", ",".join(config.areas)]
+    if marker:
+        cmd += ["-m", marker]
+    chosen = workers if workers is not None else config.workers
+    cmd += ["-p", "no:xdist"] if chosen == "0" else ["-n", chosen, "--dist", "load"]
+    cmd += ["-q", "-rfEs", *config.pytest_args]
+    return cmd
+
+
+def _local_settings(config: SuiteConfig) -> LocalSettings:
+    settings = LocalSettings.from_env(os.environ).with_options(
+        k8s_version=config.k8s_version,
+        bin_dir=config.bin_dir,
+        nodes=config.local_nodes,
+        driver_name=config.profile.driver,
+        driver_command=config.local_command,
+    )
+    return settings
+
+
+class _Watcher:
+    """Follows ``records.jsonl`` while pytest runs: a live count, a line per finished area."""
+
+    def __init__(self, run_dir: Path, progress: Progress, live: bool) -> None:
+        self.run_dir = run_dir
+        self.progress = progress
+        self.live = live
+        self.done_areas: set[str] = set()
+        self.shown = ""
+
+    def _expected(self) -> dict[str, int]:
+        try:
+            collected = json.loads((self.run_dir / "collected.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        counts: dict[str, int] = {}
+        for entry in collected:
+            area = by_id(entry["rule"]).area
+            counts[area] = counts.get(area, 0) + 1
+        return counts
+
+    def poll(self, since: float) -> None:
+        expected = self._expected()
+        records = [r for r in read_records(self.run_dir / "records.jsonl") if r.started >= since - 1]
+        latest = {r.nodeid: r for r in records}.values()
+        per_area: dict[str, list[str]] = {}
+        for r in latest:
+            per_area.setdefault(by_id(r.rule).area, []).append(r.outcome)
+        for area in AREAS:
+            outcomes = per_area.get(area, [])
+            if area in self.done_areas or not expected.get(area) or len(outcomes) < expected[area]:
+                continue
+            self.done_areas.add(area)
+            counts = {o: outcomes.count(o) for o in sorted(set(outcomes))}
+            text = ", ".join(f"{n} {o}" for o, n in counts.items())
+            self._line(f"  {area:<7} {AREAS[area].title}: {text}")
+        total = sum(expected.values())
+        if self.live and total:
+            done = sum(len(v) for v in per_area.values())
+            failed = sum(o in ("failed", "error") for v in per_area.values() for o in v)
+            status = f"  {done}/{total} tests, {failed} failed"
+            if status != self.shown:
+                sys.stderr.write("\r" + status + " " * 8)
+                sys.stderr.flush()
+                self.shown = status
+
+    def _line(self, text: str) -> None:
+        if self.live and self.shown:
+            sys.stderr.write("\r" + " " * (len(self.shown) + 8) + "\r")
+            self.shown = ""
+        self.progress(text)
+
+
+def _phase(config: SuiteConfig, cmd: list[str], progress: Progress, live: bool) -> int:
+    log = config.run_dir / "pytest.log"
+    watcher = _Watcher(config.run_dir, progress, live)
+    started = time.time()
+    with log.open("ab") as out:
+        out.write(f"\n$ {' '.join(cmd)}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=config.run_dir)
+        try:
+            while proc.poll() is None:
+                watcher.poll(started)
+                time.sleep(0.25)
+        except KeyboardInterrupt:
+            proc.terminate()
+            proc.wait(30)
+            raise
+        watcher.poll(started)
+    if watcher.shown:
+        sys.stderr.write("\n")
+    return proc.returncode
+
+
+def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
+    """Run the suite as ``config`` says and return its report.
+
+    Raises :class:`~conformance.errors.ConformanceError` when the cluster cannot start or pytest
+    writes no report; a failing rule is in the report, not an exception.
+    """
+    say = progress or _quiet
+    live = progress is not None and sys.stderr.isatty()
+    run_dir = config.run_dir.resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    profile = config.profile
+    say(
+        f"dra-conformance run {config.run_id}: driver {profile.driver}, profile {profile.name}, {config.cluster}"
+    )
+    state_dir: Path | None = None
+    settings: LocalSettings | None = None
+    if config.cluster == "local":
+        settings = _local_settings(config)
+        settings.work_dir.mkdir(parents=True, exist_ok=True)
+        state_dir = Path(tempfile.mkdtemp(prefix="drac-run-", dir=settings.work_dir))
+        say(f"starting a local cluster: Kubernetes {settings.k8s_version}, {settings.nodes} node(s) ...")
+        started = time.monotonic()
+        try:
+            state = daemon.launch(
+                settings,
+                state_dir,
+                watch_pid=None if config.keep_cluster else os.getpid(),
+                echo=progress is not None and os.environ.get("DRAC_VERBOSE") == "1",
+            )
+        except ClusterError as e:
+            raise ConformanceError(f"the local cluster did not start: {e}") from e
+        say(f"cluster ready in {time.monotonic() - started:.1f} s: nodes {', '.join(state['nodes'])}")
+    try:
+        say("preflight ...")
+        code = _phase(
+            config, pytest_command(config, state_dir=state_dir, marker="preflight", workers="0"), say, live
+        )
+        result = _report(config)
+        pre = [r for r in result.rules if r.rule.area == "PRE"]
+        failed = [r for r in pre if r.outcome == "failed"]
+        if failed or code not in (0, 1):
+            why = f"{failed[0].rule.id}: {failed[0].reason}" if failed else f"pytest exited with {code}"
+            say(f"preflight failed, nothing else runs: {why}")
+            return result
+        say(f"running {len(config.selected)} rule(s) with -n {config.workers} ...")
+        code = _phase(config, pytest_command(config, state_dir=state_dir), say, live)
+        if code not in (0, 1):
+            say(f"pytest exited with {code}; see {run_dir / 'pytest.log'}")
+        return _report(config)
+    finally:
+        if state_dir is not None:
+            if config.keep_cluster:
+                found = daemon.read_state(state_dir)
+                if found is not None:
+                    say(f"the cluster keeps running: export KUBECONFIG={found['kubeconfig']}")
+                    say(f"stop it with: dra-conformance cluster down --state-dir {state_dir}")
+            else:
+                say("stopping the cluster ...")
+                daemon.shutdown(state_dir)
+                with contextlib.suppress(OSError):
+                    for leftover in state_dir.iterdir():
+                        leftover.unlink()
+                    state_dir.rmdir()
+
+
+def _report(config: SuiteConfig) -> report.Report:
+    path = config.run_dir / "conformance.json"
+    if not path.exists():
+        raise ConformanceError(
+            f"pytest wrote no report to {config.run_dir}; its output is in {config.run_dir / 'pytest.log'}"
+        )
+    return report.load(path)
