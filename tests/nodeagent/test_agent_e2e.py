@@ -331,6 +331,8 @@ def test_agent_process_with_the_reference_driver(world: World) -> None:
             node,
             "--root",
             str(root),
+            "--log-format",
+            "json",
         ],
         stdout=agent_log,
         stderr=subprocess.STDOUT,
@@ -359,6 +361,8 @@ def test_agent_process_with_the_reference_driver(world: World) -> None:
                 "l4x4",
                 "--fake-state-dir",
                 str(root / "fake"),
+                "--log-format",
+                "json",
             ],
             stdout=driver_log,
             stderr=subprocess.STDOUT,
@@ -394,6 +398,9 @@ def test_agent_process_with_the_reference_driver(world: World) -> None:
         assert agent.wait(timeout=20) == 0
         assert time.monotonic() - stopping < 8, "SIGTERM should stop the agent promptly"
         assert world.kube.get_node(node) is not None  # the Node stays
+        for name in ("agent.log", "driver.log"):  # one log schema for every process of ours
+            lines = [json.loads(line) for line in (root / "logs" / name).read_text().splitlines()]
+            assert lines and all({"time", "level", "logger", "msg"} <= set(line) for line in lines), name
     finally:
         for proc in (agent, drv):
             if proc is not None and proc.poll() is None:

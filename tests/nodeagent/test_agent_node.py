@@ -112,21 +112,6 @@ def test_agent_runs_and_tears_down_a_pod_on_its_threads(root: Path) -> None:
     assert NODE in kube.nodes  # the Node is the cluster's: it stays
 
 
-def test_log_lines_carry_structured_fields() -> None:
-    import json
-    import logging
-
-    from nodeagent.__main__ import _Formatter
-
-    record = logging.LogRecord("nodeagent.pods", logging.INFO, __file__, 1, "claim prepared", None, None)
-    record.node = NODE
-    record.claim_uid = "u1"
-    line = json.loads(_Formatter(as_json=True).format(record))
-    assert line["msg"] == "claim prepared"
-    assert line["node"] == NODE and line["claim_uid"] == "u1"
-    assert _Formatter(as_json=False).format(record).endswith(f"node={NODE} claim_uid=u1")
-
-
 def test_a_hanging_plugin_does_not_hold_up_other_pods(root: Path) -> None:
     settings = Settings(
         node_name=NODE,
