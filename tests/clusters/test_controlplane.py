@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,16 +22,6 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-@pytest.fixture(scope="module")
-def control_plane(local_binaries: Binaries) -> Iterator[ControlPlane]:
-    with tempfile.TemporaryDirectory(prefix="drac-cp-") as root:
-        cp = ControlPlane(local_binaries, Path(root))
-        try:
-            yield cp.start()
-        finally:
-            cp.stop()
 
 
 def test_every_component_is_healthy(control_plane: ControlPlane) -> None:

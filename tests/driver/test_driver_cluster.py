@@ -21,7 +21,6 @@ import grpc
 import pytest
 import yaml
 
-from clusters.local.binaries import Binaries
 from clusters.local.controlplane import ControlPlane
 from draproto import dra_v1_pb2, dra_v1_pb2_grpc
 from tests import kube, manifests
@@ -34,16 +33,6 @@ NODE = "drv-node"
 CHART_TEMPLATES = (
     Path(__file__).resolve().parents[2] / "driver" / "deploy" / "helm" / "dra-gpu-driver" / "templates"
 )
-
-
-@pytest.fixture(scope="module")
-def control_plane(local_binaries: Binaries) -> Iterator[ControlPlane]:
-    with tempfile.TemporaryDirectory(prefix="drv-cp-") as root:
-        cp = ControlPlane(local_binaries, Path(root))
-        try:
-            yield cp.start()
-        finally:
-            cp.stop()
 
 
 @pytest.fixture(scope="module")

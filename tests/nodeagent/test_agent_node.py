@@ -115,36 +115,41 @@ def test_agent_runs_and_tears_down_a_pod_on_its_threads(root: Path) -> None:
     finally:
         plugin.stop()
         agent.stop()
+        kube.close()
     assert kube.get_node(NODE) is not None  # the Node is the cluster's: it stays
 
 
+def _running_agent(root: Path, kube: FakeKube, **settings: Any) -> Agent:
+    base: dict[str, Any] = {"node_name": NODE, "root": root, "poll_seconds": 0.05}
+    agent = Agent(Settings(**{**base, **settings}), kube)
+    agent.start()
+    return agent
+
+
+def _pod_per_driver(agent: Agent, kube: FakeKube, pods: dict[str, FakePlugin]) -> None:
+    """Once every plugin registered: per pod name, a claim on that plugin's driver and the pod."""
+    until(lambda: all(agent.plugins.registered(plugin.driver) for plugin in pods.values()))
+    for i, (pod, plugin) in enumerate(pods.items(), 1):
+        kube.add_claim(make_claim(f"c{i}", f"u{i}", drivers=(plugin.driver,), reserved_for=(f"pod-{i}",)))
+        kube.add_pod(make_pod(pod, f"pod-{i}", claims={"g": f"c{i}"}))
+
+
 def test_a_hanging_plugin_does_not_hold_up_other_pods(root: Path) -> None:
-    settings = Settings(
-        node_name=NODE,
-        root=root,
-        poll_seconds=0.05,
+    kube = FakeKube()
+    agent = _running_agent(
+        root,
+        kube,
         resync_seconds=0.2,
         grpc_timeout_seconds=1.0,
         retry_initial_seconds=0.1,
         retry_max_seconds=0.2,
     )
-    kube = FakeKube()
-    agent = Agent(settings, kube)
     stuck = FakePlugin(root, driver="stuck.example.com")
     fine = FakePlugin(root, driver="fine.example.com")
     try:
-        agent.start()
         stuck.start().hang.set()
         fine.start().fixed_devices = [{"request_names": [], "pool": "p", "device": "d", "cdi": []}]
-        until(
-            lambda: (
-                agent.plugins.registered("stuck.example.com") and agent.plugins.registered("fine.example.com")
-            )
-        )
-        kube.add_claim(make_claim("c1", "u1", drivers=("stuck.example.com",), reserved_for=("pod-1",)))
-        kube.add_claim(make_claim("c2", "u2", drivers=("fine.example.com",), reserved_for=("pod-2",)))
-        kube.add_pod(make_pod("stuck", "pod-1", claims={"g": "c1"}))
-        kube.add_pod(make_pod("fine", "pod-2", claims={"g": "c2"}))
+        _pod_per_driver(agent, kube, {"stuck": stuck, "fine": fine})
         until(lambda: kube.phase("fine") == "Running")
         until(lambda: any("DEADLINE_EXCEEDED" in e["message"] for e in kube.events))
         assert kube.phase("stuck") == "Pending"
@@ -154,31 +159,20 @@ def test_a_hanging_plugin_does_not_hold_up_other_pods(root: Path) -> None:
         stuck.stop()
         fine.stop()
         agent.stop()
+        kube.close()
 
 
 def test_a_plugin_answering_garbage_gives_an_event_and_other_pods_run(root: Path) -> None:
-    settings = Settings(
-        node_name=NODE, root=root, poll_seconds=0.05, resync_seconds=0.2, retry_max_seconds=0.2
-    )
     kube = FakeKube()
-    agent = Agent(settings, kube)
+    agent = _running_agent(root, kube, resync_seconds=0.2, retry_max_seconds=0.2)
     bad = FakePlugin(root, driver="bad.example.com")
     bad.garbage = b"\xff\xfe not a protobuf message"
     fine = FakePlugin(root, driver="fine.example.com")
     fine.fixed_devices = [{"request_names": [], "pool": "p", "device": "d", "cdi": []}]
     try:
-        agent.start()
         bad.start()
         fine.start()
-        until(
-            lambda: (
-                agent.plugins.registered("bad.example.com") and agent.plugins.registered("fine.example.com")
-            )
-        )
-        kube.add_claim(make_claim("c1", "u1", drivers=("bad.example.com",), reserved_for=("pod-1",)))
-        kube.add_claim(make_claim("c2", "u2", drivers=("fine.example.com",), reserved_for=("pod-2",)))
-        kube.add_pod(make_pod("bad", "pod-1", claims={"g": "c1"}))
-        kube.add_pod(make_pod("fine", "pod-2", claims={"g": "c2"}))
+        _pod_per_driver(agent, kube, {"bad": bad, "fine": fine})
         until(lambda: kube.phase("fine") == "Running")
         until(lambda: any(e["involvedObject"]["name"] == "bad" for e in kube.events))
         event = next(e for e in kube.events if e["involvedObject"]["name"] == "bad")
@@ -194,13 +188,7 @@ def test_a_plugin_answering_garbage_gives_an_event_and_other_pods_run(root: Path
         bad.stop()
         fine.stop()
         agent.stop()
-
-
-def _running_agent(root: Path, kube: FakeKube, **settings: Any) -> Agent:
-    base: dict[str, Any] = {"node_name": NODE, "root": root, "poll_seconds": 0.05}
-    agent = Agent(Settings(**{**base, **settings}), kube)
-    agent.start()
-    return agent
+        kube.close()
 
 
 def test_watch_events_drive_the_pods_without_a_resync(root: Path) -> None:

@@ -66,6 +66,13 @@ class Env:
         )
         return view
 
+    def claimed_pod(self, pod_claim: str = "g", **pod: Any) -> None:
+        """Claim c1 (uid u1, reserved for pod-1; its device's CDI spec written) and pod p1 (uid pod-1)
+        using it as ``pod_claim``; ``pod``: more ``make_pod`` arguments."""
+        self.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
+        self.spec("dev-u1")
+        self.kube.add_pod(make_pod("p1", "pod-1", claims={pod_claim: "c1"}, **pod))
+
     def spec(self, *names: str, name: str = "gpu.json", text: str | None = None) -> None:
         body = text or json.dumps(
             {
@@ -244,9 +251,7 @@ def test_malformed_cdi_spec_gives_an_event_and_other_pods_run(env: Env) -> None:
 
 
 def test_deletion_unprepares_removes_views_and_deletes_for_good(env: Env) -> None:
-    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
-    env.spec("dev-u1")
-    env.kube.add_pod(make_pod("p1", "pod-1", claims={"gpus": "c1"}, containers={"a": [("gpus", None)]}))
+    env.claimed_pod("gpus", containers={"a": [("gpus", None)]})
     env.sync()
     assert env.pods.checkpoint.get("u1") is not None
     env.kube.request_delete("default", "p1")
@@ -274,9 +279,7 @@ def test_shared_claim_is_unprepared_only_after_its_last_pod(env: Env) -> None:
 
 
 def test_failing_unprepare_is_retried_then_given_up_with_an_event(env: Env) -> None:
-    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
-    env.spec("dev-u1")
-    env.kube.add_pod(make_pod("p1", "pod-1", claims={"g": "c1"}))
+    env.claimed_pod()
     env.sync()
     env.plugin.unprepare_errors["u1"] = "busy"
     env.kube.request_delete("default", "p1")
@@ -292,17 +295,10 @@ def test_failing_unprepare_is_retried_then_given_up_with_an_event(env: Env) -> N
 
 
 def test_run_seconds_finishes_the_pod_and_unprepares(env: Env) -> None:
-    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
-    env.spec("dev-u1")
-    env.kube.add_pod(
-        make_pod(
-            "p1",
-            "pod-1",
-            claims={"g": "c1"},
-            containers={"a": [("g", None)]},
-            init_containers={"init": [("g", None)]},
-            annotations={"dra-conformance.io/run-seconds": "0.2"},
-        )
+    env.claimed_pod(
+        containers={"a": [("g", None)]},
+        init_containers={"init": [("g", None)]},
+        annotations={"dra-conformance.io/run-seconds": "0.2"},
     )
     delay = env.sync()["pod-1"]
     assert delay is not None and 0 < delay <= 0.2
@@ -323,9 +319,7 @@ def test_run_seconds_finishes_the_pod_and_unprepares(env: Env) -> None:
 
 
 def test_after_a_restart_running_pods_are_prepared_again(env: Env) -> None:
-    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
-    env.spec("dev-u1")
-    env.kube.add_pod(make_pod("p1", "pod-1", claims={"g": "c1"}, containers={"a": [("g", None)]}))
+    env.claimed_pod(containers={"a": [("g", None)]})
     env.sync()
     before = env.kube.pod_now("default", "p1")
     env.restart_manager()
@@ -338,9 +332,7 @@ def test_after_a_restart_running_pods_are_prepared_again(env: Env) -> None:
 
 
 def test_claims_of_pods_deleted_while_down_are_unprepared(env: Env) -> None:
-    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
-    env.spec("dev-u1")
-    env.kube.add_pod(make_pod("p1", "pod-1", claims={"g": "c1"}))
+    env.claimed_pod()
     env.sync()
     env.restart_manager()
     env.kube.remove_pod("default", "p1")
@@ -353,9 +345,7 @@ def test_claims_of_pods_deleted_while_down_are_unprepared(env: Env) -> None:
 
 
 def test_health_reaches_allocated_resources_status(env: Env) -> None:
-    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
-    env.spec("dev-u1")
-    env.kube.add_pod(make_pod("p1", "pod-1", claims={"gpus": "c1"}, containers={"a": [("gpus", "gpu")]}))
+    env.claimed_pod("gpus", containers={"a": [("gpus", "gpu")]})
     env.sync()
     while (key := env.pods.queue.get(timeout=0)) is not None:  # drain what the sync enqueued
         env.pods.queue.done(key)
@@ -376,9 +366,7 @@ def test_health_reaches_allocated_resources_status(env: Env) -> None:
 
 
 def test_a_status_write_that_conflicts_is_retried_on_the_fresh_pod(env: Env) -> None:
-    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
-    env.spec("dev-u1")
-    env.kube.add_pod(make_pod("p1", "pod-1", claims={"g": "c1"}))
+    env.claimed_pod()
     # another client writes the pod after the agent read it: the agent's write answers 409
     env.kube.before_next("update_pod_status", lambda: env.kube.touch_pod("default", "p1"))
     env.sync()
