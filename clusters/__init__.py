@@ -16,6 +16,7 @@ from clusters.errors import (
     ClusterError,
     ClusterStateError,
     ControlPlaneError,
+    GoBuildError,
     NodeError,
 )
 
@@ -28,6 +29,7 @@ __all__ = [
     "ClusterStateError",
     "ContainerView",
     "ControlPlaneError",
+    "GoBuildError",
     "NodeError",
     "pod_key",
 ]

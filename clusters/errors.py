@@ -5,7 +5,8 @@ The hierarchy::
     ClusterError                  root: anything a cluster backend raises on purpose
     ├── CapabilityMissing         the backend cannot do this (tests skip with the message)
     ├── BinariesError             control-plane binaries cannot be found, fetched or built
-    │   └── ChecksumMismatch      a download did not match its published checksum
+    │   ├── ChecksumMismatch      a download did not match its published checksum
+    │   └── GoBuildError          ``go`` failed building them from Go modules
     ├── ControlPlaneError         a component failed to start or did not become ready
     ├── NodeError                 a node agent or driver process failed
     └── ClusterStateError         no running cluster where one was expected (CLI, fixtures)
@@ -22,6 +23,7 @@ __all__ = [
     "ClusterError",
     "ClusterStateError",
     "ControlPlaneError",
+    "GoBuildError",
     "NodeError",
 ]
 
@@ -47,6 +49,10 @@ class BinariesError(ClusterError):
 
 class ChecksumMismatch(BinariesError):
     """A downloaded file did not match its published SHA-256 checksum."""
+
+
+class GoBuildError(BinariesError):
+    """``go`` failed; the message holds the command and the tail of its output."""
 
 
 class ControlPlaneError(ClusterError):

@@ -2,73 +2,29 @@
 
 ``dra-gpu-driver [flags]`` runs the driver until SIGTERM or SIGINT (see ``--help`` and
 ``driver.settings``); ``dra-gpu-driver device-classes [--driver-name NAME]`` prints the
-DeviceClass manifests and exits. Logging handlers are configured here and nowhere else.
+DeviceClass manifests and exits. Logging handlers are configured here and nowhere else, in
+the log format of every process of ours (``draproto.logs``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any, NoReturn
 
+from draproto.logs import configure_logging
 from driver.errors import DriverError, SettingsError
 from driver.settings import Settings, device_classes_driver_name, from_args
 
 __all__ = ["main", "run"]
 
 log = logging.getLogger("driver")
-
-_RECORD_FIELDS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
-
-
-def _extras(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: v for k, v in vars(record).items() if k not in _RECORD_FIELDS and not k.startswith("_")}
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, msg and the record's structured fields."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        doc: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-            **_extras(record),
-        }
-        if record.exc_info:
-            doc["exception"] = self.formatException(record.exc_info)
-        return json.dumps(doc, default=str)
-
-
-class TextFormatter(logging.Formatter):
-    """``time level logger: msg key=value ...``."""
-
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-    def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
-        extras = " ".join(f"{k}={v}" for k, v in _extras(record).items())
-        return f"{line} {extras}" if extras else line
-
-
-def configure_logging(log_format: str, level: int = logging.INFO) -> None:
-    """Send log lines to stderr in the chosen format."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
 
 
 def _api_client(settings: Settings) -> Any:

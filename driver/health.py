@@ -33,6 +33,7 @@ import pynvml
 
 from driver import faults as policy
 from driver._nvml import nvml
+from driver.errors import DeviceError
 from driver.faults import DEFAULT_IGNORED_XIDS, Fault
 from driver.healthstream import HEALTHY, UNHEALTHY, DeviceHealth, Subscribers
 from driver.inventory import DeviceInfo, Inventory
@@ -249,7 +250,7 @@ class HealthMonitor:
                 info = pynvml.nvmlGpuInstanceGetInfo(
                     pynvml.nvmlDeviceGetGpuInstanceById(handle, gpu_instance)
                 )
-        except Exception as e:
+        except (DeviceError, pynvml.NVMLError) as e:
             log.info("GPU instance of an event not found", extra={"gpu": gpu_uuid, "error": repr(e)})
             return []
         return [

@@ -43,8 +43,9 @@ class Version:
         return self.value
 
 
-AttributeValue = str | int | bool | Version
-"""A device attribute: ``string``, ``int``, ``bool`` or ``version`` in the ResourceSlice."""
+AttributeValue = str | int | bool | Version | list[str] | list[int] | list[bool] | list[Version]
+"""A device attribute: ``string``, ``int``, ``bool`` or ``version`` in the ResourceSlice, or a list
+of one of them (``strings``, ``ints``, ... with the DRAListTypeAttributes feature)."""
 
 
 @dataclass(frozen=True)

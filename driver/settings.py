@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from draproto.logs import LOG_FORMATS
 from driver.breakage import RULES, parse_rules
 from driver.errors import SettingsError
 from driver.faults import DEFAULT_IGNORED_XIDS
@@ -214,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
         "comma list of XIDs that do not make a device unhealthy (default 13,31,43,45,68,109)",
         metavar="LIST",
     )
-    add("--log-format", "log line format: text or json (default text)", choices=["text", "json"])
+    add("--log-format", "log line format: text or json (default text)", choices=list(LOG_FORMATS))
     parser.add_argument(
         "--keep-slices",
         action="store_true",
@@ -283,7 +284,7 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
             raise SettingsError(f"--ignored-xids {xids_text!r}: not a comma list of integers") from e
 
     log_format = pick("--log-format", "text") or "text"
-    if log_format not in {"text", "json"}:
+    if log_format not in LOG_FORMATS:
         raise SettingsError(f"{_env_name('--log-format')}={log_format!r}: use text or json")
     keep_slices = (
         True

@@ -1,4 +1,8 @@
-"""Plugging a fake machine into the real ``pynvml`` module, and taking it out again."""
+"""Plugging a fake machine into the real ``pynvml`` module, and taking it out again.
+
+The ``FAKEGPU_*`` env vars are read here and nowhere else (:func:`env_defaults`): the
+defaults of :func:`install` and of the ``fakegpu`` CLI.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,8 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +25,28 @@ ENV_PROFILE = "FAKEGPU_PROFILE"
 ENV_STATE_DIR = "FAKEGPU_STATE_DIR"
 ENV_NODE_NAME = "FAKEGPU_NODE_NAME"
 DEFAULT_PROFILE = "dgx-h100"
+
+
+@dataclass(frozen=True)
+class EnvDefaults:
+    """What the ``FAKEGPU_*`` env vars say; None where one is unset or empty."""
+
+    profile: str | None = None
+    """``FAKEGPU_PROFILE``: the profile name or YAML path (callers fall back to ``dgx-h100``)."""
+    state_dir: str | None = None
+    """``FAKEGPU_STATE_DIR``: the machine's state directory (else the machine lives in memory)."""
+    node_name: str | None = None
+    """``FAKEGPU_NODE_NAME``: the node name seeding the UUIDs."""
+
+
+def env_defaults(environ: Mapping[str, str] | None = None) -> EnvDefaults:
+    """The ``FAKEGPU_*`` env vars (of ``environ``, else of this process)."""
+    env = os.environ if environ is None else environ
+    return EnvDefaults(
+        profile=env.get(ENV_PROFILE) or None,
+        state_dir=env.get(ENV_STATE_DIR) or None,
+        node_name=env.get(ENV_NODE_NAME) or None,
+    )
 
 
 class _Slot:
@@ -55,12 +82,13 @@ def install(
     ``machine`` is already a FakeMachine). Installing again replaces the previous fake.
     Callers still call ``pynvml.nvmlInit()`` as on real hardware.
     """
+    env = env_defaults()
     if machine is None:
-        machine = os.environ.get(ENV_PROFILE) or DEFAULT_PROFILE
+        machine = env.profile or DEFAULT_PROFILE
     if state_dir is None:
-        state_dir = os.environ.get(ENV_STATE_DIR) or None
+        state_dir = env.state_dir
     if node_name is None:
-        node_name = os.environ.get(ENV_NODE_NAME) or None
+        node_name = env.node_name
     if not isinstance(machine, FakeMachine):
         machine = FakeMachine(machine, state_dir=state_dir, node_name=node_name)
     pynvml = _pynvml()

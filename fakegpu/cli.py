@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from . import _codes
 from ._errors import FakeGpuError, FaultError
-from ._install import DEFAULT_PROFILE, ENV_NODE_NAME, ENV_PROFILE, ENV_STATE_DIR
+from ._install import DEFAULT_PROFILE, ENV_NODE_NAME, ENV_PROFILE, ENV_STATE_DIR, env_defaults
 from ._machine import ECC_KINDS, FakeMachine
 from ._profiles import available_profiles, load_profile
 from ._store import STATE_FILE
@@ -130,15 +129,16 @@ def _describe(snap: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     args = _parser().parse_args(argv)
-    state_dir = args.state_dir or os.environ.get(ENV_STATE_DIR) or None
+    env = env_defaults()
+    state_dir = args.state_dir or env.state_dir
     try:
         if args.command == "profiles":
             for name in available_profiles():
                 print(f"{name:<16} {load_profile(name).description}")
             return 0
         if args.command == "show":
-            profile = args.profile or os.environ.get(ENV_PROFILE)
-            node = args.node_name or os.environ.get(ENV_NODE_NAME)
+            profile = args.profile or env.profile
+            node = args.node_name or env.node_name
             if state_dir and not profile and (Path(state_dir) / STATE_FILE).exists():
                 machine = FakeMachine.attach(state_dir)
             else:

@@ -11,16 +11,14 @@ fsync, rename, fsync of the dir.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodeagent._files import atomic_write
 from nodeagent.draclient import PreparedDevice
 
 __all__ = ["Checkpoint", "ClaimInfo"]
@@ -95,23 +93,7 @@ class Checkpoint:
 
     def _save(self) -> None:
         data = {"version": VERSION, "claims": {u: c.to_json() for u, c in sorted(self._claims.items())}}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".checkpoint.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True).encode(), durable=True)
 
     def get(self, uid: str) -> ClaimInfo | None:
         """The claim info of ``uid`` (a copy-free reference; mutate only through this class)."""

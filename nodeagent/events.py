@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Any
 
+from nodeagent.errors import KubeError
 from nodeagent.kube import Kube
 from nodeagent.timeutil import rfc3339
 
@@ -62,7 +63,7 @@ class EventRecorder:
         }
         try:
             self.kube.create_event(ns, event)
-        except Exception as e:
+        except KubeError as e:
             log.warning(
                 "event not recorded", extra={"pod": f"{ns}/{name}", "reason": reason, "error": str(e)}
             )

@@ -32,7 +32,12 @@ Obj = dict[str, Any]
 
 
 class Kube(Protocol):
-    """What the agent asks of the API server."""
+    """What the agent asks of the API server.
+
+    Every method raises :class:`~nodeagent.errors.KubeError` (with the HTTP status, 0 when no
+    answer came) when the API server refuses, cannot be reached, or answers garbage; nothing
+    else, so callers catch that and let bugs through.
+    """
 
     def list_pods(self, node: str) -> tuple[list[Obj], str]:
         """Pods bound to ``node`` and the list's resourceVersion."""
@@ -144,7 +149,10 @@ class RestKube:
             with contextlib.suppress(ValueError, AttributeError):
                 message = json.loads(data).get("message", message)
             raise KubeError(f"{method} {path}: {resp.status} {message}", resp.status)
-        return json.loads(data) if data else {}
+        try:
+            return json.loads(data) if data else {}
+        except ValueError as e:
+            raise KubeError(f"{method} {path}: the answer is not JSON: {e}", resp.status) from e
 
     def _get_or_none(self, path: str) -> Obj | None:
         try:
@@ -200,7 +208,7 @@ class RestKube:
                     if line.strip():
                         event = json.loads(line)
                         yield event.get("type", ""), event.get("object") or {}
-        except (urllib3.exceptions.HTTPError, OSError) as e:
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as e:
             raise KubeError(f"pod watch broke: {e}") from e
         finally:
             resp.release_conn()

@@ -177,5 +177,5 @@ class NodeHeartbeat:
         while not self._stop.wait(self.settings.heartbeat_seconds):
             try:
                 self.beat()
-            except Exception as e:
+            except KubeError as e:
                 log.warning("heartbeat failed", extra={"node": self.settings.node_name, "error": str(e)})

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from draproto.logs import LOG_FORMATS
 from nodeagent.layout import NodeLayout
 
 __all__ = ["Settings", "parse_args"]
@@ -100,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resync-seconds", type=float, default=5.0, help=argparse.SUPPRESS)
     p.add_argument("--label", action="append", type=_label, default=[], help="extra Node label KEY=VALUE")
     p.add_argument("--log-level", default="INFO")
-    p.add_argument("--log-format", choices=("text", "json"), default="text")
+    p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
     return p
 
 

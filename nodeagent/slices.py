@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from nodeagent.errors import KubeError
 from nodeagent.kube import Kube
 from nodeagent.settings import Settings
 
@@ -37,7 +38,7 @@ class SliceJanitor:
                 n = self.kube.delete_slices(self.settings.node_name)
                 log.info("wiped node's ResourceSlices", extra={"node": self.settings.node_name, "count": n})
                 return
-            except Exception as e:
+            except KubeError as e:
                 log.warning(
                     "wiping ResourceSlices failed", extra={"node": self.settings.node_name, "error": str(e)}
                 )
@@ -71,7 +72,7 @@ class SliceJanitor:
         try:
             n = self.kube.delete_slices(self.settings.node_name, driver)
             log.info("deleted slices of a driver that went away", extra={**fields, "count": n})
-        except Exception as e:
+        except KubeError as e:
             log.warning("deleting slices of a gone driver failed", extra={**fields, "error": str(e)})
 
     def stop(self) -> None:

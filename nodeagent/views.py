@@ -8,10 +8,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from nodeagent._files import atomic_write
 from nodeagent.layout import NodeLayout, view_prefix
 
 __all__ = ["remove_views", "write_view"]
@@ -19,16 +19,7 @@ __all__ = ["remove_views", "write_view"]
 
 def write_view(path: Path, view: dict[str, Any]) -> None:
     """Write one view atomically (a reader never sees half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".view.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(view, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, json.dumps(view, indent=1, sort_keys=True).encode(), durable=False)
 
 
 def remove_views(layout: NodeLayout, ns: str, pod: str) -> None:

@@ -34,7 +34,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from clusters.errors import BinariesError, ChecksumMismatch
+from clusters.errors import BinariesError, ChecksumMismatch, GoBuildError
 from clusters.local import gobuild
 from clusters.local.settings import BinariesSettings
 
@@ -137,7 +137,7 @@ def resolve(settings: BinariesSettings, progress: Progress = _log_progress) -> B
             try:
                 _fill(settings, progress, "build", lambda tmp: _go_build(settings, tmp, progress))
                 return Binaries(cache_dir, version, "build")
-            except (gobuild.GoBuildError, OSError) as e:
+            except (GoBuildError, OSError) as e:
                 failures.append(f"go build: {e}")
         elif settings.build:
             failures.append("go build: 'go' is not on PATH")

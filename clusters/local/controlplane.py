@@ -128,7 +128,19 @@ class ControlPlane:
         return self
 
     def _prepare(self) -> None:
+        """Read what the binaries offer, make the PKI and kubeconfigs, build each command line."""
         self.root.mkdir(parents=True, exist_ok=True)
+        self._read_features()
+        self._pki = pki.generate(self.root / "pki", service_ip=SERVICE_IP)
+        self.apiserver_port = free_port()
+        pki.write_kubeconfig(self.kubeconfig, self.server, self._pki.ca.cert, self._pki.admin)
+        etcd_url = self._prepare_etcd()
+        self._prepare_apiserver(etcd_url)
+        for name in ("kube-scheduler", "kube-controller-manager"):
+            self._prepare_controller(name)
+
+    def _read_features(self) -> None:
+        """Feature gates and controllers from the binaries' ``--help`` (or the config)."""
         b = self.binaries
         helps = {name: features.read_help(b.path(name)) for name in features_binaries()}
         gates = [features.parse_feature_gates(text) for text in helps.values()]
@@ -145,25 +157,14 @@ class ControlPlane:
                 f"(is it really kube-controller-manager? it said: {helps['kube-controller-manager'][:300]!r})"
             )
         self.runtime_config = list(self.config.runtime_config)
-        self._pki = pki.generate(self.root / "pki", service_ip=SERVICE_IP)
-        etcd_client, etcd_peer = free_port(), free_port()
-        self.apiserver_port = free_port()
-        p = self._pki
-        pki.write_kubeconfig(self.kubeconfig, self.server, p.ca.cert, p.admin)
-        kubeconfigs = {
-            name: pki.write_kubeconfig(
-                self.root / "kubeconfigs" / f"{name}.kubeconfig",
-                self.server,
-                p.ca.cert,
-                p.clients[name],
-                name,
-            )
-            for name in ("kube-scheduler", "kube-controller-manager")
-        }
-        etcd_url = f"http://127.0.0.1:{etcd_client}"
-        peer_url = f"http://127.0.0.1:{etcd_peer}"
+
+    def _prepare_etcd(self) -> str:
+        """etcd's command line and health check; returns its client URL."""
+        client_port = free_port()
+        etcd_url = f"http://127.0.0.1:{client_port}"
+        peer_url = f"http://127.0.0.1:{free_port()}"
         self._argv["etcd"] = [
-            str(b.path("etcd")),
+            str(self.binaries.path("etcd")),
             "--name=default",
             f"--data-dir={self.root / 'etcd'}",
             f"--listen-client-urls={etcd_url}",
@@ -177,11 +178,16 @@ class ControlPlane:
         # A free port is released before etcd binds it: if another test cluster's etcd took it,
         # ours exits and that one answers the health check; only our own listener counts.
         self._health["etcd"] = lambda: (
-            _listens(self.processes["etcd"].pid, etcd_client)
+            _listens(self.processes["etcd"].pid, client_port)
             and _http_ok(f"{etcd_url}/health", None, b'"health":"true"')
         )
+        return etcd_url
+
+    def _prepare_apiserver(self, etcd_url: str) -> None:
+        """kube-apiserver's command line (gates and runtime-config come later) and health check."""
+        p = self.pki
         self._argv["kube-apiserver"] = [
-            str(b.path("kube-apiserver")),
+            str(self.binaries.path("kube-apiserver")),
             f"--etcd-servers={etcd_url}",
             f"--secure-port={self.apiserver_port}",
             "--bind-address=127.0.0.1",
@@ -204,32 +210,38 @@ class ControlPlane:
         ]
         admin_ctx = _client_context(p.ca.cert, p.admin)
         self._health["kube-apiserver"] = lambda: _http_ok(f"{self.server}/readyz", admin_ctx, b"ok")
-        for name in ("kube-scheduler", "kube-controller-manager"):
-            port = free_port()
-            argv = [
-                str(b.path(name)),
-                f"--kubeconfig={kubeconfigs[name]}",
-                f"--authentication-kubeconfig={kubeconfigs[name]}",
-                f"--authorization-kubeconfig={kubeconfigs[name]}",
-                f"--secure-port={port}",
-                "--bind-address=127.0.0.1",
-                f"--cert-dir={self.root / name}",
-                "--leader-elect=false",
-                "--profiling=false",
+
+    def _prepare_controller(self, name: str) -> None:
+        """kube-scheduler's or kube-controller-manager's kubeconfig, command line and health check."""
+        p = self.pki
+        kubeconfig = pki.write_kubeconfig(
+            self.root / "kubeconfigs" / f"{name}.kubeconfig", self.server, p.ca.cert, p.clients[name], name
+        )
+        port = free_port()
+        argv = [
+            str(self.binaries.path(name)),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            f"--secure-port={port}",
+            "--bind-address=127.0.0.1",
+            f"--cert-dir={self.root / name}",
+            "--leader-elect=false",
+            "--profiling=false",
+        ]
+        if name == "kube-controller-manager":
+            argv += [
+                f"--service-account-private-key-file={p.service_account_key}",
+                f"--root-ca-file={p.ca.cert}",
+                "--use-service-account-credentials=true",
+                f"--controllers={','.join(self.controllers)}",
             ]
-            if name == "kube-controller-manager":
-                argv += [
-                    f"--service-account-private-key-file={p.service_account_key}",
-                    f"--root-ca-file={p.ca.cert}",
-                    "--use-service-account-credentials=true",
-                    f"--controllers={','.join(self.controllers)}",
-                ]
-            self._argv[name] = argv
-            insecure = ssl.create_default_context()
-            insecure.check_hostname = False
-            insecure.verify_mode = ssl.CERT_NONE
-            url = f"https://127.0.0.1:{port}/healthz"
-            self._health[name] = lambda url=url, ctx=insecure: _http_ok(url, ctx, b"ok")  # type: ignore[misc]
+        self._argv[name] = argv
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        url = f"https://127.0.0.1:{port}/healthz"
+        self._health[name] = lambda: _http_ok(url, insecure, b"ok")
 
     def _component_argv(self, name: str) -> list[str]:
         argv = list(self._argv[name])

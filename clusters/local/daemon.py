@@ -402,7 +402,9 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(0)  # no threads yet, nothing to flush: the child carries on
     state_dir: Path = args.state_dir
     (state_dir / PID_FILE).write_text(str(os.getpid()))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from draproto.logs import configure_logging  # here: the pytest plugin imports this module
+
+    configure_logging("text")
     install_signal_handlers()
     settings = settings_from_json((state_dir / SETTINGS_FILE).read_text())
     if args.watch_pid is not None:

@@ -27,9 +27,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from clusters.errors import GoBuildError
 from clusters.local.settings import ETCD_VERSION
 
-__all__ = ["ETCD_MODULE_VERSION", "GoBuildError", "build_etcd", "build_kubernetes"]
+__all__ = ["ETCD_MODULE_VERSION", "build_etcd", "build_kubernetes"]
 
 ETCD_MODULE_VERSION = f"v{ETCD_VERSION}"
 """etcd server version built from Go modules (Kubernetes 1.34-1.37 accept 3.6)."""
@@ -37,10 +38,6 @@ ETCD_MODULE_VERSION = f"v{ETCD_VERSION}"
 KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 
 Progress = Callable[[str], None]
-
-
-class GoBuildError(RuntimeError):
-    """``go`` failed; the message holds the command and the tail of its output."""
 
 
 def _run_go(args: list[str], cwd: Path, env: dict[str, str], progress: Progress) -> str:

@@ -12,12 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_manifests import run_pod, running, still_running
 
 from clusters.errors import ClusterError
 from clusters.local import daemon
 from clusters.local.attached import AttachedLocalCluster
 from clusters.local.binaries import Binaries
+from tests import kube
+from tests.clusters.e2e import run_pod, running, still_running
+from tests.manifests import GPU_POD_CONTAINER
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -80,15 +82,15 @@ def test_up_status_claim_down(state_dir: Path, local_binaries: Binaries, tmp_pat
         from kubernetes import client
 
         api = cluster.api_client()
-        slices = client.ResourceV1Api(api).list_resource_slice().items
+        slices = kube.resource(api).list_resource_slice().items
         assert {s.spec.node_name for s in slices} == {"node-0", "node-1"}
-        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="e2e")))
+        kube.core(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="e2e")))
         pod = run_pod(api, "e2e")
         claim_name = pod.status.resource_claim_statuses[0].resource_claim_name
-        claim = client.ResourceV1Api(api).read_namespaced_resource_claim(claim_name, "e2e")
+        claim = kube.resource(api).read_namespaced_resource_claim(claim_name, "e2e")
         assert claim.status.allocation is not None
         assert [r.uid for r in claim.status.reserved_for] == [pod.metadata.uid]
-        view = cluster.container_view("e2e/p1", "c")
+        view = cluster.container_view("e2e/p1", GPU_POD_CONTAINER)
         assert len(view.cdi_devices) == 1
         assert any(k.startswith("GPU_DEVICE") for k in view.env)
     finally:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from clusters.local.binaries import Binaries
 from clusters.local.controlplane import ControlPlane
+from tests import kube
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -22,16 +22,6 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-@pytest.fixture(scope="module")
-def control_plane(local_binaries: Binaries) -> Iterator[ControlPlane]:
-    with tempfile.TemporaryDirectory(prefix="drac-cp-") as root:
-        cp = ControlPlane(local_binaries, Path(root))
-        try:
-            yield cp.start()
-        finally:
-            cp.stop()
 
 
 def test_every_component_is_healthy(control_plane: ControlPlane) -> None:
@@ -50,11 +40,11 @@ def test_every_component_is_healthy(control_plane: ControlPlane) -> None:
 
 
 def test_namespace_round_trip(control_plane: ControlPlane) -> None:
-    from kubernetes import client, config
+    from kubernetes import client
 
-    api = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    api = kube.admin_client(control_plane.kubeconfig)
     try:
-        core = client.CoreV1Api(api)
+        core = kube.core(api)
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="round-trip")))
         got = core.read_namespace("round-trip")
         assert got.status.phase == "Active"
@@ -71,9 +61,9 @@ def test_namespace_round_trip(control_plane: ControlPlane) -> None:
 
 
 def test_dra_api_is_served(control_plane: ControlPlane) -> None:
-    from kubernetes import client, config
+    from kubernetes import client
 
-    api = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    api = kube.admin_client(control_plane.kubeconfig)
     try:
         groups = client.ApisApi(api).get_api_versions().groups
         resource = next(g for g in groups if g.name == "resource.k8s.io")
@@ -86,8 +76,8 @@ def test_dra_api_is_served(control_plane: ControlPlane) -> None:
             "metadata": {"name": "example.com"},
             "spec": {"selectors": [{"cel": {"expression": "device.driver == 'example.com'"}}]},
         }
-        client.ResourceV1Api(api).create_device_class(body)
-        assert client.ResourceV1Api(api).read_device_class("example.com").metadata.name == "example.com"
+        kube.resource(api).create_device_class(body)
+        assert kube.resource(api).read_device_class("example.com").metadata.name == "example.com"
     finally:
         api.close()
 
@@ -112,11 +102,11 @@ def test_a_restart_brings_back_a_component_that_exited(control_plane: ControlPla
 
 
 def test_apiserver_restart_keeps_the_data(control_plane: ControlPlane) -> None:
-    from kubernetes import client, config
+    from kubernetes import client
 
-    api = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    api = kube.admin_client(control_plane.kubeconfig)
     try:
-        core = client.CoreV1Api(api)
+        core = kube.core(api)
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="survives")))
         old_pid = control_plane.processes["kube-apiserver"].pid
         control_plane.restart("kube-apiserver")

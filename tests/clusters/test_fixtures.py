@@ -8,12 +8,14 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_manifests import run_pod, still_running
 
 from clusters.base import Cluster
 from clusters.errors import CapabilityMissing
 from clusters.local.attached import AttachedLocalCluster
 from clusters.local.binaries import Binaries
+from tests import kube
+from tests.clusters.e2e import run_pod, still_running
+from tests.manifests import GPU_POD_CONTAINER
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -21,9 +23,8 @@ pytest_plugins = ["pytester"]
 
 
 def test_namespace_fixture_gives_a_usable_namespace(dra_cluster: Cluster, namespace: str) -> None:
-    from kubernetes import client
 
-    core = client.CoreV1Api(dra_cluster.api_client())
+    core = kube.core(dra_cluster.api_client())
     assert core.read_namespace(namespace).status.phase == "Active"
     assert core.read_namespaced_service_account("default", namespace).metadata.name == "default"
 
@@ -31,13 +32,12 @@ def test_namespace_fixture_gives_a_usable_namespace(dra_cluster: Cluster, namesp
 def test_claim_survives_driver_and_kubelet_restarts(
     dra_cluster: Cluster, namespace: str, node_lease: str
 ) -> None:
-    from kubernetes import client
 
     api = dra_cluster.api_client()
     pod = run_pod(api, namespace)
     node = pod.spec.node_name
     assert node in dra_cluster.nodes()
-    before = dra_cluster.container_view(pod, "c")
+    before = dra_cluster.container_view(pod, GPU_POD_CONTAINER)
     assert before.cdi_devices
     if node != node_lease:
         pytest.skip(f"pod landed on {node}, the leased node is {node_lease}")
@@ -53,11 +53,11 @@ def test_claim_survives_driver_and_kubelet_restarts(
         fresh = AttachedLocalCluster(dra_cluster.state_dir)
         assert fresh.state["nodes"][node]["driver_pid"] != old_pid
         assert fresh.status()["healthy"][f"driver-{node}"]
-    slices = client.ResourceV1Api(api).list_resource_slice(field_selector=f"spec.nodeName={node}").items
+    slices = kube.resource(api).list_resource_slice(field_selector=f"spec.nodeName={node}").items
     assert slices, f"no ResourceSlices for {node} after the restarts"
-    core = client.CoreV1Api(api)
+    core = kube.core(api)
     assert core.read_namespaced_pod(pod.metadata.name, namespace).status.phase == "Running"
-    assert dra_cluster.container_view(pod, "c").cdi_devices == before.cdi_devices
+    assert dra_cluster.container_view(pod, GPU_POD_CONTAINER).cdi_devices == before.cdi_devices
     core.delete_namespaced_pod(pod.metadata.name, namespace)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_manifests import running, still_running
 
 from clusters.local.processes import ManagedProcess
+from tests.clusters.e2e import running, still_running
 
 PARENT = textwrap.dedent(
     """

@@ -9,11 +9,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from e2e_manifests import run_pod
 
 from clusters.local.binaries import read_stamp
 from clusters.local.cluster import LocalCluster
 from clusters.local.settings import LocalSettings
+from tests import kube
+from tests.clusters.e2e import run_pod
+from tests.manifests import GPU_POD_CONTAINER
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -31,6 +33,6 @@ def test_version_boots_and_prepares_a_claim(local_settings: LocalSettings, minor
         api = cluster.api_client()
         version = client.VersionApi(api).get_code()
         assert version.git_version == f"v{settings.k8s_version}"
-        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="v")))
+        kube.core(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="v")))
         pod = run_pod(api, "v")
-        assert cluster.container_view(pod, "c").cdi_devices
+        assert cluster.container_view(pod, GPU_POD_CONTAINER).cdi_devices

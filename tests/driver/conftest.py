@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from drvkit import FakePartitioner, Node, inventory, node_settings
 
 from driver.claims import MemoryClaimSource
+from tests.driver.drvkit import FakePartitioner, Node, inventory, node_settings
 
 
 @pytest.fixture

@@ -6,9 +6,8 @@ claims come from ``MemoryClaimSource``. gRPC and files are real.
 
 from __future__ import annotations
 
-import time
 import uuid as uuidlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -178,13 +177,3 @@ def unprepare(
     """``NodeUnprepareResources`` over the node's DRA socket (v1 unless other modules are given)."""
     request = pb2.NodeUnprepareResourcesRequest(claims=_claims(pb2, claims))
     return grpc_mod.DRAPluginStub(node.channel()).NodeUnprepareResources(request, timeout=10)
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 5.0) -> bool:
-    """Poll ``predicate`` until it is true (True) or ``timeout`` seconds pass (False)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False

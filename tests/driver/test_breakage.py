@@ -11,10 +11,10 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
-from drvkit import DRIVER, NODE, Node, gpu, make_claim, opaque, prepare, result, unprepare
 
 from draproto import health_v1_pb2, health_v1_pb2_grpc
 from driver.breakage import RULES, parse_rules
@@ -25,6 +25,7 @@ from driver.inventory import Inventory
 from driver.settings import from_args
 from driver.slices import SlicePublisher
 from driver.slicing import MAX_DEVICES_PER_SLICE
+from tests.driver.drvkit import DRIVER, NODE, Node, gpu, make_claim, opaque, prepare, result, unprepare
 
 TS = {"apiVersion": "gpu.dra-conformance.io/v1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}
 
@@ -55,7 +56,7 @@ def test_every_rule_is_documented() -> None:
     }  # fmt: skip
 
 
-def _spec_path(node: Node, claim: dict) -> Path:
+def _spec_path(node: Node, claim: dict[str, Any]) -> Path:
     return node.settings.kubelet.cdi_dir / f"{DRIVER}-{claim['metadata']['uid']}.json"
 
 
@@ -128,7 +129,7 @@ def _health_reported(node: Node) -> tuple[bool, ...]:
         health_v1_pb2.NodeWatchResourcesRequest(), timeout=1.5
     )
     try:
-        first = next(stream)
+        first = next(iter(stream))
     except grpc.RpcError as e:
         assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         streamed = False

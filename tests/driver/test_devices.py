@@ -15,6 +15,7 @@ from driver.errors import DeviceError
 from driver.inventory import DeviceInfo, Inventory, Placement, Version
 from driver.partitions import prepare_partition, unprepare_partition
 from driver.slicing import build_slices
+from tests import kube
 
 SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -185,7 +186,7 @@ def test_every_fake_profile_gives_valid_slices(profile: str) -> None:
     assert len(inv) >= 1
     for body in build_slices(inv, driver_name="gpu.dra-conformance.io", node_name="n", generation=1):
         model = client.V1ResourceSlice.from_dict(body)
-        assert client.ApiClient().sanitize_for_serialization(model) == body
+        assert kube.to_json(model) == body
         for dev in body["spec"].get("devices", []):
             assert DNS_LABEL.match(dev["name"])
             assert len(dev["attributes"]) + len(dev.get("capacity", {})) <= 32

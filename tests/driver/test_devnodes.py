@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from drvkit import gpu, partition
-
 from driver.devnodes import device_nodes, read_mig_minors
+from tests.driver.drvkit import gpu, partition
 
 
 def test_mig_minors_file_is_read_leniently(tmp_path: Path) -> None:

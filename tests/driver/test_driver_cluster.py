@@ -13,8 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +21,10 @@ import grpc
 import pytest
 import yaml
 
-from clusters.local.binaries import Binaries
 from clusters.local.controlplane import ControlPlane
 from draproto import dra_v1_pb2, dra_v1_pb2_grpc
+from tests import kube, manifests
+from tests.polling import until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -36,40 +36,18 @@ CHART_TEMPLATES = (
 
 
 @pytest.fixture(scope="module")
-def control_plane(local_binaries: Binaries) -> Iterator[ControlPlane]:
-    with tempfile.TemporaryDirectory(prefix="drv-cp-") as root:
-        cp = ControlPlane(local_binaries, Path(root))
-        try:
-            yield cp.start()
-        finally:
-            cp.stop()
-
-
-@pytest.fixture(scope="module")
 def api(control_plane: ControlPlane) -> Iterator[Any]:
-    from kubernetes import client, config
+    from kubernetes import client
 
-    api_client = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
-    client.CoreV1Api(api_client).create_node(client.V1Node(metadata=client.V1ObjectMeta(name=NODE)))
+    api_client = kube.admin_client(control_plane.kubeconfig)
+    kube.core(api_client).create_node(client.V1Node(metadata=client.V1ObjectMeta(name=NODE)))
     yield api_client
     api_client.close()
 
 
-def _until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 def _slices(api: Any) -> list[dict[str, Any]]:
-    from kubernetes import client
 
-    response = client.ResourceV1Api(api).list_resource_slice(
+    response = kube.resource(api).list_resource_slice(
         field_selector=f"spec.nodeName={NODE}", _preload_content=False
     )
     items: list[dict[str, Any]] = json.loads(response.data)["items"]
@@ -100,14 +78,10 @@ def _allocated_claim(api: Any, name: str, device: str, config: list[dict[str, An
     """A ResourceClaim with the allocation the scheduler would have written."""
     from kubernetes import client
 
-    custom = client.CustomObjectsApi(api)
+    custom: Any = client.CustomObjectsApi(api)  # raw JSON in and out
     claim: dict[str, Any] = custom.create_namespaced_custom_object(
         "resource.k8s.io", "v1", "default", "resourceclaims",
-        {
-            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
-            "spec": {"devices": {"requests": [
-                {"name": "gpu", "exactly": {"deviceClassName": "gpu.dra-conformance.io"}}]}},
-        },
+        manifests.resource_claim("default", name, DRIVER),
     )  # fmt: skip
     claim["status"] = {
         "allocation": {
@@ -128,7 +102,7 @@ def test_driver_publishes_prepares_from_the_api_and_cleans_up(control_plane: Con
     env = ENV
     proc = _start_driver(root, control_plane.kubeconfig)
     try:
-        slices = _until("the node's ResourceSlices", lambda: _slices(api))
+        slices = until(lambda: _slices(api), 30, "the node's ResourceSlices")
         devices = {d["name"] for s in slices for d in s["spec"].get("devices", [])}
         assert devices == {"gpu-0", "gpu-1", "gpu-2", "gpu-3"}
         assert {s["spec"]["pool"]["name"] for s in slices} == {NODE}
@@ -166,13 +140,13 @@ def test_driver_publishes_prepares_from_the_api_and_cleans_up(control_plane: Con
         # health drives the taints: a GPU that falls off the bus is tainted NoExecute, and healed, not
         fake = [sys.executable, "-m", "fakegpu", "--state-dir", str(root / "fake")]
         subprocess.run([*fake, "inject", "lost", "2"], env=env, check=True, capture_output=True, timeout=60)
-        taints = _until("a taint on gpu-2", lambda: _device(api, "gpu-2").get("taints"))
+        taints = until(lambda: _device(api, "gpu-2").get("taints"), 30, "a taint on gpu-2")
         assert [(t["key"], t["value"], t["effect"]) for t in taints] == [
             (f"{DRIVER}/unhealthy", "gpu-lost", "NoExecute")
         ]
         assert "taints" not in _device(api, "gpu-1")
         subprocess.run([*fake, "heal", "2"], env=env, check=True, capture_output=True, timeout=60)
-        _until("gpu-2 without taints", lambda: "taints" not in _device(api, "gpu-2"))
+        until(lambda: "taints" not in _device(api, "gpu-2"), 30, "gpu-2 without taints")
 
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=30)
@@ -196,7 +170,7 @@ def _as_service_account(
 
     spec = client.V1TokenRequestSpec(audiences=[], bound_object_ref=bound)
     token = (
-        client.CoreV1Api(api)
+        kube.core(api)
         .create_namespaced_service_account_token(
             account, namespace, client.AuthenticationV1TokenRequest(spec=spec)
         )
@@ -211,13 +185,12 @@ def _as_service_account(
 
 def test_driver_works_with_only_the_helm_charts_rbac(control_plane: ControlPlane, api: Any) -> None:
     """The chart's ClusterRole is all the driver needs: publish, watch, prepare, clean up."""
-    from kubernetes import client
 
     text = (CHART_TEMPLATES / "rbac.yaml").read_text().split("---")[0]
     rules = yaml.safe_load(text[text.index("rules:") :])["rules"]
-    rbac = client.RbacAuthorizationV1Api(api)
+    rbac = kube.rbac(api)
     rbac.create_cluster_role({"metadata": {"name": "drv-rbac-test"}, "rules": rules})
-    client.CoreV1Api(api).create_namespaced_service_account("default", {"metadata": {"name": "drv-rbac"}})
+    kube.core(api).create_namespaced_service_account("default", {"metadata": {"name": "drv-rbac"}})
     rbac.create_cluster_role_binding(
         {
             "metadata": {"name": "drv-rbac-test"},
@@ -236,11 +209,12 @@ def test_driver_works_with_only_the_helm_charts_rbac(control_plane: ControlPlane
     )
     proc = _start_driver(root, kubeconfig)
     try:
-        _until("the node's ResourceSlices", lambda: _slices(api))
-        client.ResourceV1Api(api).delete_resource_slice(_slices(api)[0]["metadata"]["name"])
-        _until(
-            "the slice back (watch)",
+        until(lambda: _slices(api), 30, "the node's ResourceSlices")
+        kube.resource(api).delete_resource_slice(_slices(api)[0]["metadata"]["name"])
+        until(
             lambda: len(_slices(api)) == 1 and _slices(api)[0]["spec"]["pool"]["generation"] > 1,
+            30,
+            "the slice back (watch)",
         )
         claim = _allocated_claim(api, "rbac", "gpu-0", [])
         uid = claim["metadata"]["uid"]
@@ -280,12 +254,13 @@ def test_admission_policy_lets_a_nodes_driver_write_only_its_own_slices(
     control_plane: ControlPlane, api: Any
 ) -> None:
     """The chart's ValidatingAdmissionPolicy, on a real API server, with a pod-bound token."""
-    from kubernetes import client, config, utils
+    from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    render = pytest.importorskip("test_helm_chart", reason="helm-python-sdk renders the chart").render
+    chart = pytest.importorskip("tests.driver.test_helm_chart", reason="helm-python-sdk renders the chart")
+    render = chart.render
     namespace, account, mine, theirs = "dra-system", "dra-gpu-driver", "vap-node-a", "vap-node-b"
-    core = client.CoreV1Api(api)
+    core = kube.core(api)
     core.create_namespace({"metadata": {"name": namespace}})
     for node in (mine, theirs):
         core.create_node({"metadata": {"name": node}})
@@ -294,7 +269,7 @@ def test_admission_policy_lets_a_nodes_driver_write_only_its_own_slices(
     objects = [obj for obj in render() if obj["kind"] in wanted]
     assert {obj["kind"] for obj in objects} == wanted
     for obj in objects:
-        utils.create_from_dict(api, obj, namespace=namespace)
+        kube.create_from_dict(api, obj, namespace)
     pod = core.create_namespaced_pod(
         namespace,
         {
@@ -308,7 +283,7 @@ def test_admission_policy_lets_a_nodes_driver_write_only_its_own_slices(
     )
     bound = client.V1BoundObjectReference(kind="Pod", api_version="v1", name="driver", uid=pod.metadata.uid)
     kubeconfig = _as_service_account(api, control_plane.kubeconfig, namespace, account, bound)
-    as_driver = client.ResourceV1Api(config.new_client_from_config_dict(kubeconfig))
+    as_driver = kube.resource(kube.client_from_dict(kubeconfig))
 
     def refusal(node: str, name: str) -> str:
         try:
@@ -322,20 +297,20 @@ def test_admission_policy_lets_a_nodes_driver_write_only_its_own_slices(
         # the policy takes a moment to be compiled and served; what got through meanwhile goes
         message = refusal(theirs, "vap-probe")
         if not message:
-            client.ResourceV1Api(api).delete_resource_slice("vap-probe")
+            kube.resource(api).delete_resource_slice("vap-probe")
         return message
 
-    message = _until("the policy refusing another node's slice", probe)
+    message = until(probe, 30, "the policy refusing another node's slice")
     assert f"may not write ResourceSlices of node {theirs}" in message
     assert refusal(mine, "vap-mine") == ""
-    mine_slice = client.ResourceV1Api(api).read_resource_slice("vap-mine")  # the driver may not get one
+    mine_slice = kube.resource(api).read_resource_slice("vap-mine")  # the driver may not get one
     mine_slice.spec.node_name = theirs
     with pytest.raises(ApiException) as err:
         as_driver.replace_resource_slice("vap-mine", mine_slice)
     assert err.value.status in (403, 422) and theirs in str(err.value.body)
-    client.ResourceV1Api(api).create_resource_slice(_slice_body("vap-theirs", theirs))
+    kube.resource(api).create_resource_slice(_slice_body("vap-theirs", theirs))
     with pytest.raises(ApiException) as err:
         as_driver.delete_resource_slice("vap-theirs")
     assert err.value.status in (403, 422)
     as_driver.delete_resource_slice("vap-mine")
-    client.ResourceV1Api(api).delete_resource_slice("vap-theirs")
+    kube.resource(api).delete_resource_slice("vap-theirs")

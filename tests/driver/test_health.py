@@ -13,7 +13,6 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from drvkit import wait_for
 
 import fakegpu
 from driver.devices import discover
@@ -22,6 +21,7 @@ from driver.health import HealthMonitor
 from driver.healthstream import HEALTHY, UNHEALTHY
 from driver.inventory import DeviceInfo, Inventory, Placement
 from driver.partitions import prepare_partition
+from tests.polling import until
 
 GPU0 = "GPU-00000000-1111-2222-3333-444444444444"
 GPU1 = "GPU-00000001-1111-2222-3333-444444444444"
@@ -209,20 +209,20 @@ def test_event_loop_sees_xids_ecc_and_lost_gpus_and_their_healing() -> None:
             mon.subscribe(lambda: changes.append(time.time()))
             machine.inject_xid(2, 31)  # benign
             machine.inject_xid(1, 62)
-            assert wait_for(lambda: "gpu-1" in mon.faults())
+            until(lambda: "gpu-1" in mon.faults())
             assert mon.faults()["gpu-1"].severity == NO_SCHEDULE
             assert "gpu-2" not in mon.faults()
             machine.mark_lost(3)
-            assert wait_for(lambda: mon.faults().get("gpu-3") is not None)
+            until(lambda: mon.faults().get("gpu-3") is not None)
             assert mon.faults()["gpu-3"].reason == "gpu-lost"
             assert mon.snapshot()["gpu-3"].status == UNHEALTHY
             machine.heal(3)
-            assert wait_for(lambda: "gpu-3" not in mon.faults())
+            until(lambda: "gpu-3" not in mon.faults())
             machine.inject_ecc(4, "double")
-            assert wait_for(lambda: "gpu-4" in mon.faults())
+            until(lambda: "gpu-4" in mon.faults())
             assert mon.faults()["gpu-4"].severity == NO_EXECUTE
             machine.heal(4)
-            assert wait_for(lambda: "gpu-4" not in mon.faults())
+            until(lambda: "gpu-4" not in mon.faults())
             assert mon.snapshot()["gpu-4"].status == HEALTHY
             assert set(mon.faults()) == {"gpu-1"}
             assert len(changes) >= 5
@@ -233,7 +233,7 @@ def test_instance_scoped_xid_on_static_mig_and_on_a_partition() -> None:
         inv = discover(["mig"])
         with running(inv) as mon:
             machine.inject_xid(2, 94, gpu_instance=2)
-            assert wait_for(lambda: bool(mon.faults()))
+            until(lambda: bool(mon.faults()))
             assert set(mon.faults()) == {"gpu-2-mig-3g40gb-2"}
     with fakegpu.installed("dgx-h100") as machine:
         machine.set_mig_mode(0, True)
@@ -241,5 +241,5 @@ def test_instance_scoped_xid_on_static_mig_and_on_a_partition() -> None:
         prepare_partition(inv["gpu-0-part-3g40gb-4"])
         with running(inv) as mon:
             machine.inject_xid(0, 94, gpu_instance=2)  # a 3g instance at slice 4 is GPU instance 2
-            assert wait_for(lambda: bool(mon.faults()))
+            until(lambda: bool(mon.faults()))
             assert set(mon.faults()) == {"gpu-0-part-3g40gb-4"}

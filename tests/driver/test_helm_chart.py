@@ -22,6 +22,7 @@ import yaml
 from kubernetes import client
 
 from driver import settings as driver_settings
+from tests import kube
 
 helm = pytest.importorskip(
     "helm_python",
@@ -48,18 +49,19 @@ MODELS = {
     ),
 }
 
-VALUE_SETS = {
+NVML_VALUES: dict[str, Any] = {
+    "backend": "nvml",
+    "health": False,
+    "deviceKinds": ["gpu", "mig", "partitionable-mig"],
+    "logFormat": "json",
+    "runtimeClassName": "nvidia",
+    "nodeSelector": {"nvidia.com/gpu.present": "true"},
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "imagePullSecrets": [{"name": "registry"}],
+}
+VALUE_SETS: dict[str, dict[str, Any] | None] = {
     "defaults": None,
-    "nvml": {
-        "backend": "nvml",
-        "health": False,
-        "deviceKinds": ["gpu", "mig", "partitionable-mig"],
-        "logFormat": "json",
-        "runtimeClassName": "nvidia",
-        "nodeSelector": {"nvidia.com/gpu.present": "true"},
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        "imagePullSecrets": [{"name": "registry"}],
-    },
+    "nvml": NVML_VALUES,
     "other-driver-name": {"driverName": "accel.example.com", "image": {"tag": "dev"}},
     "nothing-optional": {"deviceClasses": {"enabled": False}, "admissionPolicy": {"enabled": False}},
 }
@@ -86,6 +88,7 @@ def only(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 
 def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    driver: dict[str, Any]
     (driver,) = only(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
     return driver
 
@@ -118,7 +121,7 @@ def test_every_object_reads_into_the_api_models_unchanged(values: dict[str, Any]
         model = MODELS.get((obj["apiVersion"], obj["kind"]))
         assert model, f"unexpected object {obj['apiVersion']}/{obj['kind']}"
         parsed = api.deserialize(json.dumps(obj), model, None)
-        assert api.sanitize_for_serialization(parsed) == obj
+        assert kube.to_json(parsed) == obj
 
 
 def test_default_objects() -> None:
@@ -167,7 +170,7 @@ def test_daemonset_is_privileged_with_the_kubelet_and_cdi_host_paths() -> None:
 
 
 def test_daemonset_passes_the_node_name_and_settings_the_driver_documents() -> None:
-    objects = render(VALUE_SETS["nvml"])
+    objects = render(NVML_VALUES)
     env = env_of(objects)
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
 
@@ -226,7 +229,7 @@ def test_fake_backend_settings_reach_the_driver() -> None:
 
 
 def test_nvml_backend_has_no_fake_machine() -> None:
-    objects = render(VALUE_SETS["nvml"])
+    objects = render(NVML_VALUES)
     pod = only(objects, "DaemonSet")["spec"]["template"]["spec"]
     env = env_of(objects)
     assert env["DRA_GPU_BACKEND"] == "nvml"
@@ -235,8 +238,8 @@ def test_nvml_backend_has_no_fake_machine() -> None:
     assert env["DRA_GPU_DEVICE_KINDS"] == "gpu,mig,partitionable-mig"
     assert container(objects)["args"] == ["--no-health"]
     assert pod["runtimeClassName"] == "nvidia"
-    assert pod["nodeSelector"] == VALUE_SETS["nvml"]["nodeSelector"]
-    assert pod["tolerations"] == VALUE_SETS["nvml"]["tolerations"]
+    assert pod["nodeSelector"] == NVML_VALUES["nodeSelector"]
+    assert pod["tolerations"] == NVML_VALUES["tolerations"]
     assert pod["imagePullSecrets"] == [{"name": "registry"}]
 
 
@@ -349,7 +352,7 @@ def test_example_pod_reads_into_the_api_models_and_uses_a_chart_class() -> None:
     models = {"ResourceClaimTemplate": "V1ResourceClaimTemplate", "Pod": "V1Pod"}
     for obj in example:
         parsed = api.deserialize(json.dumps(obj), models[obj["kind"]], None)
-        assert api.sanitize_for_serialization(parsed) == obj
+        assert kube.to_json(parsed) == obj
     (template,) = of_kind(example, "ResourceClaimTemplate")
     classes = {obj["metadata"]["name"] for obj in of_kind(render(), "DeviceClass")}
     for request in template["spec"]["spec"]["devices"]["requests"]:

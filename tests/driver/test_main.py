@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import grpc
 import pytest
 
 from draproto import dra_v1_pb2, dra_v1_pb2_grpc, registration_pb2, registration_pb2_grpc
+from tests.polling import until
 
 DRIVER = "gpu.dra-conformance.io"
 KUBECONFIG = """apiVersion: v1
@@ -50,21 +50,19 @@ def _start(root: Path, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"driver exited {proc.returncode}: {proc.stderr.read().decode()[-3000:]}")  # type: ignore[union-attr]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path} did not appear in {timeout}s")
-        time.sleep(0.05)
+def _serving(path: Path, proc: subprocess.Popen[bytes]) -> bool:
+    """Whether the driver's socket is there; AssertionError with its stderr once it exited."""
+    if proc.poll() is not None:
+        assert proc.stderr is not None
+        raise AssertionError(f"driver exited {proc.returncode}: {proc.stderr.read().decode()[-3000:]}")
+    return path.exists()
 
 
 def test_process_serves_and_stops_cleanly_on_sigterm(root: Path) -> None:
     proc = _start(root)
     try:
         reg = root / "reg" / f"{DRIVER}-reg.sock"
-        _wait_for(reg, proc)
+        until(lambda: _serving(reg, proc), 30, str(reg))
         with grpc.insecure_channel(f"unix://{reg}") as channel:
             info = registration_pb2_grpc.RegistrationStub(channel).GetInfo(
                 registration_pb2.InfoRequest(), timeout=10

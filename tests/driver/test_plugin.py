@@ -11,7 +11,6 @@ from typing import Any
 
 import grpc
 import pytest
-from drvkit import DRIVER, NODE, Node, make_claim, prepare, result, unprepare
 
 import draproto
 from draproto import (
@@ -27,6 +26,7 @@ from draproto import (
 from driver.claims import MemoryClaimSource
 from driver.healthstream import HEALTHY, UNHEALTHY, DeviceHealth, StaticHealth
 from driver.settings import HealthSettings
+from tests.driver.drvkit import DRIVER, NODE, Node, make_claim, prepare, result, unprepare
 
 
 def test_get_info_names_the_driver_endpoint_and_versions(node: Node) -> None:
@@ -49,8 +49,8 @@ def test_health_off_is_not_advertised_nor_served(node: Node) -> None:
     info = stub.GetInfo(registration_pb2.InfoRequest(), timeout=5)
     assert list(info.supported_versions) == [draproto.DRA_V1, draproto.DRA_V1BETA1]
     with pytest.raises(grpc.RpcError) as err:
-        next(health_v1_pb2_grpc.DRAResourceHealthStub(node.channel()).NodeWatchResources(
-            health_v1_pb2.NodeWatchResourcesRequest(), timeout=5))  # fmt: skip
+        next(iter(health_v1_pb2_grpc.DRAResourceHealthStub(node.channel()).NodeWatchResources(
+            health_v1_pb2.NodeWatchResourcesRequest(), timeout=5)))  # fmt: skip
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
@@ -186,7 +186,7 @@ def test_two_claims_racing_for_one_device_get_one_refusal(node: Node) -> None:
     b = node.put(make_claim("b", [result("gpu", "gpu-0")]))
     barrier = threading.Barrier(2)
 
-    def go(claim: dict) -> str:
+    def go(claim: dict[str, Any]) -> str:
         barrier.wait()
         return str(prepare(node, claim).claims[claim["metadata"]["uid"]].error)
 
@@ -229,8 +229,10 @@ def test_health_stream_sends_full_list_then_changes(node: Node, pb2, grpc_mod) -
 
 def test_health_stream_ends_when_the_server_stops(node: Node) -> None:
     server = node.serve(health=StaticHealth({"gpu-0": DeviceHealth(HEALTHY)}))
-    stream = health_v1_pb2_grpc.DRAResourceHealthStub(node.channel()).NodeWatchResources(
-        health_v1_pb2.NodeWatchResourcesRequest(), timeout=10
+    stream = iter(
+        health_v1_pb2_grpc.DRAResourceHealthStub(node.channel()).NodeWatchResources(
+            health_v1_pb2.NodeWatchResourcesRequest(), timeout=10
+        )
     )
     next(stream)
     server.stop(0.5)
@@ -243,11 +245,12 @@ def test_health_stream_resends_the_full_list_without_a_change(node: Node) -> Non
     node.settings = replace(node.settings, health=HealthSettings(resend_seconds=0.3))
     node.serve(health=StaticHealth({"gpu-0": DeviceHealth(HEALTHY, updated=1.0)}))
     servicer = health_v1_pb2_grpc.DRAResourceHealthStub(node.channel())
-    stream = servicer.NodeWatchResources(health_v1_pb2.NodeWatchResourcesRequest(), timeout=10)
+    call = servicer.NodeWatchResources(health_v1_pb2.NodeWatchResourcesRequest(), timeout=10)
+    stream = iter(call)
     first = next(stream)
     assert first.devices[0].last_updated_time > 1  # determined now, not at the last change
     started = time.monotonic()
     second = next(stream)  # no change happened: this is the periodic resend
     assert time.monotonic() - started >= 0.2
     assert [d.device.device_name for d in second.devices] == ["gpu-0"]
-    stream.cancel()
+    call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves RpcContext.cancel bare

@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
-from drvkit import DRIVER, NODE, Node, make_claim, opaque, result
 
 import fakegpu
 from draproto import dra_v1_pb2, dra_v1_pb2_grpc
 from driver.devices import discover
 from driver.state import ClaimRef, DeviceState
+from tests.driver.drvkit import DRIVER, NODE, Node, make_claim, opaque, result
 
 MIG_MPS = {
     "apiVersion": "gpu.dra-conformance.io/v1",
@@ -29,7 +30,7 @@ def machine() -> Iterator[fakegpu.FakeMachine]:
         yield m
 
 
-def _prepare(node: Node, claim: dict) -> dra_v1_pb2.NodePrepareResourceResponse:
+def _prepare(node: Node, claim: dict[str, Any]) -> dra_v1_pb2.NodePrepareResourceResponse:
     meta = claim["metadata"]
     ref = dra_v1_pb2.Claim(namespace=meta["namespace"], uid=meta["uid"], name=meta["name"])
     stub = dra_v1_pb2_grpc.DRAPluginStub(node.channel())
@@ -38,7 +39,7 @@ def _prepare(node: Node, claim: dict) -> dra_v1_pb2.NodePrepareResourceResponse:
     ]
 
 
-def _unprepare(node: Node, claim: dict) -> str:
+def _unprepare(node: Node, claim: dict[str, Any]) -> str:
     meta = claim["metadata"]
     ref = dra_v1_pb2.Claim(namespace=meta["namespace"], uid=meta["uid"], name=meta["name"])
     stub = dra_v1_pb2_grpc.DRAPluginStub(node.channel())

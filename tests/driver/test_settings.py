@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from driver.errors import SettingsError
-from driver.settings import DEFAULT_IGNORED_XIDS, build_parser, device_classes_driver_name, from_args
+from driver.faults import DEFAULT_IGNORED_XIDS
+from driver.settings import build_parser, device_classes_driver_name, from_args
 
 
 def test_defaults() -> None:

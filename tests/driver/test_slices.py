@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from drvkit import wait_for
 from kubernetes import client
 
 from driver import devices
@@ -27,6 +26,8 @@ from driver.slicing import (
     build_slices,
     taints_from_faults,
 )
+from tests import kube, manifests
+from tests.polling import until
 
 DRIVER = "gpu.dra-conformance.io"
 NODE = "node-a"
@@ -242,12 +243,11 @@ def test_empty_inventory_still_publishes_an_empty_pool() -> None:
 def test_bodies_read_into_the_kubernetes_models_without_loss() -> None:
     inv = partitionable_inventory(1)
     taints = taints_from_faults({"gpu-0": Fault("xid-48", "XID 48", NO_EXECUTE, 1.0)}, DRIVER)
-    api = client.ApiClient()
     for body in build_slices(
         inv, driver_name=DRIVER, node_name=NODE, generation=1, node_uid="u", taints=taints
     ):
         model = client.V1ResourceSlice.from_dict(body)
-        again = api.sanitize_for_serialization(model)
+        again = kube.to_json(model)
         for dev in again["spec"].get("devices", []):
             for taint in dev.get("taints", []):
                 taint["timeAdded"] = taint["timeAdded"].replace("+00:00", "Z")
@@ -488,12 +488,12 @@ def test_background_publisher_republishes_a_deleted_slice() -> None:
     pub.update(gpu_inventory(3))
     pub.start()
     try:
-        assert wait_for(lambda: len(store.objects) == 1)
-        assert wait_for(lambda: len(store._watchers) == 1)
+        until(lambda: len(store.objects) == 1)
+        until(lambda: len(store._watchers) == 1)
         store.delete(f"{NODE}-{DRIVER}-0")
-        assert wait_for(lambda: generations(store) == {2})
+        until(lambda: generations(store) == {2})
         store.edit(f"{NODE}-{DRIVER}-0")
-        assert wait_for(lambda: generations(store) == {3})
+        until(lambda: generations(store) == {3})
         assert len(store.objects[f"{NODE}-{DRIVER}-0"]["spec"]["devices"]) == 3
         assert pub.wait_synced(5)
         assert generations(store) == {3}  # our own writes do not trigger more writes
@@ -512,8 +512,6 @@ def api_client() -> Iterator[Any]:
     import tempfile
     from pathlib import Path
 
-    from kubernetes import config
-
     from clusters.errors import BinariesError
     from clusters.local.binaries import resolve
     from clusters.local.controlplane import ControlPlane
@@ -526,8 +524,8 @@ def api_client() -> Iterator[Any]:
     root = Path(tempfile.mkdtemp(dir="/tmp", prefix="slc"))
     plane = ControlPlane(binaries, root).start()
     try:
-        api = config.new_client_from_config(config_file=str(plane.kubeconfig))
-        client.CoreV1Api(api).create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+        api = kube.admin_client(plane.kubeconfig)
+        kube.core(api).create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         yield api
     finally:
         plane.stop()
@@ -544,7 +542,7 @@ def _api_slices(api: Any) -> list[dict[str, Any]]:
 def test_api_server_takes_a_partitionable_pool_with_taints_and_gets_it_back_after_deletion(
     api_client: Any,
 ) -> None:
-    node_uid = client.CoreV1Api(api_client).read_node(NODE).metadata.uid
+    node_uid = kube.core(api_client).read_node(NODE).metadata.uid
     pub = SlicePublisher(KubeSliceStore(api_client), driver_name=DRIVER, node_name=NODE, resync_seconds=30)
     taint = DeviceTaint(f"{DRIVER}/unhealthy", "gpu-lost", NO_EXECUTE, time.time())
     pub.update(partitionable_inventory(8), taints={"gpu-3-part-7g80gb-0": [taint]})
@@ -559,13 +557,13 @@ def test_api_server_takes_a_partitionable_pool_with_taints_and_gets_it_back_afte
     assert pub.sync() is False  # what the server echoes back counts as ours
     pub.start()
     try:
-        client.ResourceV1Api(api_client).delete_resource_slice(f"{NODE}-{DRIVER}-2")
-        assert wait_for(lambda: {s["spec"]["pool"]["generation"] for s in _api_slices(api_client)} == {2})
+        kube.resource(api_client).delete_resource_slice(f"{NODE}-{DRIVER}-2")
+        until(lambda: {s["spec"]["pool"]["generation"] for s in _api_slices(api_client)} == {2})
         assert len(_api_slices(api_client)) == 5
         edited = _api_slices(api_client)[1]
         edited["spec"]["devices"] = edited["spec"]["devices"][:3]
         KubeSliceStore(api_client).replace(edited)
-        assert wait_for(lambda: {s["spec"]["pool"]["generation"] for s in _api_slices(api_client)} == {3})
+        until(lambda: {s["spec"]["pool"]["generation"] for s in _api_slices(api_client)} == {3})
         assert len(all_devices(_api_slices(api_client))) == 8 * 26
     finally:
         pub.stop()
@@ -619,7 +617,7 @@ def _ready_node(api: Any) -> None:
     resources = {"pods": "110", "cpu": "8", "memory": "32Gi"}
     ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test",
              "lastHeartbeatTime": now, "lastTransitionTime": now}  # fmt: skip
-    client.CoreV1Api(api).patch_node_status(
+    kube.core(api).patch_node_status(
         NODE, {"status": {"capacity": resources, "allocatable": resources, "conditions": [ready]}}
     )
 
@@ -636,10 +634,8 @@ def _allocate(api: Any, name: str, profile: str, count: int) -> list[str] | None
     }
     claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
              "spec": {"devices": {"requests": [{"name": "mig", "exactly": request}]}}}  # fmt: skip
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-           "spec": {"containers": [{"name": "c", "image": "none", "resources": {"claims": [{"name": "g"}]}}],
-                    "resourceClaims": [{"name": "g", "resourceClaimName": name}]}}  # fmt: skip
-    resource, core = client.ResourceV1Api(api), client.CoreV1Api(api)
+    pod = manifests.pod("default", name, {"g": {"resourceClaimName": name}})
+    resource, core = kube.resource(api), kube.core(api)
     resource.create_namespaced_resource_claim("default", claim)
     core.create_namespaced_pod("default", pod)
     deadline = time.monotonic() + 20
@@ -668,7 +664,7 @@ def test_the_scheduler_allocates_partitions_only_where_counters_allow(api_client
 
     _ready_node(api_client)
     for doc in yaml.safe_load_all(render(DRIVER)):
-        client.ResourceV1Api(api_client).create_device_class(doc)
+        kube.resource(api_client).create_device_class(doc)
     pub = SlicePublisher(KubeSliceStore(api_client), driver_name=DRIVER, node_name=NODE)
     pub.update(partitionable_inventory(1))
     pub.sync()

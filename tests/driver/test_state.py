@@ -5,27 +5,29 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
-from drvkit import DRIVER, Node, make_claim, opaque, result
 
 from driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, CheckpointStore, ClaimRecord, PreparedDevice
 from driver.errors import ClaimError, DeviceConflict, PrepareError
 from driver.state import ClaimRef
+from tests.driver.drvkit import DRIVER, Node, make_claim, opaque, result
 
 
-def ref(claim: dict) -> ClaimRef:
+def ref(claim: dict[str, Any]) -> ClaimRef:
     meta = claim["metadata"]
     return ClaimRef(namespace=meta["namespace"], uid=meta["uid"], name=meta["name"])
 
 
-def spec_of(node: Node, claim: dict) -> dict:
-    return json.loads(
+def spec_of(node: Node, claim: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = json.loads(
         (node.settings.kubelet.cdi_dir / f"{DRIVER}-{claim['metadata']['uid']}.json").read_text()
     )
+    return spec
 
 
-def env_of(node: Node, claim: dict, index: int = 0) -> dict[str, str]:
+def env_of(node: Node, claim: dict[str, Any], index: int = 0) -> dict[str, str]:
     entries = spec_of(node, claim)["devices"][index]["containerEdits"]["env"]
     return dict(e.split("=", 1) for e in entries)
 

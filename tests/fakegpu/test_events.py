@@ -121,7 +121,7 @@ def test_lost_gpu_answers_gpu_is_lost_others_keep_working(h100: fakegpu.FakeMach
     h100.mark_lost(h100.state.gpus[5].uuid)
     data = pynvml.nvmlEventSetWait(es, 0)
     assert (data.eventType, data.eventData) == (pynvml.nvmlEventTypeXidCriticalError, 79)
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: pynvml.nvmlDeviceGetName(h),
         lambda: pynvml.nvmlDeviceGetUUID(h),
         lambda: pynvml.nvmlDeviceGetMemoryInfo(h),

@@ -379,7 +379,7 @@ def _supports(gi: object, ci_pid: int) -> bool:
 def test_mig_calls_on_gpus_without_mig(install: Install, profile: str) -> None:
     install(profile)
     h = _gpu()
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: pynvml.nvmlDeviceGetMigMode(h),
         lambda: pynvml.nvmlDeviceSetMigMode(h, 1),
         lambda: pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, 0),

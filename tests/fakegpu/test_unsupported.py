@@ -30,7 +30,7 @@ def test_jetson_everything_else_not_supported(install: Install) -> None:
     install("jetson-orin")
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     es = pynvml.nvmlEventSetCreate()
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: pynvml.nvmlDeviceGetMemoryInfo(h),
         lambda: pynvml.nvmlDeviceGetPciInfo(h),
         lambda: pynvml.nvmlDeviceGetMigMode(h),

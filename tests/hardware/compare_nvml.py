@@ -16,6 +16,7 @@ import ctypes
 import json
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,7 @@ def query(gpu: int, mig: bool) -> dict[str, Any]:
         r["max_mig_devices_after_set"] = _try(lambda: pynvml.nvmlDeviceGetMaxMigDeviceCount(h))
     try:
         for index in GI_INDEXES:
-            info = _try(lambda index=index: pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, index))
+            info = _try(partial(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, h, index))
             key = f"gi_profile[{index}]"
             if isinstance(info, str):
                 r[key] = info
@@ -104,9 +105,9 @@ def query(gpu: int, mig: bool) -> dict[str, Any]:
             d = _struct(info)
             d.pop("version", None)
             r[key] = d
-            r[f"{key}.placements"] = _try(lambda pid=info.id: _placements(h, pid))
+            r[f"{key}.placements"] = _try(partial(_placements, h, info.id))
             r[f"{key}.remaining"] = _try(
-                lambda pid=info.id: pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(h, pid)
+                partial(pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity, h, info.id)
             )
         if mig:
             r.update(_mig_ids(h))
@@ -140,7 +141,7 @@ def _mig_ids(h: Any) -> dict[str, Any]:
             info = pynvml.nvmlGpuInstanceGetInfo(gi)
             ids.append([info.id, info.placement.start])
         if gis:
-            ci = _try(lambda gi=gis[0]: pynvml.nvmlGpuInstanceCreateComputeInstance(gi, 0))
+            ci = _try(partial(pynvml.nvmlGpuInstanceCreateComputeInstance, gis[0], 0))
             if not isinstance(ci, str):
                 out[f"ci_id_on_fresh_gi{seq}"] = pynvml.nvmlComputeInstanceGetInfo(ci).id
                 mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, 0)
@@ -149,17 +150,18 @@ def _mig_ids(h: Any) -> dict[str, Any]:
                 out[f"mig_index1{seq}"] = _try(
                     lambda: pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, 1) and "found"
                 )
-                out[f"destroy_gi_with_ci{seq}"] = _try(lambda gi=gis[0]: pynvml.nvmlGpuInstanceDestroy(gi))
-                _try(lambda ci=ci: pynvml.nvmlComputeInstanceDestroy(ci))
+                out[f"destroy_gi_with_ci{seq}"] = _try(partial(pynvml.nvmlGpuInstanceDestroy, gis[0]))
+                _try(partial(pynvml.nvmlComputeInstanceDestroy, ci))
         out[f"gi_ids{seq}"] = ids
         for gi in gis:
-            _try(lambda gi=gi: pynvml.nvmlGpuInstanceDestroy(gi))
+            _try(partial(pynvml.nvmlGpuInstanceDestroy, gi))
     return out
 
 
 def compare(real: dict[str, Any], fake: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(counted differences, informational differences) as printable lines."""
-    counted, info = [], []
+    counted: list[str] = []
+    info: list[str] = []
     for key in sorted(set(real) | set(fake)):
         a, b = real.get(key, "<absent>"), fake.get(key, "<absent>")
         if a == b:

@@ -78,7 +78,7 @@ def test_malformed_spec_is_named_and_others_still_resolve(tmp_path: Path) -> Non
 )
 def test_spec_rules_are_checked(change: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        cdi.parse_spec(Path("x.json"), json.dumps(_spec(**change)))
+        cdi.parse_spec(Path("x.json"), json.dumps({**_spec(), **change}))
 
 
 def test_a_device_defined_twice_is_refused(tmp_path: Path) -> None:

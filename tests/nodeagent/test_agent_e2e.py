@@ -11,19 +11,21 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_fakes import FakePlugin
 
 import draproto
 from clusters.local.binaries import Binaries
 from nodeagent.agent import Agent
 from nodeagent.kube import RestKube
 from nodeagent.settings import Settings, parse_version
+from tests import manifests
+from tests.nodeagent.fake_plugin import FakePlugin
+from tests.polling import until
 
 pytestmark = [
     pytest.mark.cluster,
@@ -35,16 +37,6 @@ pytestmark = [
 NODE = "agent-e2e-0"
 DRIVER = "gpu.example.com"
 NS = "agent-e2e"
-
-
-def _until(cond: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not met in {timeout} s")
 
 
 @dataclass
@@ -66,7 +58,7 @@ class World:
                     return {"exists": True}
                 return None
 
-        return _until(attempt, timeout, f"create {path}")
+        return until(attempt, timeout, f"create {path}")
 
     def pod(self, name: str) -> Any:
         return self.kube.get_pod(NS, name)
@@ -105,15 +97,7 @@ def world(local_binaries: Binaries) -> Iterator[World]:
         plugin.start()
         assert agent.plugins.wait_for(DRIVER, 10)
         w.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-        w.create(
-            "/apis/resource.k8s.io/v1/deviceclasses",
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceClass",
-                "metadata": {"name": DRIVER},
-                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-            },
-        )
+        w.create("/apis/resource.k8s.io/v1/deviceclasses", manifests.device_class(DRIVER))
         w.create(
             "/apis/resource.k8s.io/v1/resourceslices",
             {
@@ -137,33 +121,12 @@ def world(local_binaries: Binaries) -> Iterator[World]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _claim(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
-    }
+def _claim(name: str, device_class: str = DRIVER) -> dict[str, Any]:
+    return manifests.resource_claim(NS, name, device_class)
 
 
 def _pod(name: str, claim: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "annotations": annotations or {}},
-        "spec": {
-            "automountServiceAccountToken": False,
-            "terminationGracePeriodSeconds": 30,
-            "resourceClaims": [{"name": "gpus", **claim}],
-            "containers": [
-                {
-                    "name": "app",
-                    "image": "registry.example/app:1",
-                    "resources": {"claims": [{"name": "gpus"}]},
-                }
-            ],
-        },
-    }
+    return manifests.pod(NS, name, {"gpus": claim}, annotations=annotations)
 
 
 def _write_spec(root: Path, names: list[str]) -> None:
@@ -182,15 +145,15 @@ def test_claim_allocated_by_the_scheduler_is_prepared_and_the_pod_runs(world: Wo
     ]
     claim = world.create(f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims", _claim("c1"))
     world.create(f"/api/v1/namespaces/{NS}/pods", _pod("p1", {"resourceClaimName": "c1"}))
-    pod = _until(
-        lambda: (world.pod("p1") or {}).get("status", {}).get("phase") == "Running" and world.pod("p1")
+    pod = until(
+        lambda: (world.pod("p1") or {}).get("status", {}).get("phase") == "Running" and world.pod("p1"), 60
     )
     assert [("agent-e2e", claim["metadata"]["uid"], "c1")] in world.plugin.prepare_calls
     assert pod["status"]["podIP"] and pod["spec"]["nodeName"] == NODE
     assert world.view("p1", "app")["env"] == {"GPU_NAME": "the-gpu"}
     # an ordinary delete: the agent unprepares and finishes it, nothing hangs in Terminating
     world.send("DELETE", f"/api/v1/namespaces/{NS}/pods/p1")
-    _until(lambda: world.pod("p1") is None, 30, "pod gone")
+    until(lambda: world.pod("p1") is None, 30, "pod gone")
     assert [("agent-e2e", claim["metadata"]["uid"], "c1")] in world.plugin.unprepare_calls
     assert world.view("p1", "app") is None
 
@@ -202,18 +165,13 @@ def test_template_claim_pod_finishes_and_is_succeeded(world: World, caplog: pyte
     world.plugin.fixed_devices = [{"request_names": [], "pool": "pool-a", "device": "gpu-1", "cdi": []}]
     world.create(
         f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaimtemplates",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "tmpl", "namespace": NS},
-            "spec": {"spec": _claim("x")["spec"]},
-        },
+        manifests.claim_template(NS, "tmpl", DRIVER),
     )
     world.create(
         f"/api/v1/namespaces/{NS}/pods",
         _pod("p2", {"resourceClaimTemplateName": "tmpl"}, {"dra-conformance.io/run-seconds": "1"}),
     )
-    _until(lambda: (world.pod("p2") or {}).get("status", {}).get("phase") == "Succeeded", 60, "pod Succeeded")
+    until(lambda: (world.pod("p2") or {}).get("status", {}).get("phase") == "Succeeded", 60, "pod Succeeded")
     pod = world.pod("p2")
     generated = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
     assert any(c[0][2] == generated for c in world.plugin.prepare_calls), (
@@ -221,7 +179,7 @@ def test_template_claim_pod_finishes_and_is_succeeded(world: World, caplog: pyte
         f"status {pod['status']}, calls {world.plugin.prepare_calls}, agent said "
         f"{[(r.getMessage(), r.__dict__.get('pod'), r.__dict__.get('claim_uid')) for r in caplog.records]}"
     )
-    _until(lambda: any(c[0][2] == generated for c in world.plugin.unprepare_calls), 30, "unprepared")
+    until(lambda: any(c[0][2] == generated for c in world.plugin.unprepare_calls), 30, "unprepared")
 
 
 def test_failed_prepare_is_an_event_on_the_pod(world: World) -> None:
@@ -239,7 +197,7 @@ def test_failed_prepare_is_an_event_on_the_pod(world: World) -> None:
             if e["involvedObject"]["name"] == "p3" and e["reason"] == "FailedPrepareDynamicResources"
         ]
 
-    found = _until(event, 60, "FailedPrepareDynamicResources event")
+    found = until(event, 60, "FailedPrepareDynamicResources event")
     assert "GPU on fire" in found[0]["message"] and DRIVER in found[0]["message"]
     assert world.pod("p3")["status"]["phase"] == "Pending"
 
@@ -247,9 +205,9 @@ def test_failed_prepare_is_an_event_on_the_pod(world: World) -> None:
         statuses = world.pod("p3")["status"].get("containerStatuses") or [{}]
         return statuses[0].get("state", {}).get("waiting", {}).get("reason") == "ContainerCreating"
 
-    _until(waiting, 30, "container waiting in ContainerCreating")
+    until(waiting, 30, "container waiting in ContainerCreating")
     del world.plugin.claim_errors[claim["metadata"]["uid"]]
-    _until(lambda: world.pod("p3")["status"]["phase"] == "Running", 60, "Running after retry")
+    until(lambda: world.pod("p3")["status"]["phase"] == "Running", 60, "Running after retry")
 
 
 def test_device_health_reaches_the_pod_status(world: World) -> None:
@@ -261,7 +219,7 @@ def test_device_health_reaches_the_pod_status(world: World) -> None:
         {"name": "init", "image": "registry.example/app:1", "resources": {"claims": [{"name": "gpus"}]}}
     ]
     world.create(f"/api/v1/namespaces/{NS}/pods", pod)
-    _until(lambda: (world.pod("p4") or {}).get("status", {}).get("phase") == "Running", 60, "Running")
+    until(lambda: (world.pod("p4") or {}).get("status", {}).get("phase") == "Running", 60, "Running")
     world.plugin.health_queue.put([("pool-a", "gpu-2", 2)])
 
     def status() -> Any:
@@ -269,7 +227,7 @@ def test_device_health_reaches_the_pod_status(world: World) -> None:
         entries = cs.get("allocatedResourcesStatus") or []
         return [r for e in entries for r in e["resources"] if r["health"] == "Unhealthy"] and entries
 
-    entries = _until(status, 30, "Unhealthy in allocatedResourcesStatus")
+    entries = until(status, 30, "Unhealthy in allocatedResourcesStatus")
     init = world.pod("p4")["status"]["initContainerStatuses"][0]
     assert init["allocatedResourcesStatus"][0]["name"] == "claim:gpus"
     assert entries == [
@@ -284,13 +242,13 @@ def test_after_an_agent_restart_the_running_pod_is_prepared_again(world: World) 
     world.plugin.fixed_devices = [{"request_names": [], "pool": "pool-a", "device": "gpu-3", "cdi": []}]
     claim = world.create(f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims", _claim("c5"))
     world.create(f"/api/v1/namespaces/{NS}/pods", _pod("p5", {"resourceClaimName": "c5"}))
-    _until(lambda: (world.pod("p5") or {}).get("status", {}).get("phase") == "Running", 60, "Running")
+    until(lambda: (world.pod("p5") or {}).get("status", {}).get("phase") == "Running", 60, "Running")
     call = [("agent-e2e", claim["metadata"]["uid"], "c5")]
     assert world.plugin.prepare_calls.count(call) == 1
     world.agent.stop()
     world.agent = Agent(world.agent.settings, world.kube)
     world.agent.start()
-    _until(lambda: world.plugin.prepare_calls.count(call) == 2, 30, "prepare called again")
+    until(lambda: world.plugin.prepare_calls.count(call) == 2, 30, "prepare called again")
     assert world.pod("p5")["status"]["phase"] == "Running"
 
 
@@ -331,13 +289,15 @@ def test_agent_process_with_the_reference_driver(world: World) -> None:
             node,
             "--root",
             str(root),
+            "--log-format",
+            "json",
         ],
         stdout=agent_log,
         stderr=subprocess.STDOUT,
     )
     drv: subprocess.Popen[bytes] | None = None
     try:
-        _until(lambda: world.kube.get_node(node), 30, "Node created by the agent process")
+        until(lambda: world.kube.get_node(node), 30, "Node created by the agent process")
         drv = subprocess.Popen(
             [
                 sys.executable,
@@ -359,6 +319,8 @@ def test_agent_process_with_the_reference_driver(world: World) -> None:
                 "l4x4",
                 "--fake-state-dir",
                 str(root / "fake"),
+                "--log-format",
+                "json",
             ],
             stdout=driver_log,
             stderr=subprocess.STDOUT,
@@ -374,26 +336,27 @@ def test_agent_process_with_the_reference_driver(world: World) -> None:
             items = world.send("GET", "/apis/resource.k8s.io/v1/resourceslices").get("items", [])
             return [s for s in items if s["spec"].get("nodeName") == node]
 
-        _until(slices, 60, "the driver's ResourceSlices")
-        claim = _claim("real")
-        claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = driver
-        world.create(f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims", claim)
+        until(slices, 60, "the driver's ResourceSlices")
+        world.create(f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims", _claim("real", driver))
         pod = _pod("p-real", {"resourceClaimName": "real"})
         pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
         world.create(f"/api/v1/namespaces/{NS}/pods", pod)
-        _until(
+        until(
             lambda: (world.pod("p-real") or {}).get("status", {}).get("phase") == "Running", 90, "Running pod"
         )
         view = json.loads((root / "agent" / "containers" / f"{NS}_p-real_app.json").read_text())
         assert view["cdi_devices"] and all("/" in i and "=" in i for i in view["cdi_devices"])
         assert view["env"], view
         world.send("DELETE", f"/api/v1/namespaces/{NS}/pods/p-real")
-        _until(lambda: world.pod("p-real") is None, 30, "pod gone")
+        until(lambda: world.pod("p-real") is None, 30, "pod gone")
         stopping = time.monotonic()
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(timeout=20) == 0
         assert time.monotonic() - stopping < 8, "SIGTERM should stop the agent promptly"
         assert world.kube.get_node(node) is not None  # the Node stays
+        for name in ("agent.log", "driver.log"):  # one log schema for every process of ours
+            lines = [json.loads(line) for line in (root / "logs" / name).read_text().splitlines()]
+            assert lines and all({"time", "level", "logger", "msg"} <= set(line) for line in lines), name
     finally:
         for proc in (agent, drv):
             if proc is not None and proc.poll() is None:

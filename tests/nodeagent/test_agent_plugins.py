@@ -10,7 +10,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from agent_fakes import FakePlugin, until
 
 import draproto
 from nodeagent.draclient import ClaimRef
@@ -18,6 +17,8 @@ from nodeagent.errors import PluginError, PrepareError
 from nodeagent.health import HEALTHY, UNHEALTHY, UNKNOWN, HealthCache, choose_health_version
 from nodeagent.plugins import PluginManager, choose_dra_version
 from nodeagent.settings import Settings
+from tests.nodeagent.fake_plugin import FakePlugin
+from tests.polling import until
 
 
 @pytest.fixture

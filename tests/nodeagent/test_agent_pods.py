@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_fakes import FakeKube, FakePlugin, make_claim, make_pod
 
 import draproto
 from nodeagent.checkpoint import Checkpoint
@@ -20,6 +19,8 @@ from nodeagent.health import HealthCache
 from nodeagent.plugins import PluginManager
 from nodeagent.pods import FAILED_PREPARE, PodManager
 from nodeagent.settings import Settings
+from tests.nodeagent.fake_kube import FakeKube, make_claim, make_pod
+from tests.nodeagent.fake_plugin import FakePlugin
 
 NODE = "node-a"
 DRIVER = "gpu.example.com"
@@ -54,13 +55,23 @@ class Env:
         for _ in range(rounds):
             for uid in uids or [p["metadata"]["uid"] for p in self.kube.list_pods(NODE)[0]]:
                 out[uid] = self.pods.sync(uid)
-                pod = next((p for p in self.kube.pods.values() if p["metadata"]["uid"] == uid), None)
+                pod = self.kube.pod_by_uid(uid)
                 if pod is not None:
-                    self.pods.upsert(json.loads(json.dumps(pod)))
+                    self.pods.upsert(pod)
         return out
 
     def view(self, pod: str, container: str, ns: str = "default") -> dict[str, Any]:
-        return json.loads((self.settings.layout.containers_dir / f"{ns}_{pod}_{container}.json").read_text())
+        view: dict[str, Any] = json.loads(
+            (self.settings.layout.containers_dir / f"{ns}_{pod}_{container}.json").read_text()
+        )
+        return view
+
+    def claimed_pod(self, pod_claim: str = "g", **pod: Any) -> None:
+        """Claim c1 (uid u1, reserved for pod-1; its device's CDI spec written) and pod p1 (uid pod-1)
+        using it as ``pod_claim``; ``pod``: more ``make_pod`` arguments."""
+        self.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
+        self.spec("dev-u1")
+        self.kube.add_pod(make_pod("p1", "pod-1", claims={pod_claim: "c1"}, **pod))
 
     def spec(self, *names: str, name: str = "gpu.json", text: str | None = None) -> None:
         body = text or json.dumps(
@@ -168,7 +179,7 @@ def test_unreserved_claim_keeps_the_pod_pending_with_an_event(env: Env) -> None:
     assert event["involvedObject"]["uid"] == "pod-1"
     env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
     assert env.sync()["pod-1"] is None
-    assert env.kube.pod_now("default", "p1")["status"]["phase"] == "Running"  # type: ignore[index]
+    assert env.kube.phase("p1") == "Running"
 
 
 def test_missing_claim_and_missing_template_claim_give_events(env: Env) -> None:
@@ -210,11 +221,11 @@ def test_failed_prepare_is_reported_and_retried(env: Env) -> None:
         and DRIVER in event["message"]
         and "GPU on fire" in event["message"]
     )
-    assert env.kube.pod_now("default", "p1")["status"]["phase"] == "Pending"  # type: ignore[index]
+    assert env.kube.phase("p1") == "Pending"
     del env.plugin.claim_errors["u1"]
     assert env.sync()["pod-1"] is None
     assert len(env.plugin.prepare_calls) == 2
-    assert env.kube.pod_now("default", "p1")["status"]["phase"] == "Running"  # type: ignore[index]
+    assert env.kube.phase("p1") == "Running"
 
 
 def test_unregistered_driver_is_named(env: Env) -> None:
@@ -236,16 +247,14 @@ def test_malformed_cdi_spec_gives_an_event_and_other_pods_run(env: Env) -> None:
     assert out["pod-1"] is not None and out["pod-2"] is None
     event = next(e for e in env.kube.events if e["involvedObject"]["name"] == "p1")
     assert "CDI device injection failed" in event["message"] and "broken.yaml" in event["message"]
-    assert env.kube.pod_now("default", "p2")["status"]["phase"] == "Running"  # type: ignore[index]
+    assert env.kube.phase("p2") == "Running"
 
 
 def test_deletion_unprepares_removes_views_and_deletes_for_good(env: Env) -> None:
-    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
-    env.spec("dev-u1")
-    env.kube.add_pod(make_pod("p1", "pod-1", claims={"gpus": "c1"}, containers={"a": [("gpus", None)]}))
+    env.claimed_pod("gpus", containers={"a": [("gpus", None)]})
     env.sync()
     assert env.pods.checkpoint.get("u1") is not None
-    env.kube.pods[("default", "p1")]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    env.kube.request_delete("default", "p1")
     assert env.sync() == {"pod-1": None}
     assert env.plugin.unprepare_calls == [[("default", "u1", "c1")]]
     assert env.kube.deleted_pods == [("default", "p1", "pod-1")]
@@ -260,22 +269,20 @@ def test_shared_claim_is_unprepared_only_after_its_last_pod(env: Env) -> None:
         env.kube.add_pod(make_pod(f"p{n}", f"pod-{n}", claims={"g": "c1"}, containers={"a": [("g", None)]}))
     env.sync()
     assert len(env.plugin.prepare_calls) == 1  # the second pod finds the claim prepared
-    env.kube.pods[("default", "p1")]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    env.kube.request_delete("default", "p1")
     env.sync()
     assert env.plugin.unprepare_calls == []
     assert env.view("p2", "a")["cdi_devices"] == ["example.com/gpu=dev-u1"]
-    env.kube.pods[("default", "p2")]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    env.kube.request_delete("default", "p2")
     env.sync()
     assert env.plugin.unprepare_calls == [[("default", "u1", "c1")]]
 
 
 def test_failing_unprepare_is_retried_then_given_up_with_an_event(env: Env) -> None:
-    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
-    env.spec("dev-u1")
-    env.kube.add_pod(make_pod("p1", "pod-1", claims={"g": "c1"}))
+    env.claimed_pod()
     env.sync()
     env.plugin.unprepare_errors["u1"] = "busy"
-    env.kube.pods[("default", "p1")]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    env.kube.request_delete("default", "p1")
     assert env.sync()["pod-1"] is not None
     assert env.kube.deleted_pods == []
     time.sleep(0.25)
@@ -288,17 +295,10 @@ def test_failing_unprepare_is_retried_then_given_up_with_an_event(env: Env) -> N
 
 
 def test_run_seconds_finishes_the_pod_and_unprepares(env: Env) -> None:
-    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
-    env.spec("dev-u1")
-    env.kube.add_pod(
-        make_pod(
-            "p1",
-            "pod-1",
-            claims={"g": "c1"},
-            containers={"a": [("g", None)]},
-            init_containers={"init": [("g", None)]},
-            annotations={"dra-conformance.io/run-seconds": "0.2"},
-        )
+    env.claimed_pod(
+        containers={"a": [("g", None)]},
+        init_containers={"init": [("g", None)]},
+        annotations={"dra-conformance.io/run-seconds": "0.2"},
     )
     delay = env.sync()["pod-1"]
     assert delay is not None and 0 < delay <= 0.2
@@ -319,9 +319,7 @@ def test_run_seconds_finishes_the_pod_and_unprepares(env: Env) -> None:
 
 
 def test_after_a_restart_running_pods_are_prepared_again(env: Env) -> None:
-    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
-    env.spec("dev-u1")
-    env.kube.add_pod(make_pod("p1", "pod-1", claims={"g": "c1"}, containers={"a": [("g", None)]}))
+    env.claimed_pod(containers={"a": [("g", None)]})
     env.sync()
     before = env.kube.pod_now("default", "p1")
     env.restart_manager()
@@ -334,12 +332,10 @@ def test_after_a_restart_running_pods_are_prepared_again(env: Env) -> None:
 
 
 def test_claims_of_pods_deleted_while_down_are_unprepared(env: Env) -> None:
-    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
-    env.spec("dev-u1")
-    env.kube.add_pod(make_pod("p1", "pod-1", claims={"g": "c1"}))
+    env.claimed_pod()
     env.sync()
     env.restart_manager()
-    del env.kube.pods[("default", "p1")]
+    env.kube.remove_pod("default", "p1")
     env.pods.sweep_orphans()
     assert env.plugin.unprepare_calls == []  # nothing judged before the first pod list
     env.sync()
@@ -349,9 +345,7 @@ def test_claims_of_pods_deleted_while_down_are_unprepared(env: Env) -> None:
 
 
 def test_health_reaches_allocated_resources_status(env: Env) -> None:
-    env.kube.add_claim(make_claim("c1", "u1", reserved_for=("pod-1",)))
-    env.spec("dev-u1")
-    env.kube.add_pod(make_pod("p1", "pod-1", claims={"gpus": "c1"}, containers={"a": [("gpus", "gpu")]}))
+    env.claimed_pod("gpus", containers={"a": [("gpus", "gpu")]})
     env.sync()
     while (key := env.pods.queue.get(timeout=0)) is not None:  # drain what the sync enqueued
         env.pods.queue.done(key)
@@ -369,3 +363,12 @@ def test_health_reaches_allocated_resources_status(env: Env) -> None:
             "resources": [{"resourceID": f"{DRIVER}/pool-a/gpu-0", "health": "Unhealthy"}],
         }
     ]
+
+
+def test_a_status_write_that_conflicts_is_retried_on_the_fresh_pod(env: Env) -> None:
+    env.claimed_pod()
+    # another client writes the pod after the agent read it: the agent's write answers 409
+    env.kube.before_next("update_pod_status", lambda: env.kube.touch_pod("default", "p1"))
+    env.sync()
+    assert env.kube.phase("p1") == "Running"
+    assert env.kube.calls["get_pod"] >= 1  # read back after the conflict

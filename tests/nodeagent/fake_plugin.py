@@ -1,34 +1,21 @@
-"""Fakes for the node agent's tests: a DRA plugin over real gRPC, and an in-memory API server."""
+"""``FakePlugin``: a DRA driver's kubelet plugin over real gRPC, with knobs, for the node agent's tests."""
 
 from __future__ import annotations
 
-import copy
-import itertools
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 import draproto
-from nodeagent.errors import KubeError
 from nodeagent.layout import NodeLayout
 
 Obj = dict[str, Any]
-
-
-def until(cond: Callable[[], object], timeout: float = 10.0) -> None:
-    """Poll ``cond`` until it is true; AssertionError after ``timeout`` s (generous: CI machines are slow)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"condition not met in {timeout} s")
 
 
 class FakePlugin:
@@ -144,7 +131,7 @@ class FakePlugin:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         plugin = self
 
-        class Registration(draproto.registration_pb2_grpc.RegistrationServicer):  # type: ignore[misc]
+        class Registration(draproto.registration_pb2_grpc.RegistrationServicer):
             def GetInfo(self, request: Any, context: Any) -> Any:
                 return draproto.registration_pb2.PluginInfo(
                     type=plugin.plugin_type,
@@ -229,7 +216,13 @@ class FakePlugin:
                 s.unlink(missing_ok=True)
 
 
-class _GarbageHandler(grpc.GenericRpcHandler):
+if TYPE_CHECKING:  # generic only in the type stubs
+    _Handler = grpc.GenericRpcHandler[bytes, bytes]
+else:
+    _Handler = grpc.GenericRpcHandler
+
+
+class _GarbageHandler(_Handler):
     """Answers every DRAPlugin call with fixed raw bytes (a plugin that talks garbage)."""
 
     def __init__(self, garbage: bytes) -> None:
@@ -240,204 +233,3 @@ class _GarbageHandler(grpc.GenericRpcHandler):
             return None
         # no (de)serializers: the request arrives and the answer leaves as raw bytes
         return grpc.unary_unary_rpc_method_handler(lambda _request, _context: self.garbage)
-
-
-class FakeKube:
-    """The agent's :class:`Kube` seam, in memory."""
-
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self.pods: dict[tuple[str, str], Obj] = {}
-        self.claims: dict[tuple[str, str], Obj] = {}
-        self.events: list[Obj] = []
-        self.slices: list[Obj] = []
-        self.nodes: dict[str, Obj] = {}
-        self.leases: dict[tuple[str, str], Obj] = {}
-        self.deleted_pods: list[tuple[str, str, str]] = []
-        self.status_updates = 0
-        self._rv = itertools.count(1)
-
-    def _bump(self, obj: Obj) -> Obj:
-        obj.setdefault("metadata", {})["resourceVersion"] = str(next(self._rv))
-        return obj
-
-    # -- helpers for tests
-
-    def add_pod(self, pod: Obj) -> Obj:
-        with self.lock:
-            md = pod["metadata"]
-            self.pods[(md["namespace"], md["name"])] = self._bump(pod)
-            return copy.deepcopy(pod)
-
-    def add_claim(self, claim: Obj) -> None:
-        with self.lock:
-            md = claim["metadata"]
-            self.claims[(md["namespace"], md["name"])] = self._bump(claim)
-
-    def pod_now(self, ns: str, name: str) -> Obj | None:
-        with self.lock:
-            p = self.pods.get((ns, name))
-            return copy.deepcopy(p) if p else None
-
-    def reasons(self) -> list[str]:
-        """Reasons of the recorded events."""
-        return [e["reason"] for e in self.events]
-
-    # -- Kube
-
-    def list_pods(self, node: str) -> tuple[list[Obj], str]:
-        with self.lock:
-            pods = [copy.deepcopy(p) for p in self.pods.values() if p["spec"].get("nodeName") == node]
-            return pods, str(next(self._rv))
-
-    def watch_pods(self, node: str, resource_version: str, timeout_seconds: int) -> Iterator[tuple[str, Obj]]:
-        time.sleep(min(timeout_seconds, 0.2))
-        return iter(())
-
-    def get_pod(self, namespace: str, name: str) -> Obj | None:
-        return self.pod_now(namespace, name)
-
-    def update_pod_status(self, pod: Obj) -> Obj:
-        with self.lock:
-            md = pod["metadata"]
-            cur = self.pods.get((md["namespace"], md["name"]))
-            if cur is None or cur["metadata"]["uid"] != md["uid"]:
-                raise KubeError("not found", 404)
-            if md.get("resourceVersion") and md["resourceVersion"] != cur["metadata"]["resourceVersion"]:
-                raise KubeError("conflict", 409)
-            cur["status"] = copy.deepcopy(pod["status"])
-            self._bump(cur)
-            self.status_updates += 1
-            return copy.deepcopy(cur)
-
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        with self.lock:
-            cur = self.pods.get((namespace, name))
-            if cur is not None and cur["metadata"]["uid"] == uid:
-                del self.pods[(namespace, name)]
-                self.deleted_pods.append((namespace, name, uid))
-
-    def get_claim(self, namespace: str, name: str) -> Obj | None:
-        with self.lock:
-            c = self.claims.get((namespace, name))
-            return copy.deepcopy(c) if c else None
-
-    def create_event(self, namespace: str, event: Obj) -> None:
-        with self.lock:
-            self.events.append(copy.deepcopy(event))
-
-    def delete_slices(self, node: str, driver: str | None = None) -> int:
-        with self.lock:
-            keep = [
-                s
-                for s in self.slices
-                if s["spec"]["nodeName"] != node or (driver is not None and s["spec"]["driver"] != driver)
-            ]
-            n = len(self.slices) - len(keep)
-            self.slices = keep
-            return n
-
-    def get_node(self, name: str) -> Obj | None:
-        with self.lock:
-            n = self.nodes.get(name)
-            return copy.deepcopy(n) if n else None
-
-    def create_node(self, node: Obj) -> Obj:
-        with self.lock:
-            node = copy.deepcopy(node)
-            node["metadata"]["uid"] = f"node-uid-{node['metadata']['name']}"
-            self.nodes[node["metadata"]["name"]] = self._bump(node)
-            return copy.deepcopy(node)
-
-    def patch_node_status(self, name: str, patch: Obj) -> Obj:
-        with self.lock:
-            self.nodes[name].setdefault("status", {}).update(copy.deepcopy(patch["status"]))
-            return copy.deepcopy(self.nodes[name])
-
-    def get_lease(self, namespace: str, name: str) -> Obj | None:
-        with self.lock:
-            lease = self.leases.get((namespace, name))
-            return copy.deepcopy(lease) if lease else None
-
-    def create_lease(self, namespace: str, lease: Obj) -> Obj:
-        with self.lock:
-            self.leases[(namespace, lease["metadata"]["name"])] = self._bump(copy.deepcopy(lease))
-            return copy.deepcopy(lease)
-
-    def update_lease(self, namespace: str, lease: Obj) -> Obj:
-        with self.lock:
-            self.leases[(namespace, lease["metadata"]["name"])] = self._bump(copy.deepcopy(lease))
-            return copy.deepcopy(lease)
-
-
-def make_claim(
-    name: str,
-    uid: str,
-    *,
-    namespace: str = "default",
-    drivers: tuple[str, ...] = ("gpu.example.com",),
-    requests: tuple[str, ...] = ("gpu",),
-    reserved_for: tuple[str, ...] = (),
-    allocated: bool = True,
-) -> Obj:
-    """A ResourceClaim as the scheduler leaves it."""
-    claim: Obj = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace, "uid": uid},
-        "spec": {"devices": {"requests": [{"name": r} for r in requests]}},
-        "status": {},
-    }
-    if allocated:
-        claim["status"]["allocation"] = {
-            "devices": {
-                "results": [
-                    {"request": r, "driver": d, "pool": "pool-a", "device": f"gpu-{i}"}
-                    for i, (r, d) in enumerate(itertools.product(requests, drivers))
-                ]
-            }
-        }
-    claim["status"]["reservedFor"] = [{"resource": "pods", "name": "p", "uid": u} for u in reserved_for]
-    return claim
-
-
-def make_pod(
-    name: str,
-    uid: str,
-    *,
-    node: str = "node-a",
-    namespace: str = "default",
-    claims: dict[str, str] | None = None,
-    containers: dict[str, list[tuple[str, str | None]]] | None = None,
-    init_containers: dict[str, list[tuple[str, str | None]]] | None = None,
-    templates: dict[str, str] | None = None,
-    claim_statuses: dict[str, str | None] | None = None,
-    annotations: dict[str, str] | None = None,
-) -> Obj:
-    """A bound pod. ``claims``: pod claim name -> ResourceClaim name; ``containers``: name -> refs."""
-
-    def spec_containers(cs: dict[str, list[tuple[str, str | None]]]) -> list[Obj]:
-        out = []
-        for cname, refs in cs.items():
-            c: Obj = {"name": cname, "image": "registry.example/app:1"}
-            if refs:
-                c["resources"] = {"claims": [{"name": n, **({"request": r} if r else {})} for n, r in refs]}
-            out.append(c)
-        return out
-
-    spec: Obj = {"nodeName": node, "containers": spec_containers(containers or {"main": []})}
-    if init_containers:
-        spec["initContainers"] = spec_containers(init_containers)
-    rcs = [{"name": n, "resourceClaimName": c} for n, c in (claims or {}).items()]
-    rcs += [{"name": n, "resourceClaimTemplateName": t} for n, t in (templates or {}).items()]
-    if rcs:
-        spec["resourceClaims"] = rcs
-    status: Obj = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}
-    if claim_statuses is not None:
-        status["resourceClaimStatuses"] = [
-            {"name": n, **({"resourceClaimName": c} if c else {})} for n, c in claim_statuses.items()
-        ]
-    md: Obj = {"name": name, "namespace": namespace, "uid": uid}
-    if annotations:
-        md["annotations"] = annotations
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": md, "spec": spec, "status": status}
