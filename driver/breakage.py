@@ -26,6 +26,7 @@ RULES: dict[str, str] = {
     "no-health": "device health is never reported (the stream stays silent, no taints)",
     "no-slices": "ResourceSlices are never published",
     "hide-device": "ResourceSlices publish one device fewer than the hardware has",
+    "phantom-device": "ResourceSlices publish one device more than the hardware has",
     "no-republish": "a slice deleted or edited by someone else is not restored",
     "churn-slices": "the pool is rewritten every few seconds though nothing changed",
     "wrong-slice-count": "ResourceSlices claim one slice more in the pool than there are",

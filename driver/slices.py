@@ -293,10 +293,11 @@ class SlicePublisher:
             taints=taints,
             oversized=self._oversized,
         )
-        if self._breaks("hide-device"):
-            with_devices = [b for b in bodies if b["spec"].get("devices")]
-            if with_devices:
-                with_devices[-1]["spec"]["devices"].pop()
+        with_devices = [b["spec"]["devices"] for b in bodies if b["spec"].get("devices")]
+        if self._breaks("hide-device") and with_devices:
+            with_devices[-1].pop()
+        if self._breaks("phantom-device") and with_devices:
+            with_devices[-1].append({**with_devices[-1][-1], "name": "phantom"})
         if self._breaks("wrong-slice-count"):
             for body in bodies:
                 body["spec"]["pool"]["resourceSliceCount"] += 1

@@ -53,7 +53,7 @@ def test_every_rule_is_documented() -> None:
     assert set(RULES) == {
         "non-idempotent-prepare", "drop-claim-from-batch", "invalid-cdi-spec", "leave-cdi-on-unprepare",
         "ignore-config", "oversized-slice", "wrong-pool-name", "no-health", "no-slices", "hide-device",
-        "no-republish", "churn-slices", "wrong-slice-count", "orphan-slices",
+        "phantom-device", "no-republish", "churn-slices", "wrong-slice-count", "orphan-slices",
     }  # fmt: skip
 
 
@@ -171,6 +171,11 @@ def _every_device_published(node: Node) -> tuple[bool, ...]:
     return (len(store.devices()) == 200,)
 
 
+def _no_device_added(node: Node) -> tuple[bool, ...]:
+    _, store = _published(node)
+    return (len(store.devices()) == 8,)
+
+
 def _slices_restored(node: Node) -> tuple[bool, ...]:
     deleted_by_someone, deleted = _published(node)
     deleted.objects.clear()
@@ -241,6 +246,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "no-health": _health_reported,
     "no-slices": _slices_published,
     "hide-device": _every_device_published,
+    "phantom-device": _no_device_added,
     "no-republish": _slices_restored,
     "churn-slices": _slices_left_alone,
     "wrong-slice-count": _slice_count_right,
