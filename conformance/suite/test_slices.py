@@ -96,9 +96,9 @@ def generations(slices: Iterable[Obj]) -> dict[str, set[int]]:
     return {name: {int(pool(s).get("generation", 0)) for s in ss} for name, ss in by_pool(slices).items()}
 
 
-def node_selector(dra: Harness, node: str | None = None) -> str:
-    """The field selector of the driver's slices on ``node``."""
-    return f"spec.driver={dra.driver},spec.nodeName={node or dra.node}"
+def node_selector(dra: Harness) -> str:
+    """The field selector of the driver's slices on the test's node."""
+    return f"spec.driver={dra.driver},spec.nodeName={dra.node}"
 
 
 def describe(objs: Objects) -> str:
@@ -111,8 +111,9 @@ def describe(objs: Objects) -> str:
     return "; ".join(sorted(rows)) or "no slices"
 
 
-def settled(dra: Harness, node: str | None = None) -> list[Obj]:
-    """The node's slices once it has some and each of its pools shows one generation."""
+def settled(dra: Harness) -> list[Obj]:
+    """The node's slices once it has some and each of its pools shows one generation (the one a
+    consumer uses: a pool being rewritten is waited out)."""
 
     def check(objs: Objects) -> list[Obj] | None:
         slices = list(objs.values())
@@ -123,21 +124,12 @@ def settled(dra: Harness, node: str | None = None) -> list[Obj]:
     return watch_until(
         dra.kube,
         "ResourceSlice",
-        f"slices of {dra.driver} on {node or dra.node}, each pool at one generation",
+        f"slices of {dra.driver} on {dra.node}, each pool at one generation",
         check,
         dra.profile.timeouts.slices,
-        fields=node_selector(dra, node),
+        fields=node_selector(dra),
         describe=describe,
     )
-
-
-def newest(slices: Iterable[Obj]) -> list[Obj]:
-    """The slices of each pool's highest generation (the ones a consumer uses)."""
-    out: list[Obj] = []
-    for ss in by_pool(slices).values():
-        top = max(int(pool(s).get("generation", 0)) for s in ss)
-        out.extend(s for s in ss if int(pool(s).get("generation", 0)) == top)
-    return out
 
 
 def wait_restored(dra: Harness, before: Mapping[str, Obj], what: str) -> None:
@@ -260,7 +252,7 @@ def test_slices_present(dra: Harness) -> None:
     """each node under test has at least one slice of the driver with at least one device"""
     slices = settled(dra)
     seen = describe({meta(s)["name"]: s for s in slices})
-    assert devices(newest(slices)), f"{dra.node} has slices of {dra.driver} but no device: {seen}"
+    assert devices(slices), f"{dra.node} has slices of {dra.driver} but no device: {seen}"
 
 
 @rule("SLICE-NODE")
@@ -375,7 +367,7 @@ def test_attributes(dra: Harness) -> None:
     required attributes are present with the profile's types"""
     required = dra.profile.devices.attributes
     problems = []
-    for d in devices(newest(settled(dra))):
+    for d in devices(settled(dra)):
         device = d["name"]
         for name, entry in (d.get("attributes") or {}).items():
             why = qualified_name_problem(name) or value_problem(entry or {})
@@ -397,7 +389,7 @@ def test_attributes(dra: Harness) -> None:
 @rule("SLICE-COUNT")
 def test_device_count(dra: Harness) -> None:
     """the device count per node matches the profile (the hardware)"""
-    found = devices(newest(settled(dra)))
+    found = devices(settled(dra))
     assert len(found) == dra.profile.devices.per_node, (
         f"{dra.node} publishes {len(found)} device(s) of {dra.driver}, the profile says "
         f"{dra.profile.devices.per_node} (devices.perNode)"
@@ -490,7 +482,7 @@ def test_counters(dra: Harness) -> None:
     its set"""
     problems = []
     consumers = 0
-    for name, slices in by_pool(newest(settled(dra))).items():
+    for name, slices in by_pool(settled(dra)).items():
         counter_sets: dict[str, dict[str, Decimal]] = {}
         for s in slices:
             for cs in spec(s).get("sharedCounters") or []:
