@@ -24,6 +24,13 @@ RULES: dict[str, str] = {
     "oversized-slice": "ResourceSlices are not split at the per-slice device limit",
     "wrong-pool-name": "NodePrepareResources answers with a pool other than the allocated one",
     "no-health": "device health is never reported (the stream stays silent, no taints)",
+    "no-slices": "ResourceSlices are never published",
+    "hide-device": "ResourceSlices publish one device fewer than the hardware has",
+    "phantom-device": "ResourceSlices publish one device more than the hardware has",
+    "no-republish": "a slice deleted or edited by someone else is not restored",
+    "churn-slices": "the pool is rewritten every few seconds though nothing changed",
+    "wrong-slice-count": "ResourceSlices claim one slice more in the pool than there are",
+    "orphan-slices": "ResourceSlices carry no ownerReference to their Node",
 }
 """Every switch, with the rule it breaks."""
 

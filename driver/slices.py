@@ -26,6 +26,9 @@ __all__ = ["SlicePublisher", "SliceStore"]
 
 log = logging.getLogger(__name__)
 
+CHURN_SECONDS = 2.0
+"""How often the ``churn-slices`` switch rewrites the pool."""
+
 
 class SliceStore(Protocol):
     """The few API calls the publisher makes; bodies are plain JSON dicts."""
@@ -99,7 +102,9 @@ class SlicePublisher:
         self.pool_name = pool_name or node_name
         self.keep = keep
         self._oversized = breaks("oversized-slice")
-        self._resync = resync_seconds
+        self._breaks = breaks
+        # churn-slices: rewrite the pool every few seconds though nothing changed
+        self._resync = min(resync_seconds, CHURN_SECONDS) if breaks("churn-slices") else resync_seconds
         self._max_backoff = max_backoff_seconds
         self._lock = threading.RLock()
         self._state_lock = threading.Lock()
@@ -144,16 +149,25 @@ class SlicePublisher:
     def _build(
         self, inventory: Inventory, taints: Mapping[str, Sequence[DeviceTaint]], generation: int
     ) -> list[Body]:
-        return build_slices(
+        bodies = build_slices(
             inventory,
             driver_name=self.driver_name,
             node_name=self.node_name,
             pool_name=self.pool_name,
             generation=generation,
-            node_uid=self._node_uid,
+            node_uid=None if self._breaks("orphan-slices") else self._node_uid,
             taints=taints,
             oversized=self._oversized,
         )
+        with_devices = [b["spec"]["devices"] for b in bodies if b["spec"].get("devices")]
+        if self._breaks("hide-device") and with_devices:
+            with_devices[-1].pop()
+        if self._breaks("phantom-device") and with_devices:
+            with_devices[-1].append({**with_devices[-1][-1], "name": "phantom"})
+        if self._breaks("wrong-slice-count"):
+            for body in bodies:
+                body["spec"]["pool"]["resourceSliceCount"] += 1
+        return bodies
 
     def desired(self, generation: int | None = None) -> list[Body]:
         """The slices as they should be now (generation: the current one unless given)."""
@@ -169,7 +183,7 @@ class SlicePublisher:
         """
         with self._lock:
             inventory, taints = self._wanted()
-            if inventory is None or self._stopping.is_set():
+            if inventory is None or self._stopping.is_set() or self._breaks("no-slices"):
                 return False  # stopping: a pass must not write after stop() removed the slices
             # Asked every pass: a Node deleted and made again has a new UID, and slices owned by
             # the old one would be garbage-collected as fast as we write them.
@@ -181,7 +195,8 @@ class SlicePublisher:
             existing = {_name(s): s for s in existing_list}
             key = json.dumps(self._build(inventory, taints, 0), sort_keys=True)
             current = {name: _rv(s) for name, s in existing.items()}
-            if key == self._published_key and current == self._written:
+            unchanged = current == self._written or self._breaks("no-republish")
+            if key == self._published_key and unchanged and not self._breaks("churn-slices"):
                 self._note_pass()
                 return False
             if key == self._published_key:

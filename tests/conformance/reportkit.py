@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from conformance.results import RunInfo, TestOutcome, TestRecord
 
@@ -27,14 +28,14 @@ SCRIPT = "<script>window.pwned = 1</script>"
 """A diagnostic line that must reach the page as text, never run."""
 
 
-def record(rule: str, outcome: TestOutcome, name: str = "", **fields: object) -> TestRecord:
+def record(rule: str, outcome: TestOutcome, name: str = "", **fields: Any) -> TestRecord:
     """A record of a test of ``rule``; the node id is made from the rule unless ``name`` is given."""
     test = name or "test_" + rule.lower().replace("-", "_")
     nodeid = f"conformance/suite/test_{rule.partition('-')[0].lower()}.py::{test}"
     return TestRecord(nodeid=nodeid, rule=rule, outcome=outcome, duration_s=1.5, started=STARTED, **fields)
 
 
-def write_run(run_dir: Path, records: Iterable[TestRecord], run: RunInfo = RUN, **changes: object) -> Path:
+def write_run(run_dir: Path, records: Iterable[TestRecord], run: RunInfo = RUN, **changes: Any) -> Path:
     """``run_dir`` holding ``run`` (with ``changes``) and ``records``."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "run.json").write_text(replace(run, **changes).to_json())

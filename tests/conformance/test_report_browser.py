@@ -9,9 +9,10 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from reportkit import SCRIPT, mixed_records, write_run
+from tests.conformance.reportkit import SCRIPT, mixed_records, write_run
 
 from conformance.report import Report, build, write
 
@@ -58,7 +59,7 @@ def page(tmp_path: Path) -> Iterator[object]:
 
 
 @pytest.mark.timeout(120)
-def test_the_page_in_a_browser(written: tuple[Report, Path], page: sync_api.Page) -> None:
+def test_the_page_in_a_browser(written: tuple[Report, Path], page: Any) -> None:
     built, index = written
     problems: list[str] = []
     page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
@@ -71,7 +72,9 @@ def test_the_page_in_a_browser(written: tuple[Report, Path], page: sync_api.Page
         ".matrix td[data-outcome]",
         "cells => cells.map(c => [c.dataset.area, c.dataset.outcome, c.textContent])",
     )
-    expected = {(a, o, str(n)) for a, counts in built.areas.items() for o, n in counts.items()}
+    expected: set[tuple[str, str, str]] = {
+        (a, o, str(n)) for a, counts in built.areas.items() for o, n in counts.items()
+    }
     expected |= {("total", o, str(n)) for o, n in built.totals.items()}
     expected |= {(a, "total", str(sum(c.values()))) for a, c in built.areas.items()}
     expected.add(("total", "total", "93"))

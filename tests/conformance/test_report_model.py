@@ -10,12 +10,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from reportkit import RUN, mixed_records, record, write_run
+from tests.conformance.reportkit import RUN, mixed_records, record, write_run
 
 from conformance import report
 from conformance.catalogue import AREAS, RULES
 from conformance.report import Report, ReportError, build, clip, load, summary_table, write
-from conformance.results import RULE_OUTCOMES, TestOutcome
+from conformance.results import RULE_OUTCOMES, RuleOutcome, TestOutcome
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "report-schema.md"
 
@@ -42,7 +42,7 @@ def outcome_of(report_: Report, rule_id: str) -> tuple[str, str]:
     ],
 )
 def test_each_test_outcome_folds_into_the_rule_outcome(
-    tmp_path: Path, tests: list[TestOutcome], outcome: str, reason: str
+    tmp_path: Path, tests: list[TestOutcome], outcome: RuleOutcome, reason: str
 ) -> None:
     records = [record("REG-BATCH", o, f"test_{i}", reason=f"reason {o}") for i, o in enumerate(tests)]
     built = build(write_run(tmp_path, records))

@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from reportkit import SCRIPT, mixed_records, record, write_run
+from tests.conformance.reportkit import SCRIPT, mixed_records, record, write_run
 
 from conformance import reporthtml, reportmd
 from conformance.report import Report, build

@@ -7,6 +7,8 @@ working, or that broke nothing, fails here.
 
 from __future__ import annotations
 
+import builtins
+import itertools
 import json
 from collections.abc import Callable
 from dataclasses import replace
@@ -19,7 +21,7 @@ import pytest
 from draproto import health_v1_pb2, health_v1_pb2_grpc
 from driver.breakage import RULES, parse_rules
 from driver.cdi import validate
-from driver.errors import CDIError, SettingsError
+from driver.errors import CDIError, SettingsError, StoreConflict
 from driver.health import HealthMonitor
 from driver.inventory import Inventory
 from driver.settings import from_args
@@ -52,7 +54,8 @@ def test_every_rule_is_documented() -> None:
     assert all(RULES.values())
     assert set(RULES) == {
         "non-idempotent-prepare", "drop-claim-from-batch", "invalid-cdi-spec", "leave-cdi-on-unprepare",
-        "ignore-config", "oversized-slice", "wrong-pool-name", "no-health",
+        "ignore-config", "oversized-slice", "wrong-pool-name", "no-health", "no-slices", "hide-device",
+        "phantom-device", "no-republish", "churn-slices", "wrong-slice-count", "orphan-slices",
     }  # fmt: skip
 
 
@@ -114,6 +117,102 @@ def _slices_split(node: Node) -> tuple[bool, ...]:
     return (max(len(s["spec"]["devices"]) for s in publisher.desired()) <= MAX_DEVICES_PER_SLICE,)
 
 
+class SliceStore:
+    """The API server's ResourceSlices as a dict: what ``SlicePublisher.sync`` needs, no watch."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self._rv = itertools.count(1)
+
+    def _put(self, body: dict[str, Any]) -> dict[str, Any]:
+        stored = {**body, "metadata": {**body["metadata"], "resourceVersion": str(next(self._rv))}}
+        self.objects[body["metadata"]["name"]] = stored
+        return stored
+
+    def node_uid(self, node_name: str) -> str:
+        return "node-uid"
+
+    def list(self, driver_name: str, node_name: str) -> tuple[builtins.list[dict[str, Any]], str]:
+        return list(self.objects.values()), str(next(self._rv))
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        if body["metadata"]["name"] in self.objects:
+            raise StoreConflict(body["metadata"]["name"])
+        return self._put(body)
+
+    def replace(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._put(body)
+
+    def delete(self, name: str) -> None:
+        self.objects.pop(name, None)
+
+    def devices(self) -> builtins.list[str]:
+        return [d["name"] for s in self.objects.values() for d in s["spec"].get("devices") or []]
+
+
+def _published(node: Node, gpus: int = 8) -> tuple[SlicePublisher, SliceStore]:
+    store = SliceStore()
+    publisher = SlicePublisher(
+        store,  # type: ignore[arg-type]  # sync() never watches
+        driver_name=DRIVER,
+        node_name=NODE,
+        breaks=node.settings.breaks,
+    )
+    publisher.update(Inventory(devices={d.name: d for d in map(gpu, range(gpus))}))
+    publisher.sync()
+    return publisher, store
+
+
+def _slices_published(node: Node) -> tuple[bool, ...]:
+    _, store = _published(node)
+    return (bool(store.objects),)
+
+
+def _every_device_published(node: Node) -> tuple[bool, ...]:
+    _, store = _published(node, 200)
+    return (len(store.devices()) == 200,)
+
+
+def _no_device_added(node: Node) -> tuple[bool, ...]:
+    _, store = _published(node)
+    return (len(store.devices()) == 8,)
+
+
+def _slices_restored(node: Node) -> tuple[bool, ...]:
+    deleted_by_someone, deleted = _published(node)
+    deleted.objects.clear()
+    deleted_by_someone.sync()
+    edited_by_someone, edited = _published(node)
+    (body,) = edited.objects.values()
+    body["spec"]["devices"] = body["spec"]["devices"][:1]
+    edited.replace(body)
+    edited_by_someone.sync()
+    return len(deleted.devices()) == 8, len(edited.devices()) == 8
+
+
+def _slices_left_alone(node: Node) -> tuple[bool, ...]:
+    publisher, _ = _published(node)
+    generation = publisher.generation
+    return (publisher.sync() is False and publisher.generation == generation,)
+
+
+def _slice_count_right(node: Node) -> tuple[bool, ...]:
+    _, store = _published(node, 300)
+    counts = {s["spec"]["pool"]["resourceSliceCount"] for s in store.objects.values()}
+    return (counts == {len(store.objects)} and len(store.objects) > 1,)
+
+
+def _slices_owned_by_node(node: Node) -> tuple[bool, ...]:
+    _, store = _published(node)
+    return (
+        all(
+            [(o["kind"], o["name"], o["uid"]) for o in s["metadata"].get("ownerReferences") or []]
+            == [("Node", NODE, "node-uid")]
+            for s in store.objects.values()
+        ),
+    )
+
+
 def _allocated_pool_answered(node: Node) -> tuple[bool, ...]:
     node.serve()
     claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
@@ -147,6 +246,13 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "oversized-slice": _slices_split,
     "wrong-pool-name": _allocated_pool_answered,
     "no-health": _health_reported,
+    "no-slices": _slices_published,
+    "hide-device": _every_device_published,
+    "phantom-device": _no_device_added,
+    "no-republish": _slices_restored,
+    "churn-slices": _slices_left_alone,
+    "wrong-slice-count": _slice_count_right,
+    "orphan-slices": _slices_owned_by_node,
 }
 """Per switch: the checks of the rule it breaks."""
 

@@ -1,0 +1,534 @@
+"""SLICE: the driver's ResourceSlices, as the API server holds them.
+
+Most tests read the slices of their node and check them against ``resource.k8s.io/v1``
+(``k8s.io/api/resource/v1/types.go``, ``pkg/apis/resource/validation/validation.go``) and the
+profile. A pool that a driver is rewriting can show two generations for a moment, so the reading
+tests first wait until every pool of the node shows one (:func:`settled`). The tests that delete,
+edit or stop things hold their node alone and leave it as they found it: the driver's slices back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from decimal import Decimal
+from typing import Any
+
+from conformance.harness import Harness
+from conformance.kube import ApiError, meta
+from conformance.rules import exclusive, rule
+from conformance.waiting import Objects, watch_until
+
+Obj = dict[str, Any]
+
+MAX_DEVICES = 128
+"""``ResourceSliceMaxDevices``: devices in one slice."""
+MAX_DEVICES_ADVANCED = 64
+"""``ResourceSliceMaxDevicesWithAdvancedFeatures``: devices in a slice where any device has taints,
+consumes counters or has a list attribute (``haveDeviceTaints || haveConsumesCounters ||
+haveListAttributes`` in ``validateResourceSliceSpec``)."""
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+"""``ResourceSliceMaxAttributesAndCapacitiesPerDevice``: ``len(attributes) + len(capacity)`` of a
+device (``validateDevice``)."""
+MAX_COUNTER_SETS = 8
+"""``ResourceSliceMaxCounterSets``: ``sharedCounters`` entries of one slice."""
+MAX_ID_LENGTH = 32
+"""``DeviceMaxIDLength``: the C identifier of an attribute name."""
+MAX_DOMAIN_LENGTH = 63
+"""``DeviceMaxDomainLength``: the domain of a qualified attribute name (a driver name)."""
+MAX_VALUE_LENGTH = 64
+"""``DeviceAttributeMaxValueLength``: a string or version attribute value."""
+MAX_POOL_NAME_LENGTH = 253
+"""``PoolNameMaxLength`` (a DNS subdomain's)."""
+
+STABLE_SECONDS = 10.0
+"""How long SLICE-STABLE watches the slices of an idle node."""
+WIPE_SECONDS = 30.0
+"""The kubelet deletes the slices of a driver whose last plugin went away after this long."""
+GONE_TIMEOUT = WIPE_SECONDS * 1.5 + 15
+"""How long SLICE-GONE waits for the slices of a stopped driver to go (the wipe, with a margin)."""
+
+ATTRIBUTE_TYPES = ("bool", "int", "string", "version", "bools", "ints", "strings", "versions")
+"""The fields of a ``DeviceAttribute``; exactly one is set (the list ones with DRAListTypeAttributes)."""
+LIST_TYPES = ("bools", "ints", "strings", "versions")
+
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS_LABEL = re.compile(rf"^{_LABEL}$")
+DNS_SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
+C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NUM = r"(0|[1-9]\d*)"
+_PRE = r"(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)"
+_BUILD = r"[0-9a-zA-Z-]+"
+SEMVER = re.compile(rf"^{_NUM}\.{_NUM}\.{_NUM}(-{_PRE}(\.{_PRE})*)?(\+{_BUILD}(\.{_BUILD})*)?$")
+"""semver.org 2.0.0, as ``semverRe`` of the validation code."""
+
+
+# --- reading a node's slices ------------------------------------------------------------------
+
+
+def spec(s: Mapping[str, Any]) -> Obj:
+    """A slice's spec."""
+    return dict(s.get("spec") or {})
+
+
+def pool(s: Mapping[str, Any]) -> Obj:
+    """A slice's ``spec.pool``."""
+    return dict(spec(s).get("pool") or {})
+
+
+def devices(slices: Iterable[Mapping[str, Any]]) -> list[Obj]:
+    """Every device of ``slices``."""
+    return [d for s in slices for d in spec(s).get("devices") or []]
+
+
+def by_pool(slices: Iterable[Obj]) -> dict[str, list[Obj]]:
+    """Slices grouped by pool name."""
+    pools: dict[str, list[Obj]] = {}
+    for s in slices:
+        pools.setdefault(str(pool(s).get("name")), []).append(s)
+    return pools
+
+
+def generations(slices: Iterable[Obj]) -> dict[str, set[int]]:
+    """The generations each pool shows."""
+    return {name: {int(pool(s).get("generation", 0)) for s in ss} for name, ss in by_pool(slices).items()}
+
+
+def node_selector(dra: Harness) -> str:
+    """The field selector of the driver's slices on the test's node."""
+    return f"spec.driver={dra.driver},spec.nodeName={dra.node}"
+
+
+def describe(objs: Objects) -> str:
+    """Slices as a wait's last-seen line: names, pools, generations, device counts."""
+    rows = [
+        f"{meta(s).get('name')} (pool {pool(s).get('name')} generation {pool(s).get('generation')} "
+        f"count {pool(s).get('resourceSliceCount')}, {len(spec(s).get('devices') or [])} devices)"
+        for s in objs.values()
+    ]
+    return "; ".join(sorted(rows)) or "no slices"
+
+
+def settled(dra: Harness) -> list[Obj]:
+    """The node's slices once it has some and each of its pools shows one generation (the one a
+    consumer uses: a pool being rewritten is waited out)."""
+
+    def check(objs: Objects) -> list[Obj] | None:
+        slices = list(objs.values())
+        if not slices or any(len(g) > 1 for g in generations(slices).values()):
+            return None
+        return slices
+
+    return watch_until(
+        dra.kube,
+        "ResourceSlice",
+        f"slices of {dra.driver} on {dra.node}, each pool at one generation",
+        check,
+        dra.profile.timeouts.slices,
+        fields=node_selector(dra),
+        describe=describe,
+    )
+
+
+def wait_restored(dra: Harness, before: Mapping[str, Obj], what: str) -> None:
+    """Wait until the node publishes exactly the devices of ``before`` again, at one generation."""
+
+    def check(objs: Objects) -> bool:
+        slices = list(objs.values())
+        if any(len(g) > 1 for g in generations(slices).values()):
+            return False
+        now = {d["name"]: d for d in devices(slices)}
+        return now == before
+
+    def seen(objs: Objects) -> str:
+        now = {d["name"]: d for d in devices(objs.values())}
+        missing = sorted(set(before) - set(now))
+        changed = sorted(n for n in now if n in before and now[n] != before[n])
+        return f"{describe(objs)}; missing devices {missing}, changed {changed}"
+
+    watch_until(
+        dra.kube,
+        "ResourceSlice",
+        f"{what} on {dra.node} within timeouts.slices",
+        check,
+        dra.profile.timeouts.slices,
+        fields=node_selector(dra),
+        describe=seen,
+    )
+
+
+@contextlib.contextmanager
+def driver_restarted_on_failure(dra: Harness) -> Iterator[None]:
+    """On a failure, restart the node's driver (where the cluster can) so that the tests after this one
+    find its slices again; the failure stands."""
+    try:
+        yield
+    except BaseException:
+        if "restart-driver" in dra.env.cluster_capabilities:
+            with contextlib.suppress(Exception):  # best effort: the failure is what gets reported
+                dra.cluster.restart_driver(dra.node)
+                settled(dra)
+        raise
+
+
+def attribute_entry(device: Mapping[str, Any], name: str, driver: str) -> Mapping[str, Any] | None:
+    """A device's attribute entry (``{"int": 3}``); the driver's own names match bare or qualified."""
+    attrs = device.get("attributes") or {}
+    domain, _, short = name.rpartition("/")
+    keys = [name]
+    if not domain:
+        keys.append(f"{driver}/{name}")
+    elif domain == driver:
+        keys.append(short)
+    found = next((attrs[k] for k in keys if k in attrs), None)
+    return None if found is None else dict(found)
+
+
+def qualified_name_problem(name: str) -> str:
+    """Why ``name`` is not a valid attribute or capacity name (``validateQualifiedName``); empty if it is."""
+    parts = name.split("/")
+    if len(parts) > 2:
+        return "more than one slash"
+    ident = parts[-1]
+    if len(parts) == 2:
+        domain = parts[0]
+        if not domain:
+            return "empty domain"
+        if len(domain) > MAX_DOMAIN_LENGTH or not DNS_SUBDOMAIN.match(domain.lower()):
+            return f"domain {domain!r} is not a DNS subdomain of at most {MAX_DOMAIN_LENGTH} characters"
+    if not C_IDENTIFIER.match(ident) or len(ident) > MAX_ID_LENGTH:
+        return f"{ident!r} is not a C identifier of at most {MAX_ID_LENGTH} characters"
+    return ""
+
+
+def value_problem(entry: Mapping[str, Any]) -> str:
+    """Why an attribute value is not valid (``validateDeviceAttribute``); empty if it is."""
+    kinds = [k for k in entry if k in ATTRIBUTE_TYPES]
+    unknown = [k for k in entry if k not in ATTRIBUTE_TYPES]
+    if unknown:
+        return f"unknown value field(s) {unknown}"
+    if len(kinds) != 1:
+        return f"{len(kinds)} value fields set ({kinds}), exactly one is allowed"
+    kind = kinds[0]
+    value = entry[kind]
+    items = value if kind in LIST_TYPES else [value]
+    if kind in LIST_TYPES and (not isinstance(value, list) or not value):
+        return f"{kind} must be a non-empty list"
+    base = kind.rstrip("s") if kind in LIST_TYPES else kind
+    for item in items:
+        if base == "bool" and not isinstance(item, bool):
+            return f"bool value {item!r} is not a boolean"
+        if base == "int" and (isinstance(item, bool) or not isinstance(item, int)):
+            return f"int value {item!r} is not an integer"
+        if base in ("string", "version"):
+            if not isinstance(item, str):
+                return f"{base} value {item!r} is not a string"
+            if len(item) > MAX_VALUE_LENGTH:
+                return f"{base} value {item!r} is longer than {MAX_VALUE_LENGTH}"
+        if base == "version" and not SEMVER.match(item):
+            return f"version {item!r} is not semver 2.0.0"
+    return ""
+
+
+def quantity(value: Any) -> Decimal:
+    """A Kubernetes quantity (``"16"``, ``"10Gi"``) as a number."""
+    from kubernetes.utils.quantity import parse_quantity
+
+    return Decimal(parse_quantity(str(value)))  # type: ignore[no-untyped-call]
+
+
+def fail_on(problems: list[str], what: str) -> None:
+    """Assert no problems, listing the first few."""
+    assert not problems, f"{len(problems)} {what}: " + "; ".join(problems[:10])
+
+
+# --- the rules ------------------------------------------------------------------------------
+
+
+@rule("SLICE-PRESENT")
+def test_slices_present(dra: Harness) -> None:
+    """each node under test has at least one slice of the driver with at least one device"""
+    slices = settled(dra)
+    seen = describe({meta(s)["name"]: s for s in slices})
+    assert devices(slices), f"{dra.node} has slices of {dra.driver} but no device: {seen}"
+
+
+@rule("SLICE-NODE")
+def test_slices_owned_by_node(dra: Harness) -> None:
+    """a node-local slice sets `nodeName` to its node and is owned by that Node object"""
+    node = dra.kube.get("Node", dra.node)
+    assert node is not None, f"Node {dra.node} does not exist"
+    uid = meta(node)["uid"]
+    problems = []
+    for s in settled(dra):
+        name = meta(s).get("name")
+        if spec(s).get("nodeName") != dra.node:
+            problems.append(f"{name}: nodeName {spec(s).get('nodeName')!r}")
+        owners = [
+            o
+            for o in meta(s).get("ownerReferences") or []
+            if o.get("kind") == "Node" and o.get("apiVersion") == "v1" and o.get("name") == dra.node
+        ]
+        if not owners:
+            problems.append(
+                f"{name}: no ownerReference to Node {dra.node} ({meta(s).get('ownerReferences')})"
+            )
+        elif any(o.get("uid") != uid for o in owners):
+            problems.append(
+                f"{name}: owned by Node {dra.node} with uid {owners[0].get('uid')}, the node's is {uid}"
+            )
+    fail_on(problems, "slices not owned by their node")
+
+
+@rule("SLICE-POOL")
+def test_pools_consistent(dra: Harness) -> None:
+    """all of a pool's slices agree on name, generation and `resourceSliceCount`, and the count equals the
+    slices of that generation; a node-local pool belongs to one node (two nodes never publish the same
+    pool)"""
+    problems = []
+    pools = by_pool(settled(dra))
+    for name, slices in pools.items():
+        counts = {int(pool(s).get("resourceSliceCount", 0)) for s in slices}
+        if len(counts) != 1:
+            problems.append(f"pool {name}: slices disagree on resourceSliceCount: {sorted(counts)}")
+        elif counts != {len(slices)}:
+            problems.append(
+                f"pool {name}: resourceSliceCount {counts.pop()}, its generation has {len(slices)} slice(s) "
+                f"({sorted(meta(s)['name'] for s in slices)})"
+            )
+    owners: dict[str, set[str]] = {}
+    for s in dra.kube.objects("ResourceSlice", fields=f"spec.driver={dra.driver}"):
+        if spec(s).get("nodeName") and pool(s).get("name") in pools:
+            owners.setdefault(str(pool(s)["name"]), set()).add(str(spec(s)["nodeName"]))
+    problems += [f"pool {p} is published by nodes {sorted(n)}" for p, n in owners.items() if len(n) > 1]
+    fail_on(problems, "pool problems")
+
+
+@rule("SLICE-NAMES")
+def test_names_valid(dra: Harness) -> None:
+    """pool names are DNS subdomains, device names DNS labels, unique within the pool"""
+    problems = []
+    for name, slices in by_pool(settled(dra)).items():
+        parts = name.split("/")
+        if len(name) > MAX_POOL_NAME_LENGTH or not all(DNS_SUBDOMAIN.match(p) for p in parts):
+            problems.append(
+                f"pool name {name!r} is not DNS subdomains (joined by '/') of at most 253 characters"
+            )
+        seen: dict[str, str] = {}
+        for s in slices:
+            for d in spec(s).get("devices") or []:
+                device = str(d.get("name"))
+                if len(device) > 63 or not DNS_LABEL.match(device):
+                    problems.append(f"device name {device!r} in pool {name} is not a DNS label")
+                if device in seen:
+                    problems.append(
+                        f"device {device!r} twice in pool {name} ({seen[device]}, {meta(s)['name']})"
+                    )
+                seen[device] = str(meta(s)["name"])
+    fail_on(problems, "naming problems")
+
+
+@rule("SLICE-LIMITS")
+def test_limits(dra: Harness) -> None:
+    """at most 128 devices per slice (64 when a slice uses taints, counters or list attributes); at most
+    32 attributes+capacities per device; at most 8 counter sets"""
+    problems = []
+    for s in settled(dra):
+        name = meta(s).get("name")
+        devs = spec(s).get("devices") or []
+        advanced = [
+            d["name"]
+            for d in devs
+            if d.get("taints")
+            or d.get("consumesCounters")
+            or any(k in LIST_TYPES for a in (d.get("attributes") or {}).values() for k in a)
+        ]
+        limit = MAX_DEVICES_ADVANCED if advanced else MAX_DEVICES
+        if len(devs) > limit:
+            why = (
+                f" (devices with taints, counters or list attributes: {advanced[:3]}...)" if advanced else ""
+            )
+            problems.append(f"{name}: {len(devs)} devices, at most {limit}{why}")
+        for d in devs:
+            entries = len(d.get("attributes") or {}) + len(d.get("capacity") or {})
+            if entries > MAX_ATTRIBUTES_AND_CAPACITIES:
+                problems.append(f"{name}: device {d['name']} has {entries} attributes+capacities")
+        sets = spec(s).get("sharedCounters") or []
+        if len(sets) > MAX_COUNTER_SETS:
+            problems.append(f"{name}: {len(sets)} counter sets, at most {MAX_COUNTER_SETS}")
+    fail_on(problems, "limits exceeded")
+
+
+@rule("SLICE-ATTRS")
+def test_attributes(dra: Harness) -> None:
+    """attribute names are valid qualified names, each value has exactly one type, and the profile's
+    required attributes are present with the profile's types"""
+    required = dra.profile.devices.attributes
+    problems = []
+    for d in devices(settled(dra)):
+        device = d["name"]
+        for name, entry in (d.get("attributes") or {}).items():
+            why = qualified_name_problem(name) or value_problem(entry or {})
+            if why:
+                problems.append(f"{device} attribute {name}: {why}")
+        for name in d.get("capacity") or {}:
+            why = qualified_name_problem(name)
+            if why:
+                problems.append(f"{device} capacity {name}: {why}")
+        for name, kind in required.items():
+            entry = attribute_entry(d, name, dra.driver)
+            if entry is None:
+                problems.append(f"{device} lacks attribute {name} (devices.attributes)")
+            elif kind not in entry:
+                problems.append(f"{device} attribute {name} is {sorted(entry)}, the profile says {kind}")
+    fail_on(problems, "attribute problems")
+
+
+@rule("SLICE-COUNT")
+def test_device_count(dra: Harness) -> None:
+    """the device count per node matches the profile (the hardware)"""
+    found = devices(settled(dra))
+    assert len(found) == dra.profile.devices.per_node, (
+        f"{dra.node} publishes {len(found)} device(s) of {dra.driver}, the profile says "
+        f"{dra.profile.devices.per_node} (devices.perNode)"
+    )
+
+
+@rule("SLICE-STABLE")
+def test_slices_stable(dra: Harness) -> None:
+    """with nothing changing, slices keep their resourceVersion for 10 s"""
+    settled(dra)
+    fields = node_selector(dra)
+    items, version = dra.kube.objects_and_version("ResourceSlice", fields=fields)
+    before = {meta(s)["name"]: meta(s)["resourceVersion"] for s in items}
+    changes: list[str] = []
+    deadline = time.monotonic() + STABLE_SECONDS
+    while (left := deadline - time.monotonic()) > 0.05 and not changes:
+        try:
+            for kind, obj in dra.kube.watch(
+                "ResourceSlice", resource_version=version, fields=fields, timeout_seconds=max(1, round(left))
+            ):
+                version = str(meta(obj).get("resourceVersion", version))
+                if kind in ("MODIFIED", "DELETED") and meta(obj).get("name") in before:
+                    changes.append(
+                        f"{kind} {meta(obj)['name']} (pool generation {pool(obj).get('generation')})"
+                    )
+                if changes or time.monotonic() >= deadline:
+                    break
+        except ApiError as e:
+            if e.status != 410:
+                raise
+            break  # the history is gone: the comparison below still tells
+    after = {meta(s)["name"]: meta(s)["resourceVersion"] for s in dra.slices()}
+    changed = sorted(n for n in before if after.get(n) != before[n])
+    assert not changes and not changed, (
+        f"the slices of {dra.node} changed while nothing happened: {changes or changed}"
+    )
+
+
+@rule("SLICE-REPUBLISH")
+@exclusive
+def test_deleted_slice_republished(dra: Harness) -> None:
+    """a deleted slice comes back within the profile's timeout"""
+    slices = settled(dra)
+    before = {d["name"]: d for d in devices(slices)}
+    victim = min((s for s in slices if spec(s).get("devices")), key=lambda s: meta(s)["name"])
+    with driver_restarted_on_failure(dra):
+        dra.kube.delete("ResourceSlice", meta(victim)["name"])
+        wait_restored(dra, before, f"the devices of deleted slice {meta(victim)['name']} to come back")
+
+
+@rule("SLICE-EDIT")
+@exclusive
+def test_edited_slice_restored(dra: Harness) -> None:
+    """a slice edited by someone else is restored"""
+    for attempt in range(3):
+        slices = settled(dra)
+        before = {d["name"]: d for d in devices(slices)}
+        victim = min((s for s in slices if spec(s).get("devices")), key=lambda s: meta(s)["name"])
+        try:
+            dra.kube.replace(edit(victim))  # with its resourceVersion: not over a write of the driver
+            break
+        except ApiError as e:
+            if e.status != 409 or attempt == 2:
+                raise
+    with driver_restarted_on_failure(dra):
+        wait_restored(
+            dra, before, f"slice {meta(victim)['name']} (a device and an attribute removed) to be restored"
+        )
+
+
+def edit(victim: Obj) -> Obj:
+    """A slice as someone else might change it: its last device gone, and an attribute of its first."""
+    kept = [dict(d) for d in spec(victim)["devices"][:-1]]
+    if kept and kept[0].get("attributes"):
+        attrs = dict(kept[0]["attributes"])
+        attrs.pop(sorted(attrs)[0])
+        kept[0]["attributes"] = attrs
+    # a list's items come without apiVersion and kind
+    return {
+        **victim,
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "spec": {**spec(victim), "devices": kept},
+    }
+
+
+@rule("SLICE-COUNTERS")
+def test_counters(dra: Harness) -> None:
+    """partitionable devices consume from counter sets that exist, and no device's consumption exceeds
+    its set"""
+    problems = []
+    consumers = 0
+    for name, slices in by_pool(settled(dra)).items():
+        counter_sets: dict[str, dict[str, Decimal]] = {}
+        for s in slices:
+            for cs in spec(s).get("sharedCounters") or []:
+                if cs["name"] in counter_sets:
+                    problems.append(f"pool {name}: counter set {cs['name']} defined twice")
+                counter_sets[cs["name"]] = {
+                    c: quantity(v.get("value")) for c, v in (cs.get("counters") or {}).items()
+                }
+        for d in devices(slices):
+            for use in d.get("consumesCounters") or []:
+                consumers += 1
+                have = counter_sets.get(use.get("counterSet"))
+                if have is None:
+                    problems.append(
+                        f"{d['name']} consumes from counter set {use.get('counterSet')!r}, not in pool {name}"
+                    )
+                    continue
+                for counter, v in (use.get("counters") or {}).items():
+                    if counter not in have:
+                        problems.append(f"{d['name']}: counter {counter} is not in set {use['counterSet']}")
+                    elif quantity(v.get("value")) > have[counter]:
+                        problems.append(
+                            f"{d['name']} consumes {v.get('value')} {counter} of set {use['counterSet']}, "
+                            f"which has {have[counter]}"
+                        )
+    assert consumers, f"the profile claims partitionable, yet no device of {dra.node} consumes counters"
+    fail_on(problems, "counter problems")
+
+
+@rule("SLICE-GONE")
+@exclusive
+def test_slices_gone_when_driver_stops(dra: Harness) -> None:
+    """after the driver is stopped for good, its slices are removed (by the driver or by the kubelet's
+    30 s wipe)"""
+    before = {d["name"]: d for d in devices(settled(dra))}
+    try:
+        dra.cluster.stop_driver(dra.node)
+        watch_until(
+            dra.kube,
+            "ResourceSlice",
+            f"the slices of {dra.driver} on {dra.node} to be removed after the driver stopped",
+            lambda objs: not objs,
+            GONE_TIMEOUT,
+            fields=node_selector(dra),
+            describe=describe,
+        )
+    finally:
+        dra.cluster.restart_driver(dra.node)
+        wait_restored(dra, before, "the restarted driver's slices")
