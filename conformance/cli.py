@@ -103,9 +103,8 @@ def _profiles(args: argparse.Namespace) -> int:
         profile = profiles.load(args.check)
         print(f"{profile.name}: driver {profile.driver}, default class {profile.device_classes.default}")
         print(f"  capabilities: {', '.join(sorted(profile.capabilities)) or '-'}")
-        print(
-            f"  devices per node: {profile.devices.per_node} ({profile.devices.in_class} in the default class)"
-        )
+        devices = profile.devices
+        print(f"  devices per node: {devices.per_node} ({devices.in_class} in the default class)")
         print(f"  local: {'yes' if profile.local else 'no (external clusters only)'}")
         for rule_id, reason in profile.known_failures.items():
             print(f"  known failure {rule_id}: {reason}")

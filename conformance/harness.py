@@ -28,9 +28,12 @@ from conformance.profiles import AttributeMatch, DriverProfile
 from conformance.resources import Tracker
 from conformance.waiting import Objects, WaitTimeout, watch_until
 
-__all__ = ["AllocatedDevice", "Harness", "attribute_value", "cel_for"]
+__all__ = ["MAX_DEVICES_PER_CLAIM", "AllocatedDevice", "Harness", "attribute_value", "cel_for"]
 
 Obj = dict[str, Any]
+
+MAX_DEVICES_PER_CLAIM = 32
+"""At most this many devices in one claim's allocation (``AllocationResultsMaxSize``, resource/v1)."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,13 @@ class Harness:
     def get(self, kind: str, name: str) -> Obj | None:
         """An object of the test's namespace (or a cluster-scoped one)."""
         return self.kube.get(kind, name, self.namespace if KINDS[kind].namespaced else None)
+
+    def widest(self) -> dict[str, Any]:
+        """Claim arguments for as many devices of the default class on one node as one claim can hold:
+        every one (``allocationMode: All``), or :data:`MAX_DEVICES_PER_CLAIM` of them."""
+        if self.profile.devices.in_class <= MAX_DEVICES_PER_CLAIM:
+            return {"all_devices": True}
+        return {"count": MAX_DEVICES_PER_CLAIM}
 
     def claim(self, name: str | None = None, **spec: Any) -> Obj:
         """Create a ResourceClaim (arguments as :func:`conformance.manifests.claim`; the profile's

@@ -21,7 +21,8 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,7 @@ class ConformanceRun:
         self.started = time.time()
         self._phases: dict[str, list[pytest.TestReport]] = {}
         self._preflight_failed = ""
+        self._narrowed = False
 
     # --- configuration of the session's cluster ------------------------------------------------
 
@@ -140,16 +142,19 @@ class ConformanceRun:
             kubeconfig = suite.kubeconfig
             cs.factory = lambda: ExternalCluster(kubeconfig, driver=suite.profile.driver)
         elif cs.external is None:
-            cs.settings = cs.settings.with_options(
+            settings = cs.settings.with_options(
                 driver_name=suite.profile.driver,
                 driver_command=suite.local_command,
                 nodes=suite.local_nodes,
             )
+            # whether the driver publishes slices is for preflight (PRE-SLICES) to judge
+            cs.settings = replace(settings, wait_slices=False)
         if self.controller:
             self._write_run_info()
 
     # --- collection ----------------------------------------------------------------------------
 
+    @pytest.hookimpl(trylast=True)  # after -m and -k deselected theirs: collected.json is what runs
     def pytest_collection_modifyitems(
         self, session: pytest.Session, config: pytest.Config, items: list[Any]
     ) -> None:
@@ -182,9 +187,15 @@ class ConformanceRun:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         pass  # workers write collected.json themselves (identical on every worker)
 
+    def pytest_deselected(self, items: Sequence[pytest.Item]) -> None:
+        if items:
+            self._narrowed = True
+
     def _write_collected(self, entries: list[tuple[str, str]]) -> None:
-        path = self.run_dir / "collected.json"
-        _atomic_write(path, json.dumps([{"nodeid": n, "rule": r} for n, r in entries]))
+        tests = [{"nodeid": n, "rule": r} for n, r in entries]
+        _atomic_write(
+            self.run_dir / "collected.json", json.dumps({"narrowed": self._narrowed, "tests": tests})
+        )
 
     # --- results (controller side) --------------------------------------------------------------
 
@@ -278,9 +289,17 @@ class ConformanceRun:
         _atomic_write(self.run_dir / "run.json", info.to_json())
 
     def _selection(self) -> tuple[str, ...]:
-        if not self.suite.rules and not self.suite.areas:
+        """The rules this run covers (empty: all): what was collected after every deselection."""
+        try:
+            data = json.loads((self.run_dir / "collected.json").read_text())
+            collected = {str(e["rule"]) for e in data["tests"]}
+            narrowed = bool(data["narrowed"])
+        except (OSError, ValueError, KeyError, TypeError):
+            collected = {r.id for r in self.suite.selected}
+            narrowed = bool(self.suite.rules or self.suite.areas)
+        if not narrowed:
             return ()
-        chosen = {r.id for r in self.suite.selected} | set(preflight.PRE_RULES)
+        chosen = collected | set(preflight.PRE_RULES)
         return tuple(r.id for r in RULES if r.id in chosen)
 
     # --- diagnostics on failure (worker side) ---------------------------------------------------
@@ -476,7 +495,10 @@ def dra_pre(request: pytest.FixtureRequest, dra_preflight: preflight.Verdict) ->
     if rule is None or rule.id not in preflight.PRE_RULES:
         raise UsageError(f"{request.node.nodeid} uses dra_pre but is not a PRE rule test")
     _label_for_allure(rule.id)
-    return dra_preflight.results.get(rule.id, "not checked")
+    result = dra_preflight.results.get(rule.id, "not checked")
+    if result.startswith(preflight.NOT_CHECKED):
+        pytest.skip(result)
+    return result
 
 
 def _label_for_allure(rule_id: str) -> None:

@@ -32,6 +32,9 @@ PRE_RULES = ("PRE-API", "PRE-CLASSES", "PRE-SLICES", "PRE-NODES")
 
 NEEDED_KINDS = ("DeviceClass", "ResourceClaim", "ResourceSlice")
 
+NOT_CHECKED = "not checked"
+"""How the result of a check after a failed one begins."""
+
 
 @dataclass
 class Verdict:
@@ -49,7 +52,14 @@ class Verdict:
     @property
     def failure(self) -> str:
         """The first failure, or empty."""
-        return next((f"{rule}: {msg}" for rule, msg in self.results.items() if msg), "")
+        return next(
+            (
+                f"{rule}: {msg}"
+                for rule, msg in self.results.items()
+                if msg and not msg.startswith(NOT_CHECKED)
+            ),
+            "",
+        )
 
     def to_json(self) -> str:
         """For the session's shared directory."""
@@ -192,7 +202,7 @@ def run(kube: Kube, profile: DriverProfile, nodes: Sequence[str], kubeconfig: st
     failed = ""
     for rule_id, check in checks.items():
         if failed:
-            verdict.results[rule_id] = f"not checked: {failed} failed"
+            verdict.results[rule_id] = f"{NOT_CHECKED}: {failed} failed"
             continue
         try:
             message = check()

@@ -15,6 +15,7 @@ and modules; its full output goes to ``<run dir>/pytest.log``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -48,16 +49,17 @@ def pytest_command(
 ) -> list[str]:
     """The pytest command line of one phase (``marker``: a pytest ``-m`` expression)."""
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", "-p", "no:cacheprovider"]
-    cmd += ["--dra-profile", str(config.profile.path or config.profile.name)]
-    cmd += ["--dra-report-dir", str(config.run_dir.resolve()), "--dra-cluster", config.cluster]
+    # --option=value: a separate value that is a path would take part in pytest's rootdir choice
+    cmd += [f"--dra-profile={config.profile.path or config.profile.name}"]
+    cmd += [f"--dra-report-dir={config.run_dir.resolve()}", f"--dra-cluster={config.cluster}"]
     if config.kubeconfig is not None:
-        cmd += ["--dra-kubeconfig", str(config.kubeconfig)]
+        cmd += [f"--dra-kubeconfig={config.kubeconfig}"]
     if state_dir is not None:
-        cmd += ["--cluster-state-dir", str(state_dir)]
+        cmd += [f"--cluster-state-dir={state_dir}"]
     if config.rules:
-        cmd += ["--dra-rules", ",".join(config.rules)]
+        cmd += [f"--dra-rules={','.join(config.rules)}"]
     if config.areas:
-        cmd += ["--dra-areas", ",".join(config.areas)]
+        cmd += [f"--dra-areas={','.join(config.areas)}"]
     if marker:
         cmd += ["-m", marker]
     chosen = workers if workers is not None else config.workers
@@ -74,7 +76,8 @@ def _local_settings(config: SuiteConfig) -> LocalSettings:
         driver_name=config.profile.driver,
         driver_command=config.local_command,
     )
-    return settings
+    # whether the driver publishes slices is for preflight (PRE-SLICES) to judge, not for the start
+    return dataclasses.replace(settings, wait_slices=False)
 
 
 class _Watcher:
@@ -93,7 +96,7 @@ class _Watcher:
         except (OSError, ValueError):
             return {}
         counts: dict[str, int] = {}
-        for entry in collected:
+        for entry in collected.get("tests", []):
             area = by_id(entry["rule"]).area
             counts[area] = counts.get(area, 0) + 1
         return counts
@@ -163,9 +166,7 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
     run_dir = config.run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     profile = config.profile
-    say(
-        f"dra-conformance run {config.run_id}: driver {profile.driver}, profile {profile.name}, {config.cluster}"
-    )
+    say(f"dra-conformance run {config.run_id}: driver {profile.driver}, profile {profile.name}")
     state_dir: Path | None = None
     settings: LocalSettings | None = None
     if config.cluster == "local":

@@ -49,6 +49,10 @@ FAILED_CDI = "Failed"
 TERMINAL = ("Succeeded", "Failed")
 
 
+def _version(pod: Obj) -> str:
+    return str((pod.get("metadata") or {}).get("resourceVersion", ""))
+
+
 def _key(pod: Obj) -> tuple[str, str, str]:
     md = pod["metadata"]
     return md["namespace"], md["name"], md["uid"]
@@ -327,7 +331,9 @@ class PodManager:
                 continue
             run.last_status = status
             with self._lock:
-                if run.uid in self._cache:
+                cached = self._cache.get(run.uid)
+                # the watch may have brought a newer pod meanwhile (a deletion, say): keep that one
+                if cached is not None and _version(cached) == _version(pod):
                     self._cache[run.uid] = updated
             return
         raise KubeError(f"pod {run.namespace}/{run.name}: status kept conflicting", 409)

@@ -220,7 +220,8 @@ class LocalCluster(Cluster):
                     self._start_driver(n)
                 for n in drivers:
                     self._wait_driver_registered(n)
-                self._wait_slices(drivers)
+                if s.wait_slices:
+                    self._wait_slices(drivers)
                 self.timings["drivers"] = time.monotonic() - t
         except BaseException:
             self.stop()

@@ -117,6 +117,9 @@ class LocalSettings:
     """Seconds to wait for each component, node or driver to become ready."""
     slice_timeout: float = 120.0
     """Seconds to wait for every node's ResourceSlices after the drivers start."""
+    wait_slices: bool = True
+    """Wait for every node's ResourceSlices before the cluster counts as ready (off: the drivers'
+    registration sockets are enough; a suite judges the slices itself)."""
     state_dir: Path = field(
         default_factory=lambda: Path.home() / ".local" / "state" / "dra-conformance" / "cluster"
     )

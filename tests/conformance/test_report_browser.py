@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conformance.reportkit import SCRIPT, mixed_records, write_run
 
 from conformance.report import Report, build, write
+from tests.conformance.reportkit import SCRIPT, mixed_records, write_run
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [

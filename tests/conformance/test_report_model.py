@@ -10,12 +10,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tests.conformance.reportkit import RUN, mixed_records, record, write_run
 
 from conformance import report
 from conformance.catalogue import AREAS, RULES
 from conformance.report import Report, ReportError, build, clip, load, summary_table, write
 from conformance.results import RULE_OUTCOMES, RuleOutcome, TestOutcome
+from tests.conformance.reportkit import RUN, mixed_records, record, write_run
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "report-schema.md"
 

@@ -9,10 +9,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from tests.conformance.reportkit import SCRIPT, mixed_records, record, write_run
 
 from conformance import reporthtml, reportmd
 from conformance.report import Report, build
+from tests.conformance.reportkit import SCRIPT, mixed_records, record, write_run
 
 
 @pytest.fixture

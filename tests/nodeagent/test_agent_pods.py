@@ -372,3 +372,27 @@ def test_a_status_write_that_conflicts_is_retried_on_the_fresh_pod(env: Env) -> 
     env.sync()
     assert env.kube.phase("p1") == "Running"
     assert env.kube.calls["get_pod"] >= 1  # read back after the conflict
+
+
+def test_a_deletion_seen_during_a_status_write_is_not_forgotten(env: Env) -> None:
+    env.claimed_pod()
+    env.pods.replace_all(env.kube.list_pods(NODE)[0])
+    write = env.kube.update_pod_status
+
+    def write_then_delete(pod: dict[str, Any]) -> dict[str, Any]:
+        # the status write lands, then the pod is deleted and the watch delivers that before the
+        # agent has stored its write's answer
+        answer = write(pod)
+        env.kube.request_delete("default", "p1")
+        deleting = env.kube.pod_by_uid("pod-1")
+        assert deleting is not None
+        env.pods.upsert(deleting)
+        return answer
+
+    env.kube.update_pod_status = write_then_delete  # type: ignore[method-assign]
+    env.pods.sync("pod-1")
+    cached = env.pods.pod("pod-1")
+    assert cached is not None and cached["metadata"].get("deletionTimestamp"), "the deletion was forgotten"
+    env.kube.update_pod_status = write  # type: ignore[method-assign]
+    assert env.pods.sync("pod-1") is None
+    assert env.kube.deleted_pods == [("default", "p1", "pod-1")]
