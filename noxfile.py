@@ -1,4 +1,4 @@
-"""nox sessions: tests, lint, typecheck, bench, fakegpu, report.
+"""nox sessions: conformance, tests, lint, typecheck, bench, fakegpu, report.
 
 ``nox -s tests`` runs the project's own tests in parallel; ``nox -s lint`` and
 ``nox -s typecheck`` are what CI adds. Extra arguments after ``--`` go to the
@@ -26,6 +26,21 @@ ALLURE = "allure@3.18.0"
 
 def _install(session: nox.Session) -> None:
     session.install("-e", ".[dev]")
+
+
+@nox.session(python=PYTHON)
+def conformance(session: nox.Session) -> None:
+    """The main job: the conformance suite against the reference driver on simulated GPUs (local tier).
+
+    ``nox -s conformance -- --profile reference-mig`` for another profile; every argument after
+    ``--`` goes to ``dra-conformance run`` (``--profile`` defaults to ``reference-gpu``).
+    """
+    _install(session)
+    session.run("dra-conformance", "cluster", "binaries")
+    args = list(session.posargs)
+    if not any(a == "--profile" or a.startswith("--profile=") for a in args):
+        args = ["--profile", "reference-gpu", *args]
+    session.run("dra-conformance", "run", *args)
 
 
 @nox.session(python=PYTHON)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,34 @@ class Harness:
         self.session = session
         """The test session's id (the value of the namespaces' session label)."""
         self._names = itertools.count()
+        self._cleanups: list[Callable[[], object]] = []
+
+    def on_cleanup(self, undo: Callable[[], object]) -> None:
+        """Run ``undo`` when the test ends (newest first, before its objects are deleted)."""
+        self._cleanups.append(undo)
+
+    def cleanup(self) -> None:
+        """Undo what the test did: registered undos, then its objects (newest first)."""
+        errors = []
+        while self._cleanups:
+            undo = self._cleanups.pop()
+            try:
+                undo()
+            except Exception as e:  # every undo runs; the first failure is reported
+                errors.append(e)
+        self.tracker.cleanup()
+        if errors:
+            raise errors[0]
+
+    def prepared_claim(self, devices: Sequence[str] | int = 1) -> tuple[ClaimRef, list[str]]:
+        """A claim the suite allocated itself and prepared directly (unprepared when the test ends):
+        the claim and the CDI ids the driver answered. Hold the node exclusively."""
+        claim = self.allocated_claim(devices)
+        client = self.plugin()
+        self.on_cleanup(lambda: client.unprepare([claim]))
+        answer = client.prepare([claim])[claim.uid]
+        assert not answer.error, f"prepare of claim {claim.name} failed: {answer.error}"
+        return claim, [i for d in answer.devices for i in d.cdi_device_ids]
 
     # --- names and objects --------------------------------------------------------------------
 

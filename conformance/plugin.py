@@ -41,7 +41,7 @@ from conformance.errors import UsageError
 from conformance.harness import Harness
 from conformance.kube import Kube
 from conformance.results import RunInfo, TestRecord
-from conformance.rules import EXCLUSIVE_MARK, RULE_MARK, rule_of
+from conformance.rules import EXCLUSIVE_MARK, RULE_MARK, check_docstring, rule_of
 from conformance.waiting import until
 
 __all__ = ["RUN_KEY", "ConformanceRun", "dra", "dra_env", "dra_pre", "dra_preflight"]
@@ -168,6 +168,8 @@ class ConformanceRun:
                     raise pytest.UsageError(f"suite test {item.nodeid} has no @rule(...) marker")
                 keep.append(item)
                 continue
+            if in_suite:
+                check_docstring(item, rule)
             if rule.id not in selected_ids:
                 drop.append(item)
                 continue
@@ -485,7 +487,7 @@ def dra(
         try:
             yield harness
         finally:
-            harness.tracker.cleanup()
+            harness.cleanup()
 
 
 @pytest.fixture

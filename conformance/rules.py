@@ -14,7 +14,7 @@ import pytest
 
 from conformance.catalogue import AREAS, Rule, by_id
 
-__all__ = ["EXCLUSIVE_MARK", "RULE_MARK", "exclusive", "rule", "rule_of"]
+__all__ = ["EXCLUSIVE_MARK", "RULE_MARK", "check_docstring", "exclusive", "rule", "rule_of"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,3 +45,14 @@ def rule_of(item: pytest.Item) -> Rule | None:
     """The rule a collected test checks, or None when it has no ``@rule``."""
     mark = item.get_closest_marker(RULE_MARK)
     return by_id(str(mark.args[0])) if mark is not None else None
+
+
+def check_docstring(item: pytest.Item, rule: Rule) -> None:
+    """Refuse a suite test whose docstring is not its rule's sentence (whitespace aside)."""
+    function = getattr(item, "function", None)
+    doc = " ".join(((function.__doc__ if function else "") or "").split())
+    if doc != rule.sentence:
+        raise pytest.UsageError(
+            f"{item.nodeid} checks {rule.id}; its docstring must be the rule's sentence "
+            f"{rule.sentence!r}, not {doc!r}"
+        )

@@ -245,7 +245,10 @@ class _Reader:
     def known(self, keys: Sequence[str]) -> None:
         for key in self.data:
             if key not in keys:
-                self.fail(key, f"one of the fields {', '.join(keys)}", key="")
+                where = f"{self.where}: " if self.where else ""
+                raise ProfileError(
+                    f"{self.source}: {where}unknown field {key!r}; the fields here are {', '.join(keys)}"
+                )
 
     def sub(self, key: str, required: bool = False) -> _Reader | None:
         if key not in self.data:
@@ -259,11 +262,11 @@ class _Reader:
     ) -> Any:
         if key not in self.data or self.data[key] is None:
             if required:
-                self.fail(None, f"a {_kind_name(kind)} (the field is required)", key)
+                self.fail(None, f"{_kind_name(kind)} (the field is required)", key)
             return default
         value = self.data[key]
         if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
-            self.fail(value, f"a {_kind_name(kind)}", key)
+            self.fail(value, _kind_name(kind), key)
         return value
 
     def number(self, key: str, default: float, minimum: float) -> float:
@@ -285,7 +288,14 @@ def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
-    names = {str: "string", int: "integer", float: "number", bool: "boolean", list: "list", dict: "mapping"}
+    names = {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "a boolean",
+        list: "a list",
+        dict: "a mapping",
+    }
     return " or ".join(names.get(k, k.__name__) for k in _as_tuple(kind))
 
 

@@ -40,16 +40,13 @@ def _answered_ids(dra: Harness, claim: Mapping[str, Any]) -> list[str]:
 
 
 def _prepared_ids(dra: Harness) -> list[str]:
-    """A claim of a pod, prepared; its CDI ids. With the driver's socket at hand the ids are asked of
-    the driver once the scheduler allocated the claim, so a spec the node refuses (and a pod that
-    never runs) still shows what the driver wrote; else they are what the running container got."""
-    if "grpc" not in dra.env.cluster_capabilities:
-        pod, claim = dra.run_pod()
-        return _cdi_ids(dra, meta(pod)["name"], claim)
-    claim = dra.claim()
-    dra.pod(claims={"gpu": meta(claim)["name"]})
-    dra.wait_allocated(meta(claim)["name"])
-    return _answered_ids(dra, claim)
+    """CDI ids of a freshly prepared claim. With the driver's socket at hand: a claim the suite
+    allocated and prepared itself (what the driver wrote shows even when a node would refuse it);
+    else what the container of a running pod got."""
+    if "grpc" in dra.env.cluster_capabilities:
+        return dra.prepared_claim()[1]
+    pod, claim = dra.run_pod()
+    return _cdi_ids(dra, meta(pod)["name"], claim)
 
 
 def _configs(dra: Harness, count: int) -> list[tuple[str, ExampleConfig]]:
@@ -82,6 +79,7 @@ def _shows(env: Mapping[str, str], expected: Mapping[str, str]) -> list[str]:
 
 
 @rule("PREP-CDI-IDS")
+@exclusive
 def test_cdi_ids_resolve(dra: Harness) -> None:
     """every CDI id answered is `vendor/class=name`, valid, and resolves to a device in a spec on the node"""
     ids = _prepared_ids(dra)
@@ -95,6 +93,7 @@ def test_cdi_ids_resolve(dra: Harness) -> None:
 
 
 @rule("PREP-CDI-SPEC")
+@exclusive
 def test_cdi_specs_valid(dra: Harness) -> None:
     """every CDI spec the driver writes passes the CDI rules (DESIGN.md)"""
     ids = _prepared_ids(dra)

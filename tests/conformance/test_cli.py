@@ -1,0 +1,89 @@
+"""``dra-conformance``: usage errors exit 2 with one clear line and start nothing; rules and profiles list."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.catalogue import RULES
+from conformance.cli import main
+from conformance.config import SuiteConfig
+from conformance.errors import UsageError
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "conformance", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=60,
+        env={**os.environ, "DRAC_NO_BUILD": "1", "DRAC_NO_DOWNLOAD": "1"},
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--profile", "nvidia"], "no profile named 'nvidia'"),
+        (["--profile", "reference-gpu", "--rules", "REG-NOPE"], "unknown rule id 'REG-NOPE'; ids of that area: REG-"),
+        (["--profile", "reference-gpu", "-m", "teleport"], "unknown area 'teleport'; areas: preflight (PRE)"),
+        (["--profile", "reference-gpu", "--cluster", "external"], "--cluster external needs --kubeconfig"),
+        (["--profile", "reference-gpu", "--cluster", "external", "--kubeconfig", "/no/such"], "does not exist"),
+        (["--profile", "reference-gpu", "-n", "many"], "-n 'many': give a number of workers or 'auto'"),
+        (["--profile", "reference-gpu", "--nodes", "0"], "--nodes 0: give at least 1"),
+        (["--profile", "reference-gpu", "--driver-command", "'unclosed"], "is not valid shell words"),
+    ],
+)
+def test_usage_errors_exit_2_and_leave_nothing(args: list[str], message: str, tmp_path: Path) -> None:
+    done = _cli("run", "--reports-dir", str(tmp_path / "reports"), *args, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert done.stderr.count("\n") == 1, f"more than one line: {done.stderr!r}"
+    assert not (tmp_path / "reports").exists(), "a refused run wrote a report directory"
+
+
+def test_a_broken_profile_file_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ndriver: gpu.example.com\n")
+    done = _cli("run", "--profile", str(bad), cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"{bad}: deviceClasses: None is not valid; expected this field" in done.stderr
+
+
+def test_a_profile_without_local_command_cannot_run_locally(tmp_path: Path) -> None:
+    text = (Path(__file__).parents[2] / "conformance/profiles/reference-gpu.yaml").read_text()
+    start, end = text.index("local:"), text.index("capabilities:")
+    mine = tmp_path / "no-local.yaml"
+    mine.write_text(text[:start] + text[end:])
+    with pytest.raises(UsageError, match="has no 'local.command'.*--cluster external"):
+        SuiteConfig.build(mine)
+
+
+def test_rules_lists_the_catalogue(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rules"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(RULES) == 93
+    assert lines[0].startswith("PRE-API ")
+    assert main(["rules", "-m", "registration"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 18
+
+
+def test_profiles_lists_and_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profiles"]) == 0
+    assert "reference-mig" in capsys.readouterr().out
+    assert main(["profiles", "--check", "reference-mig"]) == 0
+    out = capsys.readouterr().out
+    assert "devices per node: 208 (56 in the default class)" in out
+    assert "partitionable" in out
+
+
+def test_selection_by_rule_ids_and_areas() -> None:
+    config = SuiteConfig.build("reference-gpu", rules="REG-EMPTY", areas=["slices"])
+    assert {r.id for r in config.selected} == {"REG-EMPTY"} | {r.id for r in RULES if r.area == "SLICE"}
+    assert config.run_dir.parent == Path("reports")

@@ -1,0 +1,110 @@
+"""Driver profiles: the shipped ones load; a bad one is refused naming file, field, value and what is allowed."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conformance.errors import ProfileError
+from conformance.profiles import SHIPPED_DIR, load, parse, shipped
+
+README = SHIPPED_DIR / "README.md"
+
+
+def _good() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((SHIPPED_DIR / "reference-gpu.yaml").read_text())
+    return data
+
+
+def test_shipped_profiles_load() -> None:
+    assert shipped() == ["reference-gpu", "reference-l4", "reference-mig", "reference-mixed"]
+    for name in shipped():
+        profile = load(name)
+        assert profile.name == name
+        assert profile.local is not None and "{node}" in profile.local.command
+        assert profile.devices.in_class <= profile.devices.per_node
+
+
+def test_readme_lists_every_shipped_profile_and_its_example_validates() -> None:
+    text = README.read_text()
+    for name in shipped():
+        assert f"`{name}`" in text, f"{name} is not in {README}"
+    block = re.search(r"```yaml\n(.*?)```", text, re.S)
+    assert block is not None
+    example = yaml.safe_load(block.group(1))
+    profile = parse(example, "README example")
+    assert profile.devices.select is not None and profile.known_failures
+
+
+def test_mig_profile_reads_its_class_file_next_to_it() -> None:
+    profile = load("reference-mig")
+    assert profile.device_classes.file == SHIPPED_DIR / "reference-mig-classes.yaml"
+    assert profile.device_classes.default == "mig-1g.dra-conformance.io"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"name": "Bad Name"}, r"name: 'Bad Name' is not valid; expected lower-case letters"),
+        ({"driver": "-bad-"}, r"driver: '-bad-' is not valid; expected a DNS subdomain"),
+        ({"capabilities": ["teleport"]}, r"capabilities: 'teleport' is not valid; expected one of v1beta1"),
+        ({"colour": "red"}, r"unknown field 'colour'; the fields here are name, description"),
+        ({"knownFailures": {"REG-NOPE": "x"}}, r"knownFailures: 'REG-NOPE' is not valid; expected a rule id"),
+        ({"knownFailures": {"REG-FUZZ": ""}}, r"knownFailures.REG-FUZZ: '' is not valid; expected a reason"),
+        ({"idempotentPrepares": 1}, r"idempotentPrepares: 1 is not valid; expected at least 2"),
+        ({"timeouts": {"pod": 0}}, r"timeouts.pod: 0 is not valid; expected a number of at least 1"),
+        ({"container": {"env": "("}}, r"container.env: '\(' is not valid; expected a regular expression"),
+    ],
+)
+def test_bad_values_are_named(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ProfileError, match=r"^mine.yaml: " + message):
+        parse({**_good(), **change}, "mine.yaml")
+
+
+def test_nested_errors_name_the_path() -> None:
+    data = _good()
+    data["devices"]["attributes"]["index"] = "integer"
+    with pytest.raises(ProfileError, match=r"devices.attributes.index: 'integer' is not valid; expected one of"):
+        parse(data, "mine.yaml")
+    data = _good()
+    del data["devices"]["perNode"]
+    with pytest.raises(ProfileError, match=r"devices.perNode: None is not valid; expected an integer \(the field"):
+        parse(data, "mine.yaml")
+    data = _good()
+    data["devices"]["perNodeInClass"] = 9
+    with pytest.raises(ProfileError, match=r"devices.perNodeInClass: 9 .* from 1 to perNode \(8\)"):
+        parse(data, "mine.yaml")
+
+
+def test_a_missing_required_section_is_named() -> None:
+    data = _good()
+    del data["deviceClasses"]
+    with pytest.raises(ProfileError, match=r"deviceClasses: None is not valid; expected this field"):
+        parse(data, "mine.yaml")
+
+
+def test_class_file_must_exist_and_not_come_with_a_command(tmp_path: Path) -> None:
+    data = _good()
+    data["deviceClasses"]["file"] = "nowhere.yaml"
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ProfileError, match=r"deviceClasses.file: 'nowhere.yaml' .* a file that exists"):
+        load(path)
+    (tmp_path / "nowhere.yaml").write_text("")
+    with pytest.raises(ProfileError, match=r"command or file, not both"):
+        load(path)
+
+
+def test_unknown_name_lists_the_shipped_ones(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match=r"no profile named 'nvidia'.*reference-gpu, reference-l4"):
+        load("nvidia")
+    with pytest.raises(ProfileError, match=r"profile file 'x/y.yaml' does not exist"):
+        load("x/y.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [unclosed\n")
+    with pytest.raises(ProfileError, match=r"broken.yaml: not valid YAML at line 2"):
+        load(broken)
