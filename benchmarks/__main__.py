@@ -14,7 +14,14 @@ import sys
 import time
 from pathlib import Path
 
-ENTRIES: list[str] = ["fakegpu_calls", "driver_prepare", "driver_slices", "cluster_boot", "cluster_scale"]
+ENTRIES: list[str] = [
+    "fakegpu_calls",
+    "driver_prepare",
+    "driver_slices",
+    "cluster_boot",
+    "cluster_scale",
+    "conformance_suite",
+]
 """Benchmark module names under ``benchmarks/`` in the order they run."""
 
 

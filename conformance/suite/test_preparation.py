@@ -112,24 +112,16 @@ def test_cdi_specs_valid(dra: Harness) -> None:
 def test_cdi_names_unique(dra: Harness) -> None:
     """two claims never get the same CDI device name; names are not reused after unprepare"""
     device = dra.free_devices()[0]
-    client = dra.plugin()
-    first = dra.allocated_claim([device])
-    other = dra.allocated_claim(1)
-    try:
-        a = client.prepare([first, other])
-        assert not a[first.uid].error and not a[other.uid].error, a
-        ids_first = {i for d in a[first.uid].devices for i in d.cdi_device_ids}
-        ids_other = {i for d in a[other.uid].devices for i in d.cdi_device_ids}
-        assert not ids_first & ids_other, f"two claims share CDI names: {ids_first & ids_other}"
-        client.unprepare([first])
-        again = dra.allocated_claim([device])  # the same device, a new claim
-        b = client.prepare([again])[again.uid]
-        assert not b.error, b.error
-        reused = ids_first & {i for d in b.devices for i in d.cdi_device_ids}
-        assert not reused, f"CDI names reused after unprepare: {reused}"
-        client.unprepare([again])
-    finally:
-        client.unprepare([first, other])
+    first, ids_first = dra.prepared_claim([device])
+    _, ids_other = dra.prepared_claim(1)
+    assert ids_first and ids_other, "a prepared claim got no CDI ids"
+    assert not set(ids_first) & set(ids_other), (
+        f"two claims share CDI names: {set(ids_first) & set(ids_other)}"
+    )
+    dra.plugin().unprepare([first])
+    _, ids_again = dra.prepared_claim([device])  # the same device, a new claim
+    reused = set(ids_first) & set(ids_again)
+    assert not reused, f"CDI names reused after unprepare: {reused}"
 
 
 @rule("PREP-VIEW")

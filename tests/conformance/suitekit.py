@@ -3,7 +3,7 @@
 :func:`run_suite` runs ``pytest --pyargs conformance.suite`` in a child process (pytester) on a
 local cluster of its own, with the reference driver's rule-breaking switches when asked, and
 returns the verdict on each rule from the report the run wrote. Profiles are the shipped ones
-with shorter timeouts (:func:`test_profile`), so a broken driver fails in seconds, not minutes.
+with shorter timeouts (:func:`quick_profile`), so a broken driver fails in seconds, not minutes.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class SuiteRun:
         return "\n".join(rows) + "\n--- pytest output (tail):\n" + "\n".join(self.output.splitlines()[-40:])
 
 
-def test_profile(name: str, directory: Path, **changes: object) -> Path:
+def quick_profile(name: str, directory: Path, **changes: object) -> Path:
     """The shipped profile ``name`` with short timeouts (and ``changes``), written to ``directory``."""
     data = yaml.safe_load((SHIPPED_DIR / f"{name}.yaml").read_text())
     data["timeouts"] = {**SHORT_TIMEOUTS, **data.get("timeouts", {})}
@@ -68,9 +68,6 @@ def test_profile(name: str, directory: Path, **changes: object) -> Path:
     path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
-
-
-test_profile.__test__ = False  # type: ignore[attr-defined]
 
 
 def run_suite(

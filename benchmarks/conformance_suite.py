@@ -1,0 +1,55 @@
+"""The conformance suite against the reference driver: wall time at -n 1 and -n 2, per-area time.
+
+``run()`` makes two complete ``conformance.run()`` runs of profile ``reference-gpu`` on the local
+tier (binaries cached), one with one pytest worker and one with two, and reports each run's wall
+time (cluster start to report, and the suite phase alone), the speedup of -n 2 over -n 1, and the
+time the tests of each area took (the sum of their durations, so the areas of one run add up to
+more than its wall time when they ran in parallel). Env ``BENCH_SUITE_PROFILE`` picks another
+profile, ``BENCH_SUITE_WORKERS`` other worker counts (``1,2``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from conformance import SuiteConfig
+from conformance import run as run_suite
+from conformance.catalogue import AREAS
+
+
+def _one(profile: str, workers: str, reports: Path) -> dict[str, Any]:
+    config = SuiteConfig.build(profile, workers=workers, reports_dir=reports)
+    started = time.monotonic()
+    report = run_suite(config)
+    wall = time.monotonic() - started
+    per_area: dict[str, float] = {}
+    for result in report.rules:
+        if result.outcome != "not-run":
+            per_area[result.rule.area] = per_area.get(result.rule.area, 0.0) + result.duration_s
+    return {
+        "workers": workers,
+        "wall_s": round(wall, 1),
+        "suite_s": round(report.run.finished - report.run.started, 1),
+        "ok": report.ok,
+        "totals": {k: v for k, v in report.totals.items() if v},
+        "area_test_seconds": {a: round(per_area[a], 1) for a in AREAS if a in per_area},
+        "slowest": sorted(((t.duration_s, t.rule) for r in report.rules for t in r.tests), reverse=True)[:5],
+    }
+
+
+def run() -> dict[str, Any]:
+    """Run the suite once per worker count; figures, not verdicts."""
+    profile = os.environ.get("BENCH_SUITE_PROFILE", "reference-gpu")
+    counts = [w.strip() for w in os.environ.get("BENCH_SUITE_WORKERS", "1,2").split(",") if w.strip()]
+    with tempfile.TemporaryDirectory(prefix="bench-suite-") as tmp:
+        runs = [_one(profile, workers, Path(tmp)) for workers in counts]
+    out: dict[str, Any] = {"profile": profile, "runs": runs}
+    by = {r["workers"]: r for r in runs}
+    if "1" in by and "2" in by:
+        out["speedup_suite_n2_over_n1"] = round(by["1"]["suite_s"] / max(by["2"]["suite_s"], 0.1), 2)
+        out["speedup_wall_n2_over_n1"] = round(by["1"]["wall_s"] / max(by["2"]["wall_s"], 0.1), 2)
+    return out

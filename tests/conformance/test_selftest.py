@@ -1,0 +1,141 @@
+"""The suite tested against the reference driver: clean, it passes; with a switch on, exactly the
+rules that switch breaks fail.
+
+Each case runs the areas its switch concerns on a local cluster of its own (pytester, a child
+pytest) and compares the set of failed rule ids with the table below, which
+``conformance/README.md`` repeats. A switch that stops breaking its rules, a test that stops
+catching them, or a test that starts failing for an unrelated reason all fail here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from clusters.local.binaries import Binaries
+from conformance.catalogue import AREAS
+from driver.breakage import RULES as SWITCHES
+from tests.conformance.suitekit import quick_profile, run_suite
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(1500)]
+
+README = Path(__file__).resolve().parents[2] / "conformance" / "README.md"
+
+
+@dataclass(frozen=True)
+class Case:
+    """A switch, where it is shown, and the rules it must fail."""
+
+    profile: str
+    """The shipped profile the suite runs with."""
+    areas: tuple[str, ...]
+    """The areas (markers) that run."""
+    fails: frozenset[str]
+    """Exactly the rule ids that fail."""
+
+
+def case(profile: str, areas: str, *fails: str) -> Case:
+    return Case(profile, tuple(areas.split()), frozenset(fails))
+
+
+CASES: dict[str, Case] = {
+    "no-slices": case("reference-gpu", "preflight", "PRE-SLICES"),
+    "hide-device": case("reference-gpu", "preflight slices", "PRE-NODES"),
+    "non-idempotent-prepare": case(
+        "reference-gpu", "registration preparation", "REG-IDEMPOTENT-PREPARE", "REG-V1BETA1-PARITY"
+    ),
+    "drop-claim-from-batch": case(
+        "reference-gpu", "registration preparation", "REG-ONE-PER-CLAIM", "REG-BATCH"
+    ),
+    "wrong-pool-name": case("reference-gpu", "registration preparation", "PREP-POOL-DEVICE"),
+    # a spec the node refuses also keeps every pod from running: each rule that needs one fails
+    "invalid-cdi-spec": case(
+        "reference-gpu",
+        "preparation",
+        "PREP-CDI-SPEC",
+        "PREP-VIEW",
+        "PREP-CONFIG-CLASS",
+        "PREP-CONFIG-PRECEDENCE",
+        "PREP-CONFIG-SCOPE",
+        "PREP-UNPREPARE-DELETE",
+        "PREP-FORCE-DELETE",
+        "PREP-NO-WARNINGS",
+        "PREP-CHURN",
+    ),
+    "leave-cdi-on-unprepare": case(
+        "reference-gpu",
+        "preparation",
+        "PREP-UNPREPARE-DELETE",
+        "PREP-FORCE-DELETE",
+        "PREP-CHURN",
+    ),
+    "ignore-config": case(
+        "reference-gpu",
+        "preparation",
+        "PREP-CONFIG-CLASS",
+        "PREP-CONFIG-PRECEDENCE",
+        "PREP-CONFIG-SCOPE",
+        "PREP-CONFIG-INVALID",
+    ),
+    "oversized-slice": case("reference-mig", "preflight", "PRE-NODES"),
+    "phantom-device": case("reference-gpu", "slices", "SLICE-COUNT"),
+    "no-republish": case("reference-gpu", "slices", "SLICE-REPUBLISH", "SLICE-EDIT"),
+    "churn-slices": case("reference-gpu", "slices", "SLICE-STABLE"),
+    "wrong-slice-count": case("reference-gpu", "slices", "SLICE-POOL"),
+    "orphan-slices": case("reference-gpu", "slices", "SLICE-NODE"),
+}
+"""Every switch that breaks a rule of the areas the suite has, where it is shown, what fails."""
+
+PENDING = {"no-health": "breaks HEALTH rules, whose tests come with the next areas"}
+"""Switches whose rules have no tests yet, and why."""
+
+CLEAN_SKIPS: dict[str, frozenset[str]] = {}
+"""Per shipped profile, the rules a clean run skips (each for a reason its record states)."""
+
+
+def test_every_switch_has_a_case() -> None:
+    assert set(SWITCHES) == set(CASES) | set(PENDING)
+    for name, c in CASES.items():
+        markers = {a.marker for a in AREAS.values()}
+        assert set(c.areas) <= markers, f"{name}: unknown area in {c.areas}"
+        assert {r.split("-")[0] for r in c.fails} <= {a.id for a in AREAS.values() if a.marker in c.areas}
+
+
+def test_readme_table_is_the_case_table() -> None:
+    text = README.read_text()
+    table = text.split("<!-- switch-table")[1].split("<!-- end switch-table -->")[0]
+    rows = {}
+    for line in table.splitlines():
+        m = re.match(r"\| `([a-z0-9-]+)` \| (\S+) \| ([a-z ,]+) \| (.*) \|$", line)
+        if m:
+            fails = frozenset(re.findall(r"[A-Z]+-[A-Z0-9-]+", m.group(4)))
+            rows[m.group(1)] = Case(m.group(2), tuple(m.group(3).replace(",", " ").split()), fails)
+    assert rows == CASES, "conformance/README.md's switch table differs from CASES in this file"
+
+
+@pytest.mark.parametrize("switch", sorted(CASES))
+def test_switch_fails_exactly_its_rules(
+    switch: str, pytester: pytest.Pytester, local_binaries: Binaries, tmp_path: Path
+) -> None:
+    c = CASES[switch]
+    profile = quick_profile(c.profile, tmp_path)
+    run = run_suite(pytester, local_binaries, profile, areas=c.areas, breaks=[switch], workers=2)
+    assert run.failed == c.fails, run.explain()
+    assert not run.having("unexpected-pass"), run.explain()
+
+
+@pytest.mark.parametrize("profile", ["reference-gpu", "reference-mig", "reference-l4", "reference-mixed"])
+def test_clean_run_passes(profile: str, pytester: pytest.Pytester, local_binaries: Binaries, tmp_path: Path) -> None:
+    run = run_suite(pytester, local_binaries, quick_profile(profile, tmp_path), workers=2)
+    assert not run.failed, run.explain()
+    ran = {rule for rule, outcome in run.outcomes.items() if outcome in ("passed", "skipped")}
+    assert {r for r in ran if r.split("-")[0] in ("PRE", "REG", "SLICE", "ALLOC", "PREP")}, run.explain()
+    skipped = run.having("skipped")
+    for result in run.report.rules:
+        if result.outcome == "skipped":
+            assert result.reason, f"{result.rule.id} skipped without a reason"
+    if profile in CLEAN_SKIPS:
+        assert skipped == CLEAN_SKIPS[profile], run.explain()
