@@ -24,6 +24,9 @@ RULES: dict[str, str] = {
     "oversized-slice": "ResourceSlices are not split at the per-slice device limit",
     "wrong-pool-name": "NodePrepareResources answers with a pool other than the allocated one",
     "no-health": "device health is never reported (the stream stays silent, no taints)",
+    "subrequest-name": "a firstAvailable result is answered with its subrequest name (gpu/sub1), not gpu",
+    "refuse-admin-access": "an adminAccess claim for a device another claim holds is refused",
+    "keep-device-after-unprepare": "unprepared devices stay marked in use: later claims for them are refused",
 }
 """Every switch, with the rule it breaks."""
 
