@@ -2,12 +2,14 @@
 
 Every claim here is allocated by kube-scheduler for a pod pinned to the test's node; the tests
 read the allocation results and check them against the driver's slices. Tests that need every
-device of a node (or taint devices other tests might want) hold their node alone; the others
-pick devices no other test is likely to want (any free one, or one they select exactly).
+device of a node, or counters no other test draws on, hold their node alone. The others take
+what the scheduler gives them (kept off the devices the profile's ``select`` singles out when
+they hold or taint them for a while), or single out by its attributes a device they already hold.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from conformance import manifests
 from conformance.devices import (
     MAX_RESULTS_PER_CLAIM,
+    cel_literal,
     consumption,
     counter_sets,
     quantity,
@@ -55,6 +58,12 @@ def _devices_of(dra: Harness, claim: Obj) -> list[str]:
 def _pod_for(dra: Harness, claim: Obj, **pod_spec: Any) -> str:
     """Create a pod that uses ``claim`` (as pod claim ``gpu``); its name."""
     return _name(dra.pod(claims={"gpu": _name(claim)}, **pod_spec))
+
+
+def _every_device_class(dra: Harness) -> str:
+    """A DeviceClass of the test that selects every device of the driver (claims then single one
+    out with :meth:`Harness.exact`)."""
+    return dra.make_class([manifests.cel(f"device.driver == {cel_literal(dra.driver)}")])
 
 
 def _current(dra: Harness, claim: Obj) -> Obj:
@@ -228,6 +237,7 @@ def test_first_available(dra: Harness) -> None:
         [
             manifests.subrequest("sub0", dra.device_class, selectors=[manifests.cel(dra.cel(no_match))]),
             manifests.subrequest("sub1", dra.device_class),
+            manifests.subrequest("sub2", dra.device_class),  # satisfiable too, but not the first
         ],
     )
     claim = dra.claim(requests=[gpu])
@@ -236,24 +246,23 @@ def test_first_available(dra: Harness) -> None:
     claim = _current(dra, claim)
     (device,) = _devices_of(dra, claim)
     requests = [r.request for r in allocated_devices(claim)]
-    assert requests == ["gpu/sub1"], f"firstAvailable was allocated for {requests}, not gpu/sub1"
-    checked = False
+    assert requests == ["gpu/sub1"], (
+        f"firstAvailable was allocated for {requests}, not gpu/sub1 (the first that can be satisfied)"
+    )
     if "view" in dra.env.cluster_capabilities:
         seen = dra.seen_devices(dra.view(pod))
         assert seen == {dra.identity(device)}, (
             f"a container that references request gpu sees {sorted(seen)}, not {device}: the driver "
             "did not answer with the parent request name"
         )
-        checked = True
-    if "grpc" in dra.env.cluster_capabilities:
+    elif "grpc" in dra.env.cluster_capabilities:
         answer = dra.plugin().prepare([ref(claim)])[ref(claim).uid]  # prepared already: idempotent
         assert not answer.error, f"preparing the prepared claim again failed: {answer.error}"
         names = [list(d.request_names) for d in answer.devices]
-        assert all(not n or "gpu" in n for n in names) and names, (
+        assert names and all(not n or "gpu" in n for n in names), (
             f"the driver answered request names {names} for result gpu/sub1; containers reference gpu"
         )
-        checked = True
-    if not checked:
+    else:
         pytest.skip(
             "the allocation is right; the cluster shows neither what a container sees nor the "
             "driver's sockets, so the driver's request names cannot be checked"
@@ -416,7 +425,7 @@ def test_consumable_capacity(dra: Harness) -> None:
     key, total = sorted((k, quantity(v)) for k, v in device["capacity"].items())[0]
     half = total / 2
     amount = str(int(half)) if half == int(half) else f"{int(half * 1000)}m"
-    every = dra.make_class([manifests.cel(f'device.driver == "{dra.driver}"')])
+    every = _every_device_class(dra)
     selector = dra.exact(str(device["name"]))
     claims = [dra.claim(device_class=every, selectors=[selector], capacity={key: amount}) for _ in range(3)]
     pods = [_pod_for(dra, c) for c in claims]
@@ -446,7 +455,7 @@ def test_overlapping_partitions(dra: Harness) -> None:
     pair = who_overlaps(published.values(), counter_sets(dra.slices()))
     assert pair is not None, f"{dra.node} has no two devices that overdraw a shared counter together"
     first, second, counter = pair
-    every = dra.make_class([manifests.cel(f'device.driver == "{dra.driver}"')])
+    every = _every_device_class(dra)
     a = dra.claim(device_class=every, selectors=[dra.exact(first)])
     b = dra.claim(device_class=every, selectors=[dra.exact(second)])
     pod_a = _pod_for(dra, a)
@@ -466,12 +475,12 @@ def test_overlapping_partitions(dra: Harness) -> None:
 def test_extended_resource(dra: Harness) -> None:
     """a pod asking for the class's extended resource gets a device through DRA"""
     classes = [dra.device_class, *dra.profile.device_classes.names]
-    named = {
-        c: str((dra.get("DeviceClass", c) or {}).get("spec", {}).get("extendedResourceName") or "")
+    named = [
+        str(((dra.get("DeviceClass", c) or {}).get("spec") or {}).get("extendedResourceName") or "")
         for c in classes
-    }
-    resource = next((r for r in named.values() if r), "")
-    assert resource, f"profile claims extended-resource, but none of {classes} names one"
+    ]
+    # without a name of its own, a class answers to deviceclass.resource.kubernetes.io/<class>
+    resource = next((r for r in named if r), f"deviceclass.resource.kubernetes.io/{dra.device_class}")
     container = Container("ctr", extra={"resources": {"limits": {resource: "1"}}})
     pod = _name(dra.pod(containers=[container]))
     status = dra.wait_running(pod).get("status") or {}
@@ -479,7 +488,7 @@ def test_extended_resource(dra: Harness) -> None:
     assert claim_name, f"pod {pod} asked for {resource} but names no extended-resource claim"
     claim = dra.get("ResourceClaim", str(claim_name))
     assert claim is not None, f"claim {claim_name} of pod {pod} does not exist"
-    assert len(_devices_of(dra, claim)) == 1, f"{resource}: 1 got {allocated_devices(claim)}"
+    assert len(_devices_of(dra, claim)) == 1, f"{resource}: 1 asked for, allocated {allocated_devices(claim)}"
 
 
 @rule("ALLOC-STATUS-DEVICES")
@@ -494,6 +503,13 @@ def test_status_devices(dra: Harness) -> None:
     for entry in written["status"]["devices"]:
         key = (entry.get("driver"), entry.get("pool"), entry.get("device"), entry.get("shareID") or "")
         assert key in results, f"status.devices entry {key} is not an allocated device ({sorted(results)})"
+        for ip in (entry.get("networkData") or {}).get("ips") or []:
+            try:
+                ipaddress.ip_interface(ip)
+            except ValueError:
+                raise AssertionError(
+                    f"status.devices entry {key}: {ip!r} is not an IP in CIDR form"
+                ) from None
         for condition in entry.get("conditions") or []:
             assert condition.get("type") and condition.get("reason"), (
                 f"condition without type/reason: {condition}"
