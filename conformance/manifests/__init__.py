@@ -87,10 +87,28 @@ def _exactly(
     return exactly
 
 
-def request(name: str, device_class: str, **exactly: Any) -> Obj:
-    """One device request (``exactly``): ``count`` (default 1) or ``all_devices``, ``selectors``,
-    ``admin_access``, ``tolerations``, ``capacity`` (consumable capacity: name -> quantity)."""
-    return {"name": name, "exactly": _exactly(device_class, **exactly)}
+def request(
+    name: str,
+    device_class: str,
+    *,
+    count: int = 1,
+    all_devices: bool = False,
+    selectors: Sequence[Obj] = (),
+    admin_access: bool = False,
+    tolerations: Sequence[Obj] = (),
+    capacity: Mapping[str, str] | None = None,
+) -> Obj:
+    """One device request (``exactly``); ``capacity``: consumable capacity to ask for, by name."""
+    exactly = _exactly(
+        device_class,
+        count=count,
+        all_devices=all_devices,
+        selectors=selectors,
+        admin_access=admin_access,
+        tolerations=tolerations,
+        capacity=capacity,
+    )
+    return {"name": name, "exactly": exactly}
 
 
 def subrequest(name: str, device_class: str, **exactly: Any) -> Obj:
@@ -118,15 +136,13 @@ def device_taint_rule(
     name: str, *, driver: str, pool: str, device: str, key: str, value: str, effect: str
 ) -> Obj:
     """A DeviceTaintRule that taints one device of a pool."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": name},
-        "spec": {
-            "deviceSelector": {"driver": driver, "pool": pool, "device": device},
-            "taint": {"key": key, "value": value, "effect": effect},
-        },
+    obj = example("devicetaintrule")
+    obj["metadata"] = {"name": name}
+    obj["spec"] = {
+        "deviceSelector": {"driver": driver, "pool": pool, "device": device},
+        "taint": {"key": key, "value": value, "effect": effect},
     }
+    return obj
 
 
 def opaque_config(driver: str, parameters: Mapping[str, Any], requests: Sequence[str] = ()) -> Obj:
