@@ -336,7 +336,7 @@ def test_admin_access(dra: Harness) -> None:
         if drawn:  # the scheduler's fault, not the driver's: say so, and check it again once fixed
             pytest.skip(
                 f"kube-scheduler {dra.env.k8s_version} counts an adminAccess allocation against the "
-                f"counters {device} (in use) already draws on ({sorted(drawn)}), so it cannot be "
+                f"counters {device} (in use) already draws on ({', '.join(sorted(drawn))}), so it cannot be "
                 "allocated (kubernetes/kubernetes#140729)"
             )
         raise AssertionError(f"the adminAccess claim for {device} (in use) was not allocated")
