@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from clusters import Cluster, ContainerView
 from clusters.pytest_plugin import SESSION_LABEL
+from conformance import devices as slicedevices
 from conformance import manifests
 from conformance.capabilities import Environment
 from conformance.catalogue import Rule
@@ -28,12 +30,22 @@ from conformance.profiles import AttributeMatch, DriverProfile
 from conformance.resources import Tracker
 from conformance.waiting import Objects, WaitTimeout, watch_until
 
-__all__ = ["MAX_DEVICES_PER_CLAIM", "AllocatedDevice", "Harness", "attribute_value", "cel_for"]
+__all__ = [
+    "MAX_DEVICES_PER_CLAIM",
+    "TEST_TAINT_KEY",
+    "AllocatedDevice",
+    "Harness",
+    "attribute_value",
+    "cel_for",
+]
 
 Obj = dict[str, Any]
 
 MAX_DEVICES_PER_CLAIM = 32
 """At most this many devices in one claim's allocation (``AllocationResultsMaxSize``, resource/v1)."""
+
+TEST_TAINT_KEY = "dra-conformance.io/test"
+"""The key of the device taints the suite makes (their value is the test's namespace)."""
 
 
 @dataclass(frozen=True)
@@ -242,7 +254,17 @@ class Harness:
 
     def wait_unschedulable(self, name: str, timeout: float | None = None) -> Obj:
         """Wait until the scheduler reports the pod unschedulable."""
-        return self.wait_pod(name, "unschedulable", _unschedulable, timeout)
+        return self.wait_pod(name, "unschedulable", unschedulable, timeout)
+
+    def wait_placed(self, name: str, timeout: float | None = None) -> Obj:
+        """Wait until the pod runs or the scheduler reports it unschedulable (for tests that accept
+        either and then tell them apart with :func:`unschedulable`)."""
+        return self.wait_pod(
+            name,
+            "Running or unschedulable",
+            lambda p: _phase(p) in ("Running", "Succeeded") or unschedulable(p),
+            timeout,
+        )
 
     def wait_gone(self, kind: str, name: str, timeout: float | None = None) -> None:
         """Wait until the object no longer exists."""
@@ -277,6 +299,41 @@ class Harness:
         current = self.get("ResourceClaim", meta(claim)["name"])
         return allocated_devices(current or claim)
 
+    def wait_claim(
+        self, name: str, what: str, check: Callable[[Obj], bool], timeout: float | None = None
+    ) -> Obj:
+        """Wait until ``check(claim)`` holds for claim ``name``; the claim then."""
+        key = f"{self.namespace}/{name}"
+
+        def describe(objs: Objects) -> str:
+            claim = objs.get(key)
+            return "no such claim" if claim is None else f"status {claim.get('status') or {}}"
+
+        return watch_until(
+            self.kube,
+            "ResourceClaim",
+            f"claim {key} {what}",
+            lambda objs: objs[key] if key in objs and check(objs[key]) else None,
+            timeout or self.profile.timeouts.pod,
+            namespace=self.namespace,
+            fields=f"metadata.name={name}",
+            describe=describe,
+        )
+
+    def wait_deallocated(self, claim: str, timeout: float | None = None) -> Obj:
+        """Wait until the claim is reserved for nobody and no longer allocated; the claim then."""
+        return self.wait_claim(
+            claim,
+            "unreserved and deallocated",
+            lambda c: not reserved_for(c) and _allocation(c) is None,
+            timeout or self.profile.timeouts.unprepare,
+        )
+
+    def remove_pod(self, name: str, timeout: float | None = None) -> None:
+        """Delete a pod of the test and wait until it is gone (its containers stopped)."""
+        self.delete("Pod", name)
+        self.wait_gone("Pod", name, timeout)
+
     # --- the driver's devices -----------------------------------------------------------------
 
     def slices(self, node: str | None = None) -> list[Obj]:
@@ -304,6 +361,48 @@ class Harness:
     def cel(self, match: AttributeMatch) -> str:
         """A CEL selector for ``match``."""
         return cel_for(match, self.driver)
+
+    def exact(self, device: str, node: str | None = None) -> Obj:
+        """A CEL selector that matches ``device`` of ``node`` and no other device there (all its
+        attributes); the test skips when other devices of the node have the same attributes."""
+        found = self.devices(node)
+        if device not in found:
+            raise AssertionError(f"node {node or self.node} has no device {device} of {self.driver}")
+        same = slicedevices.twins(found[device], found.values(), self.driver)
+        if same:
+            pytest.skip(f"device {device} cannot be told from {', '.join(same)} by its attributes")
+        return manifests.cel(slicedevices.exact_cel(found[device], self.driver))
+
+    def class_selectors(self, name: str | None = None) -> list[Obj]:
+        """The selectors of a DeviceClass (default: the profile's default class)."""
+        wanted = name or self.device_class
+        found = self.get("DeviceClass", wanted)
+        if found is None:
+            raise AssertionError(f"DeviceClass {wanted} does not exist")
+        return list((found.get("spec") or {}).get("selectors") or [])
+
+    def make_class(self, selectors: Sequence[Obj]) -> str:
+        """Create a DeviceClass of the test with ``selectors``; its name."""
+        name = f"{self.namespace}-{self.name('class')}"
+        self.create(manifests.device_class(name, selectors))
+        return name
+
+    def taint(self, device: str, effect: str, node: str | None = None) -> Obj:
+        """Taint ``device`` of ``node`` with a DeviceTaintRule (key :data:`TEST_TAINT_KEY`)."""
+        rule = manifests.device_taint_rule(
+            f"{self.namespace}-{self.name('taint')}",
+            driver=self.driver,
+            pool=self.pool_of(node),
+            device=device,
+            key=TEST_TAINT_KEY,
+            value=self.namespace,
+            effect=effect,
+        )
+        return self.create(rule)
+
+    def label_namespace(self, labels: Mapping[str, str]) -> None:
+        """Add labels to the test's namespace."""
+        self.kube.patch("Namespace", self.namespace, {"metadata": {"labels": dict(labels)}})
 
     def allocated(self, node: str | None = None, *, session_only: bool = False) -> set[str]:
         """Devices of ``node``'s pool allocated to a claim (only to this session's tests' claims when
@@ -449,7 +548,8 @@ def _phase(pod: Mapping[str, Any]) -> str:
     return str((pod.get("status") or {}).get("phase") or "")
 
 
-def _unschedulable(pod: Mapping[str, Any]) -> bool:
+def unschedulable(pod: Mapping[str, Any]) -> bool:
+    """Whether the scheduler reports the pod unschedulable."""
     return any(
         c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
         for c in (pod.get("status") or {}).get("conditions") or []
@@ -458,6 +558,11 @@ def _unschedulable(pod: Mapping[str, Any]) -> bool:
 
 def _allocation(claim: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return (claim.get("status") or {}).get("allocation")
+
+
+def reserved_for(claim: Mapping[str, Any]) -> list[str]:
+    """The names of the consumers (pods) a claim is reserved for."""
+    return [str(r.get("name")) for r in (claim.get("status") or {}).get("reservedFor") or []]
 
 
 def allocated_devices(claim: Mapping[str, Any]) -> list[AllocatedDevice]:
@@ -478,4 +583,4 @@ def allocated_devices(claim: Mapping[str, Any]) -> list[AllocatedDevice]:
     ]
 
 
-__all__ += ["WaitTimeout", "allocated_devices", "ref"]
+__all__ += ["WaitTimeout", "allocated_devices", "ref", "reserved_for", "unschedulable"]

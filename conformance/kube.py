@@ -53,6 +53,7 @@ KINDS: Mapping[str, Kind] = {
     "ResourceClaimTemplate": Kind(RESOURCE_V1, "resourceclaimtemplates", True),
     "ResourceSlice": Kind(RESOURCE_V1, "resourceslices", False),
     "DeviceClass": Kind(RESOURCE_V1, "deviceclasses", False),
+    "DeviceTaintRule": Kind(RESOURCE_V1, "devicetaintrules", False),
 }
 """Every kind the suite touches."""
 

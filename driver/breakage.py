@@ -31,6 +31,9 @@ RULES: dict[str, str] = {
     "churn-slices": "the pool is rewritten every few seconds though nothing changed",
     "wrong-slice-count": "ResourceSlices claim one slice more in the pool than there are",
     "orphan-slices": "ResourceSlices carry no ownerReference to their Node",
+    "subrequest-name": "a firstAvailable result is answered with its subrequest name (gpu/sub1), not gpu",
+    "refuse-admin-access": "an adminAccess claim for a device another claim holds is refused",
+    "keep-device-after-unprepare": "unprepared devices stay marked in use: later claims for them are refused",
 }
 """Every switch, with the rule it breaks."""
 

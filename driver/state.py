@@ -128,6 +128,8 @@ class DeviceState:
         self._claim_locks: dict[str, tuple[threading.Lock, int]] = {}
         """Claim UID -> (lock, holders and waiters)."""
         self._claim_locks_guard = threading.Lock()
+        self._leaked: set[str] = set()
+        """Devices unprepare left marked in use (only with ``keep-device-after-unprepare``)."""
 
     # --- public API ---------------------------------------------------------------------------
 
@@ -242,6 +244,9 @@ class DeviceState:
             except DriverError as e:
                 raise PrepareError(f"claim {ref}: {e}") from e
             self._forget(ref.uid)
+            if self.settings.breaks("keep-device-after-unprepare"):
+                with self._lock:
+                    self._leaked.update(d.device for d in record.devices)
             log.info(
                 "claim unprepared",
                 extra={"claim": ref.uid, "namespace": ref.namespace, "claim_name": ref.name},
@@ -320,11 +325,12 @@ class DeviceState:
                 raise PrepareError(f"claim {ref}: device {name}: invalid config: {e}") from e
             share_id = result.get("shareID") or None
             key = (name, share_id)
+            answered = request if self.settings.breaks("subrequest-name") else _parent_request(request)
             if key in planned:
-                planned[key].request_names = sorted({*planned[key].request_names, _parent_request(request)})
+                planned[key].request_names = sorted({*planned[key].request_names, answered})
                 continue
             planned[key] = PreparedDevice(
-                request_names=[_parent_request(request)],
+                request_names=[answered],
                 pool=pool,
                 device=name,
                 cdi_ids=[],
@@ -342,13 +348,17 @@ class DeviceState:
 
         Admin access is the exception: it exists to reach devices that are in use.
         """
+        for device in planned:
+            if device.device in self._leaked:
+                raise DeviceConflict(f"claim {ref}: device {device.device}: still marked in use")
+        admin_exempt = not self.settings.breaks("refuse-admin-access")
         for other in self._checkpoint.claims.values():
             if other.uid == ref.uid:
                 continue
             held = {d.device: d for d in other.devices}
             for device in planned:
                 theirs = held.get(device.device)
-                if theirs is None or device.admin_access or theirs.admin_access:
+                if theirs is None or (admin_exempt and (device.admin_access or theirs.admin_access)):
                     continue
                 if not (device.shareable and theirs.shareable):
                     raise DeviceConflict(

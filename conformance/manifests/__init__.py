@@ -23,10 +23,14 @@ __all__ = [
     "claim",
     "claim_template",
     "device_class",
+    "device_taint_rule",
     "example",
+    "first_available",
     "opaque_config",
     "pod",
     "request",
+    "subrequest",
+    "toleration",
 ]
 
 MANIFESTS_DIR = Path(__file__).resolve().parent
@@ -55,8 +59,7 @@ def cel(expression: str) -> Obj:
     return {"cel": {"expression": expression}}
 
 
-def request(
-    name: str,
+def _exactly(
     device_class: str,
     *,
     count: int = 1,
@@ -64,8 +67,9 @@ def request(
     selectors: Sequence[Obj] = (),
     admin_access: bool = False,
     tolerations: Sequence[Obj] = (),
+    capacity: Mapping[str, str] | None = None,
 ) -> Obj:
-    """One device request (``exactly``)."""
+    """The fields of an ``exactly`` request (also those of a ``firstAvailable`` subrequest)."""
     exactly: Obj = {"deviceClassName": device_class}
     if all_devices:
         exactly["allocationMode"] = "All"
@@ -78,7 +82,67 @@ def request(
         exactly["adminAccess"] = True
     if tolerations:
         exactly["tolerations"] = list(tolerations)
+    if capacity:
+        exactly["capacity"] = {"requests": dict(capacity)}
+    return exactly
+
+
+def request(
+    name: str,
+    device_class: str,
+    *,
+    count: int = 1,
+    all_devices: bool = False,
+    selectors: Sequence[Obj] = (),
+    admin_access: bool = False,
+    tolerations: Sequence[Obj] = (),
+    capacity: Mapping[str, str] | None = None,
+) -> Obj:
+    """One device request (``exactly``); ``capacity``: consumable capacity to ask for, by name."""
+    exactly = _exactly(
+        device_class,
+        count=count,
+        all_devices=all_devices,
+        selectors=selectors,
+        admin_access=admin_access,
+        tolerations=tolerations,
+        capacity=capacity,
+    )
     return {"name": name, "exactly": exactly}
+
+
+def subrequest(name: str, device_class: str, **exactly: Any) -> Obj:
+    """One subrequest of a ``firstAvailable`` request (arguments as :func:`request`)."""
+    return {"name": name, **_exactly(device_class, **exactly)}
+
+
+def first_available(name: str, subrequests: Sequence[Obj]) -> Obj:
+    """A request satisfied by the first of ``subrequests`` (:func:`subrequest`) that can be; its
+    allocation results name ``<name>/<subrequest>``."""
+    return {"name": name, "firstAvailable": list(subrequests)}
+
+
+def toleration(key: str, effect: str = "", *, operator: str = "Exists", value: str = "") -> Obj:
+    """A device toleration (``effect`` empty: every effect)."""
+    found: Obj = {"key": key, "operator": operator}
+    if effect:
+        found["effect"] = effect
+    if value:
+        found["value"] = value
+    return found
+
+
+def device_taint_rule(
+    name: str, *, driver: str, pool: str, device: str, key: str, value: str, effect: str
+) -> Obj:
+    """A DeviceTaintRule that taints one device of a pool."""
+    obj = example("devicetaintrule")
+    obj["metadata"] = {"name": name}
+    obj["spec"] = {
+        "deviceSelector": {"driver": driver, "pool": pool, "device": device},
+        "taint": {"key": key, "value": value, "effect": effect},
+    }
+    return obj
 
 
 def opaque_config(driver: str, parameters: Mapping[str, Any], requests: Sequence[str] = ()) -> Obj:

@@ -110,5 +110,5 @@ def run_suite(
     path = run_dir / "conformance.json"
     assert path.exists(), f"the suite wrote no report (exit {result.ret}):\n{output[-4000:]}"
     loaded_report = report.load(path)
-    outcomes = {r.rule.id: r.outcome for r in loaded_report.rules if r.outcome != "not-run"}
+    outcomes: dict[str, str] = {r.rule.id: r.outcome for r in loaded_report.rules if r.outcome != "not-run"}
     return SuiteRun(outcomes, loaded_report, output)

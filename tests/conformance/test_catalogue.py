@@ -17,7 +17,16 @@ def test_catalogue_shape() -> None:
     assert len(RULES) == 93
     assert len({r.id for r in RULES}) == 93
     counts = {a: sum(r.area == a for r in RULES) for a in AREAS}
-    assert counts == {"PRE": 4, "REG": 18, "SLICE": 12, "ALLOC": 21, "SHARE": 8, "PREP": 15, "HEALTH": 7, "RES": 8}
+    assert counts == {
+        "PRE": 4,
+        "REG": 18,
+        "SLICE": 12,
+        "ALLOC": 21,
+        "SHARE": 8,
+        "PREP": 15,
+        "HEALTH": 7,
+        "RES": 8,
+    }
     for r in RULES:
         assert r.id.startswith(r.area + "-"), r.id
         assert r.sentence and r.sentence == r.sentence.strip()
@@ -31,7 +40,12 @@ def test_lookups_name_what_is_allowed() -> None:
         by_id("NOPE")
     area = area_of_marker("Allocation")
     assert area is not None and area.id == "ALLOC"
-    assert [r.id for r in select(["PRE-API"], ["preflight"])] == ["PRE-API", "PRE-CLASSES", "PRE-SLICES", "PRE-NODES"]
+    assert [r.id for r in select(["PRE-API"], ["preflight"])] == [
+        "PRE-API",
+        "PRE-CLASSES",
+        "PRE-SLICES",
+        "PRE-NODES",
+    ]
 
 
 def test_the_suite_has_a_test_for_every_rule_of_its_areas(pytester: pytest.Pytester) -> None:

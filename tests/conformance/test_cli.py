@@ -31,10 +31,16 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     ("args", "message"),
     [
         (["--profile", "nvidia"], "no profile named 'nvidia'"),
-        (["--profile", "reference-gpu", "--rules", "REG-NOPE"], "unknown rule id 'REG-NOPE'; ids of that area: REG-"),
+        (
+            ["--profile", "reference-gpu", "--rules", "REG-NOPE"],
+            "unknown rule id 'REG-NOPE'; ids of that area: REG-",
+        ),
         (["--profile", "reference-gpu", "-m", "teleport"], "unknown area 'teleport'; areas: preflight (PRE)"),
         (["--profile", "reference-gpu", "--cluster", "external"], "--cluster external needs --kubeconfig"),
-        (["--profile", "reference-gpu", "--cluster", "external", "--kubeconfig", "/no/such"], "does not exist"),
+        (
+            ["--profile", "reference-gpu", "--cluster", "external", "--kubeconfig", "/no/such"],
+            "does not exist",
+        ),
         (["--profile", "reference-gpu", "-n", "many"], "-n 'many': give a number of workers or 'auto'"),
         (["--profile", "reference-gpu", "--nodes", "0"], "--nodes 0: give at least 1"),
         (["--profile", "reference-gpu", "--driver-command", "'unclosed"], "is not valid shell words"),
@@ -61,7 +67,7 @@ def test_a_profile_without_local_command_cannot_run_locally(tmp_path: Path) -> N
     start, end = text.index("local:"), text.index("capabilities:")
     mine = tmp_path / "no-local.yaml"
     mine.write_text(text[:start] + text[end:])
-    with pytest.raises(UsageError, match="has no 'local.command'.*--cluster external"):
+    with pytest.raises(UsageError, match=r"has no 'local.command'.*--cluster external"):
         SuiteConfig.build(mine)
 
 

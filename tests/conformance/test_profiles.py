@@ -1,4 +1,4 @@
-"""Driver profiles: the shipped ones load; a bad one is refused naming file, field, value and what is allowed."""
+"""Driver profiles: the shipped ones load; a bad one is refused naming file, field, value, what is allowed."""
 
 from __future__ import annotations
 
@@ -68,11 +68,15 @@ def test_bad_values_are_named(change: dict[str, Any], message: str) -> None:
 def test_nested_errors_name_the_path() -> None:
     data = _good()
     data["devices"]["attributes"]["index"] = "integer"
-    with pytest.raises(ProfileError, match=r"devices.attributes.index: 'integer' is not valid; expected one of"):
+    with pytest.raises(
+        ProfileError, match=r"devices.attributes.index: 'integer' is not valid; expected one of"
+    ):
         parse(data, "mine.yaml")
     data = _good()
     del data["devices"]["perNode"]
-    with pytest.raises(ProfileError, match=r"devices.perNode: None is not valid; expected an integer \(the field"):
+    with pytest.raises(
+        ProfileError, match=r"devices.perNode: None is not valid; expected an integer \(the field"
+    ):
         parse(data, "mine.yaml")
     data = _good()
     data["devices"]["perNodeInClass"] = 9

@@ -128,7 +128,9 @@ def test_switch_fails_exactly_its_rules(
 
 
 @pytest.mark.parametrize("profile", ["reference-gpu", "reference-mig", "reference-l4", "reference-mixed"])
-def test_clean_run_passes(profile: str, pytester: pytest.Pytester, local_binaries: Binaries, tmp_path: Path) -> None:
+def test_clean_run_passes(
+    profile: str, pytester: pytest.Pytester, local_binaries: Binaries, tmp_path: Path
+) -> None:
     run = run_suite(pytester, local_binaries, quick_profile(profile, tmp_path), workers=2)
     assert not run.failed, run.explain()
     ran = {rule for rule, outcome in run.outcomes.items() if outcome in ("passed", "skipped")}

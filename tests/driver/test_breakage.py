@@ -56,6 +56,7 @@ def test_every_rule_is_documented() -> None:
         "non-idempotent-prepare", "drop-claim-from-batch", "invalid-cdi-spec", "leave-cdi-on-unprepare",
         "ignore-config", "oversized-slice", "wrong-pool-name", "no-health", "no-slices", "hide-device",
         "phantom-device", "no-republish", "churn-slices", "wrong-slice-count", "orphan-slices",
+        "subrequest-name", "refuse-admin-access", "keep-device-after-unprepare",
     }  # fmt: skip
 
 
@@ -237,6 +238,34 @@ def _health_reported(node: Node) -> tuple[bool, ...]:
     return streamed, "gpu-0" in monitor.faults()
 
 
+def _parent_request_answered(node: Node) -> tuple[bool, ...]:
+    node.serve()
+    claim = node.put(make_claim("c", [result("gpu/sub1", "gpu-0")]))
+    (device,) = prepare(node, claim).claims[claim["metadata"]["uid"]].devices
+    return (list(device.request_names) == ["gpu"],)
+
+
+def _admin_access_granted(node: Node) -> tuple[bool, ...]:
+    node.serve()
+    user = node.put(make_claim("user", [result("gpu", "gpu-0")]))
+    admin = node.put(make_claim("admin", [result("gpu", "gpu-0", adminAccess=True)]))
+    assert prepare(node, user).claims[user["metadata"]["uid"]].error == ""
+    answer = prepare(node, admin).claims[admin["metadata"]["uid"]]
+    return (answer.error == "" and len(answer.devices) == 1,)
+
+
+def _device_free_after_unprepare(node: Node) -> tuple[bool, ...]:
+    node.serve()
+    first = node.put(make_claim("first", [result("gpu", "gpu-0")]))
+    assert prepare(node, first).claims[first["metadata"]["uid"]].error == ""
+    assert unprepare(node, first).claims[first["metadata"]["uid"]].error == ""
+    again = prepare(node, first).claims[first["metadata"]["uid"]]
+    other = node.put(make_claim("other", [result("gpu", "gpu-0")]))
+    unprepare(node, first)
+    later = prepare(node, other).claims[other["metadata"]["uid"]]
+    return again.error == "", later.error == ""
+
+
 KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "non-idempotent-prepare": _idempotent_prepare,
     "drop-claim-from-batch": _whole_batch_answered,
@@ -253,6 +282,9 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "churn-slices": _slices_left_alone,
     "wrong-slice-count": _slice_count_right,
     "orphan-slices": _slices_owned_by_node,
+    "subrequest-name": _parent_request_answered,
+    "refuse-admin-access": _admin_access_granted,
+    "keep-device-after-unprepare": _device_free_after_unprepare,
 }
 """Per switch: the checks of the rule it breaks."""
 

@@ -1,0 +1,166 @@
+"""What the suite reads from a driver's slice devices, as plain functions on the slices' JSON.
+
+Tests pick devices by what the slices say, never by what they know of a driver: a CEL selector
+that matches one device alone (from its own attributes), the counter sets partitionable devices
+draw on and pairs of devices that cannot be allocated together, an attribute on which devices
+differ. Devices are the ``spec.devices[]`` entries of ResourceSlices.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from typing import Any
+
+__all__ = [
+    "MAX_RESULTS_PER_CLAIM",
+    "cel_literal",
+    "consumption",
+    "counter_sets",
+    "exact_cel",
+    "quantity",
+    "scalar_attributes",
+    "twins",
+    "varying_attribute",
+    "who_overlaps",
+]
+
+MAX_RESULTS_PER_CLAIM = 32
+"""The most devices one claim can be allocated (``resource.k8s.io/v1``'s limit on results)."""
+
+Obj = Mapping[str, Any]
+
+
+def quantity(value: Any) -> Decimal:
+    """A Kubernetes quantity (``"85520809984"``, ``"80Gi"``, ``"500m"``, or ``{"value": ...}``)."""
+    from kubernetes.utils import parse_quantity
+
+    if isinstance(value, Mapping):
+        value = value.get("value")
+    return Decimal(parse_quantity(value))  # type: ignore[no-untyped-call]
+
+
+def cel_literal(value: str | int | bool) -> str:
+    """``value`` as a CEL literal."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _qualified(name: str, driver: str) -> tuple[str, str]:
+    """``(domain, short name)`` of an attribute name (unqualified names are the driver's)."""
+    domain, _, short = name.rpartition("/")
+    return domain or driver, short
+
+
+def scalar_attributes(device: Obj, driver: str) -> dict[str, str | int | bool]:
+    """The device's string, int and bool attributes by qualified name (``<domain>/<name>``).
+
+    Versions and list attributes are left out: they have no plain CEL equality.
+    """
+    found: dict[str, str | int | bool] = {}
+    for name, typed in (device.get("attributes") or {}).items():
+        for kind in ("string", "int", "bool"):
+            if kind in typed:
+                domain, short = _qualified(str(name), driver)
+                found[f"{domain}/{short}"] = typed[kind]
+    return found
+
+
+def exact_cel(device: Obj, driver: str) -> str:
+    """A CEL expression true for devices of ``driver`` whose scalar attributes all equal ``device``'s.
+
+    Every term first asks whether the device has the attribute, so devices without it are simply
+    not matched (instead of failing the allocation with a CEL runtime error). Whether the result
+    matches ``device`` alone among a node's devices is for :func:`twins` to say.
+    """
+    terms = [f"device.driver == {cel_literal(driver)}"]
+    for name, value in sorted(scalar_attributes(device, driver).items()):
+        domain, short = _qualified(name, driver)
+        ref = f"device.attributes[{cel_literal(domain)}].{short}"
+        terms.append(f"(has({ref}) && {ref} == {cel_literal(value)})")
+    return " && ".join(terms)
+
+
+def twins(device: Obj, devices: Iterable[Obj], driver: str) -> list[str]:
+    """Names of the other ``devices`` that :func:`exact_cel` of ``device`` matches too."""
+    mine = scalar_attributes(device, driver)
+    return sorted(
+        str(d["name"])
+        for d in devices
+        if d["name"] != device["name"]
+        and all(scalar_attributes(d, driver).get(k) == v for k, v in mine.items())
+    )
+
+
+def varying_attribute(devices: Iterable[Obj], driver: str, prefer: Iterable[str] = ()) -> str | None:
+    """A qualified attribute every one of ``devices`` has, with the most distinct values (at least
+    two); among equals the first of ``prefer`` (unqualified names are the driver's), then by name."""
+    listed = [scalar_attributes(d, driver) for d in devices]
+    if not listed:
+        return None
+    common = set(listed[0]).intersection(*listed[1:])
+    order = [f"{dom}/{short}" for dom, short in (_qualified(p, driver) for p in prefer)]
+
+    def rank(name: str) -> tuple[int, int, str]:
+        distinct = len({repr(attrs[name]) for attrs in listed})
+        return (-distinct, order.index(name) if name in order else len(order), name)
+
+    ranked = sorted(common, key=rank)
+    if not ranked or -rank(ranked[0])[0] < 2:
+        return None
+    return ranked[0]
+
+
+def counter_sets(slices: Iterable[Obj]) -> dict[str, dict[str, Decimal]]:
+    """The shared counter sets of a pool's slices: set name -> counter -> amount."""
+    return {
+        str(cs["name"]): {str(k): quantity(v) for k, v in (cs.get("counters") or {}).items()}
+        for s in slices
+        for cs in (s.get("spec") or {}).get("sharedCounters") or []
+    }
+
+
+def consumption(device: Obj) -> dict[str, dict[str, Decimal]]:
+    """What a device draws from counter sets: set name -> counter -> amount."""
+    drawn: dict[str, dict[str, Decimal]] = {}
+    for entry in device.get("consumesCounters") or []:
+        counters = drawn.setdefault(str(entry["counterSet"]), {})
+        for k, v in (entry.get("counters") or {}).items():
+            counters[str(k)] = counters.get(str(k), Decimal(0)) + quantity(v)
+    return drawn
+
+
+Drawn = Mapping[str, Mapping[str, Decimal]]
+
+
+def _exceeds(mine: Drawn, theirs: Drawn, sets: Drawn) -> str:
+    """The first ``set/counter`` that two consumptions together overdraw (empty: none)."""
+    for name in sorted(set(mine) & set(theirs) & set(sets)):
+        for counter in sorted(set(mine[name]) & set(theirs[name])):
+            if mine[name][counter] + theirs[name][counter] > sets[name].get(counter, Decimal(0)):
+                return f"{name}/{counter}"
+    return ""
+
+
+def _fits(drawn: Drawn, sets: Drawn) -> bool:
+    return all(
+        amount <= sets.get(name, {}).get(counter, Decimal(-1))
+        for name, counters in drawn.items()
+        for counter, amount in counters.items()
+    )
+
+
+def who_overlaps(devices: Iterable[Obj], sets: Drawn) -> tuple[str, str, str] | None:
+    """Two devices that each fit their counter sets alone but together overdraw one counter:
+    ``(first, second, "set/counter")``, the first such pair by device name; None if there is none."""
+    drawn = {str(d["name"]): consumption(d) for d in devices}
+    fitting = sorted(name for name, c in drawn.items() if c and _fits(c, sets))
+    for a, b in itertools.combinations(fitting, 2):
+        counter = _exceeds(drawn[a], drawn[b], sets)
+        if counter:
+            return a, b, counter
+    return None

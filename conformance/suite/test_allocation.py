@@ -1,0 +1,520 @@
+"""ALLOC: allocation through the real scheduler.
+
+Every claim here is allocated by kube-scheduler for a pod pinned to the test's node; the tests
+read the allocation results and check them against the driver's slices. Tests that need every
+device of a node, or counters no other test draws on, hold their node alone. The others take
+what the scheduler gives them (kept off the devices the profile's ``select`` singles out when
+they hold or taint them for a while), or single out by its attributes a device they already hold.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import pytest
+
+from conformance import manifests
+from conformance.devices import (
+    MAX_RESULTS_PER_CLAIM,
+    cel_literal,
+    consumption,
+    counter_sets,
+    quantity,
+    varying_attribute,
+    who_overlaps,
+)
+from conformance.harness import (
+    TEST_TAINT_KEY,
+    Harness,
+    allocated_devices,
+    ref,
+    reserved_for,
+    unschedulable,
+)
+from conformance.kube import meta
+from conformance.manifests import Container
+from conformance.rules import exclusive, rule
+
+Obj = dict[str, Any]
+
+
+def _name(obj: Obj) -> str:
+    return str(meta(obj)["name"])
+
+
+def _devices_of(dra: Harness, claim: Obj) -> list[str]:
+    """The devices allocated to ``claim``, each checked to be the driver's, on the test's node."""
+    pool = dra.pool_of()
+    published = dra.devices()
+    results = allocated_devices(claim)
+    for r in results:
+        assert r.driver == dra.driver, f"claim {_name(claim)}: result {r} is for driver {r.driver}"
+        assert r.pool == pool, f"claim {_name(claim)}: result {r} is not from pool {pool} of {dra.node}"
+        assert r.device in published, f"claim {_name(claim)}: {r.device} is not in {dra.node}'s slices"
+    return [r.device for r in results]
+
+
+def _pod_for(dra: Harness, claim: Obj, **pod_spec: Any) -> str:
+    """Create a pod that uses ``claim`` (as pod claim ``gpu``); its name."""
+    return _name(dra.pod(claims={"gpu": _name(claim)}, **pod_spec))
+
+
+def _every_device_class(dra: Harness) -> str:
+    """A DeviceClass of the test that selects every device of the driver (claims then single one
+    out with :meth:`Harness.exact`)."""
+    return dra.make_class([manifests.cel(f"device.driver == {cel_literal(dra.driver)}")])
+
+
+def _current(dra: Harness, claim: Obj) -> Obj:
+    found = dra.get("ResourceClaim", _name(claim))
+    assert found is not None, f"claim {_name(claim)} vanished"
+    return found
+
+
+@rule("ALLOC-ONE")
+def test_one_device(dra: Harness) -> None:
+    """a claim for one device of the class is allocated, and the pod runs"""
+    _pod, claim = dra.run_pod()
+    devices = _devices_of(dra, claim)
+    assert len(devices) == 1, f"a claim for one device was allocated {devices}"
+    assert [r.request for r in allocated_devices(claim)] == ["gpu"]
+
+
+@rule("ALLOC-COUNT")
+def test_count_two(dra: Harness) -> None:
+    """`count: 2` gives two distinct devices"""
+    _pod, claim = dra.run_pod({"count": 2})
+    devices = _devices_of(dra, claim)
+    assert len(devices) == 2, f"count 2 was allocated {devices}"
+    assert len(set(devices)) == 2, f"count 2 was allocated the same device twice: {devices}"
+
+
+@rule("ALLOC-DISTINCT-CLAIMS")
+def test_distinct_claims(dra: Harness) -> None:
+    """two claims get different devices"""
+    claims = [dra.claim(), dra.claim()]
+    pods = [_pod_for(dra, c) for c in claims]
+    for pod in pods:
+        dra.wait_running(pod)
+    first, second = (_devices_of(dra, _current(dra, c)) for c in claims)
+    assert first and second, f"a claim was not allocated: {first}, {second}"
+    assert not set(first) & set(second), f"two claims got the same device: {first} and {second}"
+
+
+@rule("ALLOC-ALL")
+@exclusive
+def test_all_devices(dra: Harness) -> None:
+    """`allocationMode: All` gets every matching device of one node"""
+    wanted = dra.profile.devices.in_class
+    if wanted > MAX_RESULTS_PER_CLAIM:
+        pytest.skip(
+            f"class {dra.device_class} has {wanted} devices on a node, more than the "
+            f"{MAX_RESULTS_PER_CLAIM} one claim can be allocated (resource.k8s.io/v1)"
+        )
+    _pod, claim = dra.run_pod({"all_devices": True})
+    devices = _devices_of(dra, claim)
+    assert len(set(devices)) == len(devices), f"a device was allocated twice: {sorted(devices)}"
+    assert len(devices) == wanted, (
+        f"allocationMode All got {len(devices)} devices of {dra.node}, the profile says the class has "
+        f"{wanted}: {sorted(devices)}"
+    )
+
+
+@rule("ALLOC-EXHAUST")
+@exclusive
+def test_exhaust_then_free(dra: Harness) -> None:
+    """asking for more devices than a node has leaves the pod Pending (unschedulable), and it runs once
+    devices are freed"""
+    total = dra.profile.devices.in_class
+    # one claim can hold 32 devices: the class's devices are taken by as many claims as needed
+    counts = [min(MAX_RESULTS_PER_CLAIM, total - i) for i in range(0, total, MAX_RESULTS_PER_CLAIM)]
+    hogs = [dra.claim(count=n) for n in counts]
+    hog = _name(dra.pod(claims={f"c{i}": _name(c) for i, c in enumerate(hogs)}))
+    dra.wait_running(hog)
+    taken = [d for c in hogs for d in _devices_of(dra, _current(dra, c))]
+    assert len(set(taken)) == total, f"{total} devices asked for, {len(set(taken))} distinct allocated"
+    late = _pod_for(dra, dra.claim())
+    dra.wait_unschedulable(late)
+    dra.remove_pod(hog)
+    dra.wait_running(late)
+
+
+@rule("ALLOC-CEL")
+def test_cel_selector(dra: Harness) -> None:
+    """a claim CEL selector on one of the profile's attributes picks only matching devices"""
+    match = dra.profile.devices.select
+    if match is None:
+        pytest.skip(f"profile {dra.profile.name} gives no devices.select")
+    values = {name: dra.attr(d, match.attribute) for name, d in dra.devices().items()}
+    assert match.value in values.values(), f"no device of {dra.node} has {match.attribute}={match.value!r}"
+    assert set(values.values()) != {match.value}, (
+        f"every device of {dra.node} has {match.attribute}={match.value!r}: the selector cannot pick"
+    )
+    _pod, claim = dra.run_pod({"selectors": [manifests.cel(dra.cel(match))]})
+    for device in _devices_of(dra, claim):
+        assert values[device] == match.value, (
+            f"selector {dra.cel(match)} was allocated {device}, whose {match.attribute} is {values[device]!r}"
+        )
+
+
+@rule("ALLOC-CEL-NOMATCH")
+def test_cel_no_match(dra: Harness) -> None:
+    """a selector no device matches leaves the pod Pending with an unschedulable reason"""
+    match = dra.profile.devices.no_match
+    if match is None:
+        pytest.skip(f"profile {dra.profile.name} gives no devices.noMatch")
+    having = [n for n, d in dra.devices().items() if dra.attr(d, match.attribute) == match.value]
+    assert not having, f"devices.noMatch {match} matches {having}"
+    claim = dra.claim(selectors=[manifests.cel(dra.cel(match))])
+    pod = dra.wait_unschedulable(_pod_for(dra, claim))
+    assert (pod.get("status") or {}).get("phase") == "Pending"
+    assert not allocated_devices(_current(dra, claim)), "a claim no device matches was allocated"
+
+
+@rule("ALLOC-CLASS-SELECTOR")
+def test_class_selector(dra: Harness) -> None:
+    """a DeviceClass's own selector narrows what its claims get"""
+    match = dra.profile.devices.select
+    if match is None:
+        pytest.skip(f"profile {dra.profile.name} gives no devices.select (the narrowing selector)")
+    narrow = dra.make_class([*dra.class_selectors(), manifests.cel(dra.cel(match))])
+    _pod, claim = dra.run_pod({"device_class": narrow})
+    for device in _devices_of(dra, claim):
+        value = dra.attr(dra.devices()[device], match.attribute)
+        assert value == match.value, (
+            f"class {narrow} selects {match.attribute}={match.value!r}; its claim got {device} with {value!r}"
+        )
+
+
+@rule("ALLOC-MATCH-ATTR")
+def test_match_attribute(dra: Harness) -> None:
+    """`matchAttribute` across two requests picks devices that agree on it"""
+    common = dra.profile.devices.common
+    if not common:
+        pytest.skip(f"profile {dra.profile.name} gives no devices.common")
+    attribute = common if "/" in common else f"{dra.driver}/{common}"
+    requests = [manifests.request(n, dra.device_class) for n in ("a", "b")]
+    constraint = {"requests": ["a", "b"], "matchAttribute": attribute}
+    _pod, claim = dra.run_pod({"requests": requests, "constraints": [constraint]})
+    devices = _devices_of(dra, claim)
+    assert len(set(devices)) == 2, f"two requests were allocated {devices}"
+    values = {d: dra.attr(dra.devices()[d], attribute) for d in devices}
+    assert None not in values.values(), f"an allocated device lacks {attribute}: {values}"
+    assert len(set(values.values())) == 1, f"matchAttribute {attribute} picked devices that differ: {values}"
+
+
+@rule("ALLOC-DISTINCT-ATTR")
+def test_distinct_attribute(dra: Harness) -> None:
+    """`distinctAttribute` picks devices that differ on it"""
+    unique = dra.profile.devices.unique
+    if unique != "name":
+        attribute: str | None = unique if "/" in unique else f"{dra.driver}/{unique}"
+    else:  # the device name is no attribute: take one on which the node's devices differ most
+        attribute = varying_attribute(dra.devices().values(), dra.driver, dra.profile.devices.attributes)
+        if attribute is None:
+            pytest.skip(f"no attribute differs between the devices of {dra.node}")
+    assert attribute is not None
+    constraint = {"requests": ["gpu"], "distinctAttribute": attribute}
+    _pod, claim = dra.run_pod({"count": 2, "constraints": [constraint]})
+    devices = _devices_of(dra, claim)
+    values = {d: dra.attr(dra.devices()[d], attribute) for d in devices}
+    assert len(devices) == 2, f"count 2 was allocated {devices}"
+    assert len(set(map(repr, values.values()))) == 2, (
+        f"distinctAttribute {attribute} picked devices that agree on it: {values}"
+    )
+
+
+@rule("ALLOC-FIRST-AVAILABLE")
+def test_first_available(dra: Harness) -> None:
+    """`firstAvailable` takes the first satisfiable subrequest, and the driver answers with the parent
+    request name"""
+    no_match = dra.profile.devices.no_match
+    if no_match is None:
+        pytest.skip(f"profile {dra.profile.name} gives no devices.noMatch (for an unsatisfiable subrequest)")
+    gpu = manifests.first_available(
+        "gpu",
+        [
+            manifests.subrequest("sub0", dra.device_class, selectors=[manifests.cel(dra.cel(no_match))]),
+            manifests.subrequest("sub1", dra.device_class),
+            manifests.subrequest("sub2", dra.device_class),  # satisfiable too, but not the first
+        ],
+    )
+    claim = dra.claim(requests=[gpu])
+    pod = _pod_for(dra, claim, containers=[Container("ctr", ["gpu/gpu"])])
+    dra.wait_running(pod)
+    claim = _current(dra, claim)
+    (device,) = _devices_of(dra, claim)
+    requests = [r.request for r in allocated_devices(claim)]
+    assert requests == ["gpu/sub1"], (
+        f"firstAvailable was allocated for {requests}, not gpu/sub1 (the first that can be satisfied)"
+    )
+    if "view" in dra.env.cluster_capabilities:
+        seen = dra.seen_devices(dra.view(pod))
+        assert seen == {dra.identity(device)}, (
+            f"a container that references request gpu sees {sorted(seen)}, not {device}: the driver "
+            "did not answer with the parent request name"
+        )
+    elif "grpc" in dra.env.cluster_capabilities:
+        answer = dra.plugin().prepare([ref(claim)])[ref(claim).uid]  # prepared already: idempotent
+        assert not answer.error, f"preparing the prepared claim again failed: {answer.error}"
+        names = [list(d.request_names) for d in answer.devices]
+        assert names and all(not n or "gpu" in n for n in names), (
+            f"the driver answered request names {names} for result gpu/sub1; containers reference gpu"
+        )
+    else:
+        pytest.skip(
+            "the allocation is right; the cluster shows neither what a container sees nor the "
+            "driver's sockets, so the driver's request names cannot be checked"
+        )
+
+
+@rule("ALLOC-TEMPLATE")
+def test_claim_template(dra: Harness) -> None:
+    """a ResourceClaimTemplate makes a claim per pod, and it is deleted with the pod"""
+    template = dra.create(manifests.claim_template(dra.name("template"), dra.device_class))
+    pods = [_name(dra.pod(templates={"gpu": _name(template)})) for _ in range(2)]
+    made = []
+    for pod in pods:
+        status = dra.wait_running(pod).get("status") or {}
+        names = [s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or []]
+        assert len(names) == 1 and names[0], f"pod {pod} names its generated claim as {names}"
+        claim = dra.get("ResourceClaim", str(names[0]))
+        assert claim is not None, f"the claim {names[0]} of pod {pod} does not exist"
+        owners = [o.get("name") for o in meta(claim).get("ownerReferences") or [] if o.get("kind") == "Pod"]
+        assert owners == [pod], f"claim {names[0]} is owned by {owners}, not by its pod {pod}"
+        assert _devices_of(dra, claim), f"claim {names[0]} of pod {pod} is not allocated"
+        made.append(str(names[0]))
+    assert len(set(made)) == 2, f"two pods of one template share claims: {made}"
+    for pod, claim_name in zip(pods, made, strict=True):
+        dra.remove_pod(pod)
+        dra.wait_gone("ResourceClaim", claim_name)
+
+
+@rule("ALLOC-DEALLOC")
+def test_deallocate_after_last_pod(dra: Harness) -> None:
+    """when the last pod using a claim is gone, `reservedFor` empties and the claim is deallocated; the
+    device is allocatable again"""
+    claim = dra.claim()
+    first, second = _pod_for(dra, claim), _pod_for(dra, claim)
+    dra.wait_running(first)
+    dra.wait_running(second)
+    (device,) = _devices_of(dra, _current(dra, claim))
+    dra.remove_pod(first)
+    left = dra.wait_claim(_name(claim), f"reserved for {second} alone", lambda c: reserved_for(c) == [second])
+    assert _devices_of(dra, left) == [device], f"with {second} still running the allocation changed"
+    dra.remove_pod(second)
+    dra.wait_deallocated(_name(claim))
+    _pod, again = dra.run_pod({"selectors": [dra.exact(device)]})
+    assert _devices_of(dra, again) == [device], f"{device} was not allocated again after it was freed"
+
+
+@rule("ALLOC-REUSE")
+def test_reuse(dra: Harness) -> None:
+    """create, delete and recreate a pod five times: each time it runs with a device"""
+    claim = dra.claim()
+    pod = dra.name("reused")
+    for attempt in range(1, 6):
+        dra.pod(pod, claims={"gpu": _name(claim)})
+        dra.wait_running(pod)
+        devices = _devices_of(dra, _current(dra, claim))
+        assert len(devices) == 1, f"run {attempt}: the pod's claim holds {devices}"
+        dra.remove_pod(pod)
+
+
+@rule("ALLOC-ADMIN")
+def test_admin_access(dra: Harness) -> None:
+    """an `adminAccess` claim (namespace labelled for it) gets a device already in use, and the driver
+    prepares it"""
+    dra.label_namespace({"resource.kubernetes.io/admin-access": "true"})
+    _user, claim = dra.run_pod()
+    (device,) = _devices_of(dra, claim)
+    admin = dra.claim(admin_access=True, selectors=[dra.exact(device)])
+    pod = _pod_for(dra, admin)
+    if unschedulable(dra.wait_placed(pod)):
+        drawn = consumption(dra.devices()[device])
+        if drawn:  # the scheduler's fault, not the driver's: say so, and check it again once fixed
+            pytest.skip(
+                f"kube-scheduler {dra.env.k8s_version} counts an adminAccess allocation against the "
+                f"counters {device} (in use) already draws on ({', '.join(sorted(drawn))}), so it cannot be "
+                "allocated (kubernetes/kubernetes#140729)"
+            )
+        raise AssertionError(f"the adminAccess claim for {device} (in use) was not allocated")
+    dra.wait_running(pod)
+    results = allocated_devices(_current(dra, admin))
+    assert [(r.device, r.admin_access) for r in results] == [(device, True)], (
+        f"the adminAccess claim for {device} (in use) was allocated {results}"
+    )
+    if "view" in dra.env.cluster_capabilities:
+        seen = dra.seen_devices(dra.view(pod))
+        assert dra.identity(device) in seen, f"the admin pod sees {sorted(seen)}, not {device}"
+
+
+def _taint_rules_served(dra: Harness) -> None:
+    if "DeviceTaintRule" not in dra.env.served_kinds:
+        pytest.skip("the cluster does not serve DeviceTaintRule (resource.k8s.io/v1)")
+
+
+def _out_of_the_way(dra: Harness) -> list[Obj]:
+    """Selectors that keep a claim off the devices the profile's ``select`` singles out (other tests
+    ask for those by value)."""
+    match = dra.profile.devices.select
+    return [] if match is None else [manifests.cel(f"!({dra.cel(match)})")]
+
+
+@rule("ALLOC-TAINT-NOSCHEDULE")
+def test_taint_no_schedule(dra: Harness) -> None:
+    """a device tainted NoSchedule is not allocated unless the request tolerates it"""
+    _taint_rules_served(dra)
+    # a device of the class that this test holds: the scheduler's pick for a probe claim
+    probe = dra.claim(selectors=_out_of_the_way(dra))
+    pod = _pod_for(dra, probe)
+    dra.wait_running(pod)
+    (device,) = _devices_of(dra, _current(dra, probe))
+    dra.taint(device, "NoSchedule")
+    dra.remove_pod(pod)
+    dra.wait_deallocated(_name(probe))
+    tolerant = dra.claim(
+        selectors=[dra.exact(device)], tolerations=[manifests.toleration(TEST_TAINT_KEY, "NoSchedule")]
+    )
+    pod = _pod_for(dra, tolerant)
+    dra.wait_running(pod)
+    assert _devices_of(dra, _current(dra, tolerant)) == [device], "the tolerating claim did not get it"
+    dra.remove_pod(pod)
+    dra.wait_deallocated(_name(tolerant))
+    shunned = dra.claim(selectors=[dra.exact(device)])
+    dra.wait_unschedulable(_pod_for(dra, shunned))
+    assert not allocated_devices(_current(dra, shunned)), f"{device}, tainted NoSchedule, was allocated"
+
+
+@rule("ALLOC-TAINT-NOEXECUTE")
+def test_taint_no_execute(dra: Harness) -> None:
+    """a DeviceTaintRule with NoExecute evicts a pod using the device unless tolerated"""
+    _taint_rules_served(dra)
+    tolerant = dra.claim(
+        selectors=_out_of_the_way(dra), tolerations=[manifests.toleration(TEST_TAINT_KEY, "NoExecute")]
+    )
+    victim = dra.claim(selectors=_out_of_the_way(dra))
+    kept, evicted = _pod_for(dra, tolerant), _pod_for(dra, victim)
+    dra.wait_running(kept)
+    dra.wait_running(evicted)
+    # the devices are this test's own: tainting them evicts no other test's pod
+    (kept_device,) = _devices_of(dra, _current(dra, tolerant))
+    (evicted_device,) = _devices_of(dra, _current(dra, victim))
+    dra.taint(kept_device, "NoExecute")
+    dra.taint(evicted_device, "NoExecute")
+    dra.wait_gone("Pod", evicted, dra.profile.timeouts.pod)
+    pod = dra.get("Pod", kept)
+    assert pod is not None, f"pod {kept} tolerates the taint on {kept_device}, yet it was evicted"
+    assert not meta(pod).get("deletionTimestamp"), f"pod {kept} tolerates the taint, yet it is being deleted"
+    assert (pod.get("status") or {}).get("phase") == "Running"
+
+
+@rule("ALLOC-CONSUMABLE")
+def test_consumable_capacity(dra: Harness) -> None:
+    """two claims on one multi-allocatable device get distinct share ids and consume its capacity; a
+    third that does not fit stays Pending"""
+    free = set(dra.free_devices())
+    shared = [
+        d
+        for d in dra.devices().values()
+        if d.get("allowMultipleAllocations") and d.get("capacity") and d["name"] in free
+    ]
+    assert shared, f"profile claims consumable-capacity, but {dra.node} has no free multi-allocatable device"
+    device = shared[0]
+    key, total = sorted((k, quantity(v)) for k, v in device["capacity"].items())[0]
+    half = total / 2
+    amount = str(int(half)) if half == int(half) else f"{int(half * 1000)}m"
+    every = _every_device_class(dra)
+    selector = dra.exact(str(device["name"]))
+    claims = [dra.claim(device_class=every, selectors=[selector], capacity={key: amount}) for _ in range(3)]
+    pods = [_pod_for(dra, c) for c in claims]
+    for pod in pods[:2]:
+        dra.wait_running(pod)
+    dra.wait_unschedulable(pods[2])
+    shares = []
+    for c in claims[:2]:
+        current = _current(dra, c)
+        results = allocated_devices(current)
+        assert [r.device for r in results] == [device["name"]], f"claim {_name(c)} got {results}"
+        assert results[0].share_id, f"claim {_name(c)} on multi-allocatable {device['name']} has no shareID"
+        consumed = current["status"]["allocation"]["devices"]["results"][0].get("consumedCapacity") or {}
+        assert key in consumed and quantity(consumed[key]) >= quantity(amount), (
+            f"claim {_name(c)} asked {amount} of {key}; consumedCapacity is {consumed}"
+        )
+        shares.append(results[0].share_id)
+    assert len(set(shares)) == 2, f"two claims on {device['name']} got the same shareID {shares}"
+
+
+@rule("ALLOC-PARTITION")
+@exclusive
+def test_overlapping_partitions(dra: Harness) -> None:
+    """partitions that overlap in counters are never allocated together, and freeing one lets the other
+    in"""
+    published = dra.devices()
+    pair = who_overlaps(published.values(), counter_sets(dra.slices()))
+    assert pair is not None, f"{dra.node} has no two devices that overdraw a shared counter together"
+    first, second, counter = pair
+    every = _every_device_class(dra)
+    a = dra.claim(device_class=every, selectors=[dra.exact(first)])
+    b = dra.claim(device_class=every, selectors=[dra.exact(second)])
+    pod_a = _pod_for(dra, a)
+    dra.wait_running(pod_a)
+    assert _devices_of(dra, _current(dra, a)) == [first]
+    pod_b = _pod_for(dra, b)
+    dra.wait_unschedulable(pod_b)
+    assert not allocated_devices(_current(dra, b)), (
+        f"{second} was allocated beside {first}, though together they overdraw {counter}"
+    )
+    dra.remove_pod(pod_a)
+    dra.wait_running(pod_b)
+    assert _devices_of(dra, _current(dra, b)) == [second]
+
+
+@rule("ALLOC-EXTENDED")
+def test_extended_resource(dra: Harness) -> None:
+    """a pod asking for the class's extended resource gets a device through DRA"""
+    classes = [dra.device_class, *dra.profile.device_classes.names]
+    named = [
+        str(((dra.get("DeviceClass", c) or {}).get("spec") or {}).get("extendedResourceName") or "")
+        for c in classes
+    ]
+    # without a name of its own, a class answers to deviceclass.resource.kubernetes.io/<class>
+    resource = next((r for r in named if r), f"deviceclass.resource.kubernetes.io/{dra.device_class}")
+    container = Container("ctr", extra={"resources": {"limits": {resource: "1"}}})
+    pod = _name(dra.pod(containers=[container]))
+    status = dra.wait_running(pod).get("status") or {}
+    claim_name = (status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+    assert claim_name, f"pod {pod} asked for {resource} but names no extended-resource claim"
+    claim = dra.get("ResourceClaim", str(claim_name))
+    assert claim is not None, f"claim {claim_name} of pod {pod} does not exist"
+    assert len(_devices_of(dra, claim)) == 1, f"{resource}: 1 asked for, allocated {allocated_devices(claim)}"
+
+
+@rule("ALLOC-STATUS-DEVICES")
+def test_status_devices(dra: Harness) -> None:
+    """the driver may write `status.devices` of its allocated claim (when the profile says it does, the
+    entries are well-formed)"""
+    _pod, claim = dra.run_pod()
+    results = {(r.driver, r.pool, r.device, r.share_id) for r in allocated_devices(claim)}
+    written = dra.wait_claim(
+        _name(claim), "to have status.devices", lambda c: bool((c.get("status") or {}).get("devices"))
+    )
+    for entry in written["status"]["devices"]:
+        key = (entry.get("driver"), entry.get("pool"), entry.get("device"), entry.get("shareID") or "")
+        assert key in results, f"status.devices entry {key} is not an allocated device ({sorted(results)})"
+        for ip in (entry.get("networkData") or {}).get("ips") or []:
+            try:
+                ipaddress.ip_interface(ip)
+            except ValueError:
+                raise AssertionError(
+                    f"status.devices entry {key}: {ip!r} is not an IP in CIDR form"
+                ) from None
+        for condition in entry.get("conditions") or []:
+            assert condition.get("type") and condition.get("reason"), (
+                f"condition without type/reason: {condition}"
+            )
+            assert condition.get("status") in ("True", "False", "Unknown"), (
+                f"bad condition status: {condition}"
+            )
+            assert condition.get("lastTransitionTime"), f"condition without lastTransitionTime: {condition}"

@@ -1,0 +1,106 @@
+"""conformance.devices: selectors, counters and attributes read from slice devices."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from conformance.devices import (
+    cel_literal,
+    consumption,
+    counter_sets,
+    exact_cel,
+    quantity,
+    scalar_attributes,
+    twins,
+    varying_attribute,
+    who_overlaps,
+)
+
+DRIVER = "gpu.example.com"
+
+
+def device(name: str, draws: dict[str, str] | None = None, **attrs: Any) -> dict[str, Any]:
+    typed = {
+        k: {"bool" if isinstance(v, bool) else "int" if isinstance(v, int) else "string": v}
+        for k, v in attrs.items()
+    }
+    found: dict[str, Any] = {"name": name, "attributes": typed}
+    if draws is not None:
+        found["consumesCounters"] = [
+            {"counterSet": "gpu-0-set", "counters": {k: {"value": v} for k, v in draws.items()}}
+        ]
+    return found
+
+
+def test_quantity_and_literals() -> None:
+    assert quantity("80Gi") == Decimal(80 * 2**30)
+    assert quantity({"value": "500m"}) == Decimal("0.5")
+    assert cel_literal(True) == "true"
+    assert cel_literal(7) == "7"
+    assert cel_literal('a "b" \\c') == '"a \\"b\\" \\\\c"'
+
+
+def test_scalar_attributes_qualify_names_and_skip_versions() -> None:
+    d = device("gpu-0", index=0, model="x")
+    d["attributes"]["resource.kubernetes.io/pciBusID"] = {"string": "0000:18:00.0"}
+    d["attributes"]["cuda"] = {"version": "9.0.0"}
+    assert scalar_attributes(d, DRIVER) == {
+        f"{DRIVER}/index": 0,
+        f"{DRIVER}/model": "x",
+        "resource.kubernetes.io/pciBusID": "0000:18:00.0",
+    }
+
+
+def test_exact_cel_guards_every_attribute() -> None:
+    d = device("gpu-0", index=3, healthy=True)
+    d["attributes"]["resource.kubernetes.io/pciBusID"] = {"string": "0000:18:00.0"}
+    assert exact_cel(d, DRIVER) == (
+        f'device.driver == "{DRIVER}"'
+        f' && (has(device.attributes["{DRIVER}"].healthy) && device.attributes["{DRIVER}"].healthy == true)'
+        f' && (has(device.attributes["{DRIVER}"].index) && device.attributes["{DRIVER}"].index == 3)'
+        ' && (has(device.attributes["resource.kubernetes.io"].pciBusID)'
+        ' && device.attributes["resource.kubernetes.io"].pciBusID == "0000:18:00.0")'
+    )
+
+
+def test_twins_are_devices_the_exact_selector_also_matches() -> None:
+    whole = device("gpu-0", index=0, type="gpu")
+    part = device("gpu-0-part", index=0, type="gpu", start=0)  # has every attribute of gpu-0, and more
+    other = device("gpu-1", index=1, type="gpu")
+    assert twins(whole, [whole, part, other], DRIVER) == ["gpu-0-part"]
+    assert twins(part, [whole, part, other], DRIVER) == []
+
+
+def test_varying_attribute() -> None:
+    devices = [device(f"d{i}", index=i // 2, start=i, type="mig") for i in range(4)]
+    devices[0]["attributes"]["extra"] = {"int": 9}  # not on every device
+    assert varying_attribute(devices, DRIVER) == f"{DRIVER}/start"
+    two = devices[:2]
+    assert varying_attribute(two, DRIVER) == f"{DRIVER}/start"
+    same = [device("a", type="mig", index=1), device("b", type="mig", index=2)]
+    assert varying_attribute(same, DRIVER, prefer=["index"]) == f"{DRIVER}/index"
+    assert varying_attribute([device("a", type="mig"), device("b", type="mig")], DRIVER) is None
+    assert varying_attribute([], DRIVER) is None
+
+
+def test_counters_and_overlapping_pair() -> None:
+    slices: list[dict[str, Any]] = [
+        {
+            "spec": {
+                "sharedCounters": [
+                    {"name": "gpu-0-set", "counters": {"slices": {"value": "7"}, "mem": {"value": "8"}}}
+                ]
+            }
+        },
+        {"spec": {"devices": []}},
+    ]
+    sets = counter_sets(slices)
+    assert sets == {"gpu-0-set": {"slices": Decimal(7), "mem": Decimal(8)}}
+    small = [device(f"p{i}", {"slices": "1", "mem": "1"}) for i in range(3)]
+    assert consumption(small[0]) == {"gpu-0-set": {"slices": Decimal(1), "mem": Decimal(1)}}
+    assert who_overlaps(small, sets) is None  # three 1-slice partitions fit side by side
+    whole = device("gpu-0", {"slices": "7", "mem": "8"})
+    too_big = device("huge", {"slices": "9"})
+    plain = device("plain")
+    assert who_overlaps([*small, whole, too_big, plain], sets) == ("gpu-0", "p0", "gpu-0-set/mem")
