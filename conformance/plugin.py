@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from filelock import FileLock
 
-from clusters import Cluster
+from clusters import CapabilityMissing, Cluster
 from clusters.external import ExternalCluster
 from clusters.pytest_plugin import ClusterSession, cluster_session
 from conformance import preflight, report
@@ -303,6 +303,13 @@ class ConformanceRun:
             return ()
         chosen = collected | set(preflight.PRE_RULES)
         return tuple(r.id for r in RULES if r.id in chosen)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        try:
+            return (yield)
+        except CapabilityMissing as e:  # the backend cannot do what the test asked: a skip, with why
+            pytest.skip(str(e))
 
     # --- diagnostics on failure (worker side) ---------------------------------------------------
 

@@ -39,6 +39,9 @@ __all__ = ["Progress", "pytest_command", "run"]
 Progress = Callable[[str], None]
 """Where progress lines go (the CLI prints them to stderr)."""
 
+SUITE_DIR = Path(__file__).resolve().parent / "suite"
+"""The suite's tests and its ``pytest.ini``."""
+
 
 def _quiet(_: str) -> None:
     pass
@@ -49,6 +52,8 @@ def pytest_command(
 ) -> list[str]:
     """The pytest command line of one phase (``marker``: a pytest ``-m`` expression)."""
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", "-p", "no:cacheprovider"]
+    # the suite's own settings and root, whatever directory or project the run starts from
+    cmd += ["-c", str(SUITE_DIR / "pytest.ini"), f"--rootdir={SUITE_DIR}"]
     # --option=value: a separate value that is a path would take part in pytest's rootdir choice
     cmd += [f"--dra-profile={config.profile.path or config.profile.name}"]
     cmd += [f"--dra-report-dir={config.run_dir.resolve()}", f"--dra-cluster={config.cluster}"]
@@ -197,7 +202,8 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
             why = f"{failed[0].rule.id}: {failed[0].reason}" if failed else f"pytest exited with {code}"
             say(f"preflight failed, nothing else runs: {why}")
             return result
-        say(f"running {len(config.selected)} rule(s) with -n {config.workers} ...")
+        chosen = f"{len(config.selected)} selected rule(s)" if config.rules or config.areas else "every rule"
+        say(f"running {chosen} with -n {config.workers} ...")
         code = _phase(config, pytest_command(config, state_dir=state_dir), say, live)
         if code not in (0, 1):
             say(f"pytest exited with {code}; see {run_dir / 'pytest.log'}")

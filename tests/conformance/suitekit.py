@@ -100,10 +100,10 @@ def run_suite(
         "no:cacheprovider",
         "-q",
     ]
-    if areas:
-        args.append(f"--dra-areas={','.join(areas)}")
-    if rules:
+    if rules:  # rules and areas select their union: with rules, the areas do not count
         args.append(f"--dra-rules={','.join(rules)}")
+    elif areas:
+        args.append(f"--dra-areas={','.join(areas)}")
     args += ["-n", str(workers)] if workers > 1 else ["-p", "no:xdist"]
     result = pytester.runpytest_subprocess(*args, timeout=900)
     output = result.stdout.str() + result.stderr.str()

@@ -49,9 +49,9 @@ CASES: dict[str, Case] = {
     "non-idempotent-prepare": case(
         "reference-gpu", "registration preparation", "REG-IDEMPOTENT-PREPARE", "REG-V1BETA1-PARITY"
     ),
-    "drop-claim-from-batch": case(
-        "reference-gpu", "registration preparation", "REG-ONE-PER-CLAIM", "REG-BATCH"
-    ),
+    # shown on the direct calls: the node agent also batches the unprepares of several pods, and a
+    # claim dropped there stays prepared, so pod tests fail too, depending on timing
+    "drop-claim-from-batch": case("reference-gpu", "registration", "REG-ONE-PER-CLAIM", "REG-BATCH"),
     "wrong-pool-name": case("reference-gpu", "registration preparation", "PREP-POOL-DEVICE"),
     # a spec the node refuses keeps every pod from running too: shown on the rules whose claims the
     # suite prepares itself
