@@ -15,7 +15,7 @@ from conformance.config import SuiteConfig
 from conformance.errors import ConformanceError, PreflightFailed, ProfileError, ResourceError, UsageError
 from conformance.profiles import DriverProfile
 from conformance.profiles import load as load_profile
-from conformance.report import Report, summary_table
+from conformance.report import Report, ReportError, summary_table
 from conformance.rules import exclusive, rule
 from conformance.runner import run
 
@@ -28,6 +28,7 @@ __all__ = [
     "PreflightFailed",
     "ProfileError",
     "Report",
+    "ReportError",
     "ResourceError",
     "Rule",
     "SuiteConfig",

@@ -7,7 +7,9 @@ The hierarchy::
     │   └── ProfileError        a driver profile that does not load or validate: names file and field
     ├── PreflightFailed         the cluster or driver is not fit to test (no resource.k8s.io/v1, no
     │                           slices, a missing DeviceClass): the run stops with this one message
-    └── ResourceError           the suite could not create or clean up what a test needs
+    ├── ResourceError           the suite could not create or clean up what a test needs
+    └── ReportError             a run directory or conformance.json that is not a report
+                                (defined in conformance.report)
 
 Every message names the offending value and, where there is one, what to do.
 """

@@ -33,6 +33,7 @@ from clusters import CapabilityMissing, Cluster
 from clusters.external import ExternalCluster
 from clusters.pytest_plugin import ClusterSession, cluster_session
 from conformance import preflight, report
+from conformance._files import write_atomic
 from conformance.capabilities import Environment, missing, parse_minor
 from conformance.catalogue import AREAS, RULES, by_id
 from conformance.config import SuiteConfig
@@ -195,7 +196,7 @@ class ConformanceRun:
 
     def _write_collected(self, entries: list[tuple[str, str]]) -> None:
         tests = [{"nodeid": n, "rule": r} for n, r in entries]
-        _atomic_write(
+        write_atomic(
             self.run_dir / "collected.json", json.dumps({"narrowed": self._narrowed, "tests": tests})
         )
 
@@ -288,7 +289,7 @@ class ConformanceRun:
             known_failures=dict(profile.known_failures),
             stopped=f"preflight failed: {self._preflight_failed}" if self._preflight_failed else "",
         )
-        _atomic_write(self.run_dir / "run.json", info.to_json())
+        write_atomic(self.run_dir / "run.json", info.to_json())
 
     def _selection(self) -> tuple[str, ...]:
         """The rules this run covers (empty: all): what was collected after every deselection."""
@@ -386,13 +387,6 @@ def _crash_message(report: pytest.TestReport) -> str:
     return message.splitlines()[0][:500] if message else ""
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _link_latest(run_dir: Path) -> None:
     link = run_dir.parent / "latest"
     tmp = run_dir.parent / f".latest.{os.getpid()}"
@@ -423,7 +417,7 @@ def dra_preflight(request: pytest.FixtureRequest, dra_cluster: Cluster) -> prefl
             return preflight.Verdict.from_json(path.read_text())
         kube = Kube(dra_cluster.api_client())
         verdict = preflight.run(kube, run.suite.profile, dra_cluster.nodes(), str(dra_cluster.kubeconfig))
-        _atomic_write(path, verdict.to_json())
+        write_atomic(path, verdict.to_json())
         return verdict
 
 
@@ -441,7 +435,7 @@ def dra_env(request: pytest.FixtureRequest, dra_cluster: Cluster) -> Environment
         k8s_version=version,
         served_kinds=tuple(kube.served("resource.k8s.io/v1")),
     )
-    _atomic_write(
+    write_atomic(
         run.cluster_session.ensure_slot() / "environment.json",
         json.dumps({"k8s_version": version, "backend": dra_cluster.backend}),
     )

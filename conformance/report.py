@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from conformance._files import write_atomic
 from conformance.catalogue import AREAS, RULES, Rule
+from conformance.errors import ConformanceError
 from conformance.results import (
     RULE_OUTCOMES,
     TEST_OUTCOMES,
@@ -65,7 +65,7 @@ NOT_SELECTED: Final = "not selected"
 NO_TEST: Final = "no test ran"
 
 
-class ReportError(Exception):
+class ReportError(ConformanceError):
     """A run directory or ``conformance.json`` that cannot be read as a report."""
 
 
@@ -361,21 +361,6 @@ def load(path: Path) -> Report:
 
 
 # -- writing -------------------------------------------------------------------------------------
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Put ``text`` at ``path`` whole or not at all (a temp file beside it, then a rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        # mkstemp makes 0600; a report is for everyone who can read the run directory
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write(report: Report, run_dir: Path) -> None:

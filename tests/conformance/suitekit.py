@@ -79,12 +79,17 @@ def run_suite(
     rules: Sequence[str] = (),
     breaks: Sequence[str] = (),
     workers: int = 1,
+    external: Path | None = None,
 ) -> SuiteRun:
-    """Run the suite against the reference driver (with the switches ``breaks`` on)."""
+    """Run the suite against the reference driver (with the switches ``breaks`` on), on a local
+    cluster of its own, or on the cluster of the kubeconfig ``external`` as ``--dra-cluster external``."""
     loaded = load(profile)
     assert loaded.local is not None, f"profile {profile} cannot run locally"
     command = loaded.local.command + "".join(f" --testing-break-rule {shlex.quote(b)}" for b in breaks)
     run_dir = pytester.path / "run"
+    target = [f"--dra-driver-command={command}"]
+    if external is not None:
+        target = ["--dra-cluster=external", f"--dra-kubeconfig={external}"]
     args = [
         "--pyargs",
         "conformance.suite",
@@ -93,7 +98,7 @@ def run_suite(
         f"--rootdir={SUITE_INI.parent}",
         f"--dra-profile={profile}",
         f"--dra-report-dir={run_dir}",
-        f"--dra-driver-command={command}",
+        *target,
         f"--bin-dir={binaries.directory}",  # pytester moves HOME, and with it the binary cache
         f"--k8s-version={binaries.version}",
         "-p",

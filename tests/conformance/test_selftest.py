@@ -10,17 +10,23 @@ catching them, or a test that starts failing for an unrelated reason all fail he
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from clusters.local.binaries import Binaries
+from clusters.local.cluster import LocalCluster
+from clusters.local.settings import LocalSettings
 from conformance.catalogue import AREAS
+from conformance.kube import Kube
+from conformance.preflight import class_manifests
+from conformance.profiles import load
 from driver.breakage import RULES as SWITCHES
 from tests.conformance.suitekit import quick_profile, run_suite
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.selftest, pytest.mark.timeout(1500)]
 
 README = Path(__file__).resolve().parents[2] / "conformance" / "README.md"
 
@@ -156,3 +162,33 @@ def test_clean_run_passes(
         if result.outcome == "skipped":
             assert result.reason, f"{result.rule.id} skipped without a reason"
     assert skipped == CLEAN_SKIPS[profile], run.explain()
+
+
+def test_external_cluster_skips_what_it_cannot_reach_and_keeps_what_is_not_its(
+    pytester: pytest.Pytester, local_binaries: Binaries, tmp_path: Path
+) -> None:
+    """On an existing cluster the suite cannot reach sockets or views: those rules skip with the
+    reason; the DeviceClasses it created are gone afterwards, one that existed before is kept."""
+    profile = quick_profile("reference-gpu", tmp_path)
+    loaded = load(profile)
+    assert loaded.local is not None
+    settings = LocalSettings(nodes=1, driver_command=tuple(shlex.split(loaded.local.command)))
+    settings = settings.with_bin_dir(local_binaries.directory).with_version(local_binaries.version)
+    with LocalCluster(settings).start() as cluster:
+        kube = Kube(cluster.api_client())
+        theirs = next(
+            c for c in class_manifests(loaded) if c["metadata"]["name"] != loaded.device_classes.default
+        )
+        kube.create(theirs)
+        run = run_suite(
+            pytester, local_binaries, profile, areas=["registration", "slices"], external=cluster.kubeconfig
+        )
+        assert not run.failed, run.explain()
+        assert run.having("passed") >= {"PRE-API", "PRE-CLASSES", "PRE-SLICES", "PRE-NODES", "SLICE-PRESENT"}
+        for rule in ("REG-GETINFO", "REG-FUZZ", "SLICE-GONE"):
+            reason = next(r.reason for r in run.report.rules if r.rule.id == rule)
+            assert run.outcomes[rule] == "skipped" and "cluster backend 'external' cannot" in reason, reason
+        assert kube.get("DeviceClass", loaded.device_classes.default) is None, (
+            "a class the suite made is left"
+        )
+        assert kube.get("DeviceClass", theirs["metadata"]["name"]) is not None, "the suite deleted a class"
