@@ -138,9 +138,8 @@ class _Watcher:
         self.progress(text)
 
 
-def _phase(config: SuiteConfig, cmd: list[str], progress: Progress, live: bool) -> int:
+def _phase(config: SuiteConfig, cmd: list[str], watcher: _Watcher) -> int:
     log = config.run_dir / "pytest.log"
-    watcher = _Watcher(config.run_dir, progress, live)
     started = time.time()
     with log.open("ab") as out:
         out.write(f"\n$ {' '.join(cmd)}\n".encode())
@@ -157,6 +156,7 @@ def _phase(config: SuiteConfig, cmd: list[str], progress: Progress, live: bool) 
         watcher.poll(started)
     if watcher.shown:
         sys.stderr.write("\n")
+        watcher.shown = ""
     return proc.returncode
 
 
@@ -190,10 +190,11 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
         except ClusterError as e:
             raise ConformanceError(f"the local cluster did not start: {e}") from e
         say(f"cluster ready in {time.monotonic() - started:.1f} s: nodes {', '.join(state['nodes'])}")
+    watcher = _Watcher(run_dir, say, live)  # one for both phases: an area is announced once
     try:
         say("preflight ...")
         code = _phase(
-            config, pytest_command(config, state_dir=state_dir, marker="preflight", workers="0"), say, live
+            config, pytest_command(config, state_dir=state_dir, marker="preflight", workers="0"), watcher
         )
         result = _report(config)
         pre = [r for r in result.rules if r.rule.area == "PRE"]
@@ -204,7 +205,7 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
             return result
         chosen = f"{len(config.selected)} selected rule(s)" if config.rules or config.areas else "every rule"
         say(f"running {chosen} with -n {config.workers} ...")
-        code = _phase(config, pytest_command(config, state_dir=state_dir), say, live)
+        code = _phase(config, pytest_command(config, state_dir=state_dir), watcher)
         if code not in (0, 1):
             say(f"pytest exited with {code}; see {run_dir / 'pytest.log'}")
         return _report(config)

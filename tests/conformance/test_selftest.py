@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,3 +194,40 @@ def test_external_cluster_skips_what_it_cannot_reach_and_keeps_what_is_not_its(
             "a class the suite made is left"
         )
         assert kube.get("DeviceClass", theirs["metadata"]["name"]) is not None, "the suite deleted a class"
+
+
+def _cli_run(tmp_path: Path, binaries: Binaries, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "conformance", "run", f"--reports-dir={tmp_path / 'reports'}", "-n", "2",
+         f"--bin-dir={binaries.directory}", f"--k8s-version={binaries.version}", *args],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path, check=False,
+    )  # fmt: skip
+
+
+def test_cli_run_writes_the_report_and_exits_by_the_verdict(local_binaries: Binaries, tmp_path: Path) -> None:
+    profile = quick_profile("reference-gpu", tmp_path)
+    done = _cli_run(tmp_path, local_binaries, f"--profile={profile}", "-m", "registration")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "cluster ready in" in done.stderr and "preflight ..." in done.stderr
+    assert done.stderr.count("  REG     registration and the gRPC contract: 18 passed") == 1, done.stderr
+    assert done.stderr.count("  PRE     preflight: 4 passed") == 1, done.stderr
+    assert re.search(r"^REG\s+18\s+0\s+0\s", done.stdout, re.M), done.stdout
+    latest = tmp_path / "reports" / "latest"
+    for name in (
+        "index.html",
+        "conformance.md",
+        "conformance.json",
+        "junit.xml",
+        "records.jsonl",
+        "pytest.log",
+    ):
+        assert (latest / name).is_file(), f"{name} missing from {latest.resolve()}"
+    assert list((latest / "allure-results").glob("*-result.json")), "no allure results"
+    assert (latest / "allure-results" / "environment.properties").is_file()
+
+    command = f"{load(profile).local.command} --testing-break-rule no-slices"  # type: ignore[union-attr]
+    done = _cli_run(tmp_path, local_binaries, f"--profile={profile}", f"--driver-command={command}")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "preflight failed, nothing else runs: PRE-SLICES: " in done.stderr
+    assert "running every rule" not in done.stderr
+    assert "stopping the cluster" in done.stderr
