@@ -15,10 +15,12 @@ from typing import Any
 
 __all__ = [
     "MAX_RESULTS_PER_CLAIM",
+    "attribute_value",
     "cel_literal",
     "consumption",
     "counter_sets",
     "exact_cel",
+    "match_cel",
     "quantity",
     "scalar_attributes",
     "twins",
@@ -164,3 +166,17 @@ def who_overlaps(devices: Iterable[Obj], sets: Drawn) -> tuple[str, str, str] | 
         if counter:
             return a, b, counter
     return None
+
+
+def attribute_value(device: Mapping[str, Any], name: str, driver: str) -> Any:
+    """A device attribute's value (unqualified names are the driver's own), or None."""
+    domain, short = _qualified(name, driver)
+    attrs = device.get("attributes") or {}
+    found = attrs.get(f"{domain}/{short}") or (attrs.get(short) if domain == driver else None)
+    return None if found is None else next(iter(found.values()))
+
+
+def match_cel(attribute: str, value: str | int | bool, driver: str) -> str:
+    """A CEL expression that is true for devices whose ``attribute`` equals ``value``."""
+    domain, short = _qualified(attribute, driver)
+    return f'device.attributes["{domain}"].{short} == {cel_literal(value)}'

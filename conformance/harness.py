@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,63 +27,23 @@ from conformance.kube import KINDS, Kube, meta
 from conformance.plugin_client import ClaimRef, PluginClient, PluginInfo, find_plugin
 from conformance.profiles import AttributeMatch, DriverProfile
 from conformance.resources import Tracker
-from conformance.waiting import Objects, WaitTimeout, watch_until
+from conformance.status import (
+    AllocatedDevice,
+    allocated_devices,
+    allocation,
+    pod_phase,
+    ref,
+    reserved_for,
+    unschedulable,
+)
+from conformance.waiting import Objects, watch_until
 
-__all__ = [
-    "MAX_DEVICES_PER_CLAIM",
-    "TEST_TAINT_KEY",
-    "AllocatedDevice",
-    "Harness",
-    "attribute_value",
-    "cel_for",
-]
+__all__ = ["TEST_TAINT_KEY", "Harness"]
 
 Obj = dict[str, Any]
 
-MAX_DEVICES_PER_CLAIM = 32
-"""At most this many devices in one claim's allocation (``AllocationResultsMaxSize``, resource/v1)."""
-
 TEST_TAINT_KEY = "dra-conformance.io/test"
 """The key of the device taints the suite makes (their value is the test's namespace)."""
-
-
-@dataclass(frozen=True)
-class AllocatedDevice:
-    """One result of a claim's allocation."""
-
-    request: str
-    """The request (``gpu``, or ``gpu/sub0`` for a ``firstAvailable`` subrequest)."""
-    driver: str
-    """The driver."""
-    pool: str
-    """The pool."""
-    device: str
-    """The device name."""
-    admin_access: bool = False
-    """Allocated with admin access."""
-    share_id: str = ""
-    """Consumable-capacity share id."""
-
-
-def attribute_value(device: Mapping[str, Any], name: str, driver: str) -> Any:
-    """A device attribute's value (unqualified names are the driver's own), or None."""
-    attrs = device.get("attributes") or {}
-    found = attrs.get(name)
-    if found is None and "/" in name and name.split("/", 1)[0] == driver:
-        found = attrs.get(name.split("/", 1)[1])
-    if found is None:
-        return None
-    return next(iter(found.values()))
-
-
-def cel_for(match: AttributeMatch, driver: str) -> str:
-    """A CEL expression that is true for devices whose attribute equals the value."""
-    domain, _, short = match.attribute.rpartition("/")
-    value = match.value
-    literal = ("true" if value else "false") if isinstance(value, bool) else repr(value)
-    if isinstance(value, str):
-        literal = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return f'device.attributes["{domain or driver}"].{short} == {literal}'
 
 
 class Harness:
@@ -181,10 +140,10 @@ class Harness:
 
     def widest(self) -> dict[str, Any]:
         """Claim arguments for as many devices of the default class on one node as one claim can hold:
-        every one (``allocationMode: All``), or :data:`MAX_DEVICES_PER_CLAIM` of them."""
-        if self.profile.devices.in_class <= MAX_DEVICES_PER_CLAIM:
+        every one (``allocationMode: All``), or :data:`~conformance.devices.MAX_RESULTS_PER_CLAIM` of them."""
+        if self.profile.devices.in_class <= slicedevices.MAX_RESULTS_PER_CLAIM:
             return {"all_devices": True}
-        return {"count": MAX_DEVICES_PER_CLAIM}
+        return {"count": slicedevices.MAX_RESULTS_PER_CLAIM}
 
     def claim(self, name: str | None = None, **spec: Any) -> Obj:
         """Create a ResourceClaim (arguments as :func:`conformance.manifests.claim`; the profile's
@@ -246,11 +205,11 @@ class Harness:
 
     def wait_running(self, name: str, timeout: float | None = None) -> Obj:
         """Wait until the pod runs (or already finished successfully)."""
-        return self.wait_pod(name, "Running", lambda p: _phase(p) in ("Running", "Succeeded"), timeout)
+        return self.wait_pod(name, "Running", lambda p: pod_phase(p) in ("Running", "Succeeded"), timeout)
 
     def wait_phase(self, name: str, phase: str, timeout: float | None = None) -> Obj:
         """Wait until the pod reaches ``phase``."""
-        return self.wait_pod(name, phase, lambda p: _phase(p) == phase, timeout)
+        return self.wait_pod(name, phase, lambda p: pod_phase(p) == phase, timeout)
 
     def wait_unschedulable(self, name: str, timeout: float | None = None) -> Obj:
         """Wait until the scheduler reports the pod unschedulable."""
@@ -262,7 +221,7 @@ class Harness:
         return self.wait_pod(
             name,
             "Running or unschedulable",
-            lambda p: _phase(p) in ("Running", "Succeeded") or unschedulable(p),
+            lambda p: pod_phase(p) in ("Running", "Succeeded") or unschedulable(p),
             timeout,
         )
 
@@ -287,7 +246,7 @@ class Harness:
             self.kube,
             "ResourceClaim",
             f"claim {key} allocated",
-            lambda objs: objs.get(key) if key in objs and _allocation(objs[key]) else None,
+            lambda objs: objs.get(key) if key in objs and allocation(objs[key]) else None,
             timeout or self.profile.timeouts.pod,
             namespace=self.namespace,
             fields=f"metadata.name={claim}",
@@ -325,7 +284,7 @@ class Harness:
         return self.wait_claim(
             claim,
             "unreserved and deallocated",
-            lambda c: not reserved_for(c) and _allocation(c) is None,
+            lambda c: not reserved_for(c) and allocation(c) is None,
             timeout or self.profile.timeouts.unprepare,
         )
 
@@ -351,7 +310,7 @@ class Harness:
 
     def attr(self, device: Mapping[str, Any], name: str) -> Any:
         """An attribute of a slice device (the driver's own unless qualified)."""
-        return attribute_value(device, name, self.driver)
+        return slicedevices.attribute_value(device, name, self.driver)
 
     def unique(self, device: Mapping[str, Any]) -> str:
         """The device's value of the profile's unique attribute (its name for ``name``)."""
@@ -360,7 +319,7 @@ class Harness:
 
     def cel(self, match: AttributeMatch) -> str:
         """A CEL selector for ``match``."""
-        return cel_for(match, self.driver)
+        return slicedevices.match_cel(match.attribute, match.value, self.driver)
 
     def exact(self, device: str, node: str | None = None) -> Obj:
         """A CEL selector that matches ``device`` of ``node`` and no other device there (all its
@@ -534,53 +493,5 @@ class Harness:
         return ref(claim)
 
 
-def ref(claim: Mapping[str, Any]) -> ClaimRef:
-    """The kubelet's reference to a claim object."""
-    m = meta(claim)
-    return ClaimRef(m["namespace"], m["uid"], m["name"])
-
-
 def _normal(name: str) -> str:
     return re.sub(r"[^A-Z0-9]", "_", name.upper())
-
-
-def _phase(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("status") or {}).get("phase") or "")
-
-
-def unschedulable(pod: Mapping[str, Any]) -> bool:
-    """Whether the scheduler reports the pod unschedulable."""
-    return any(
-        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )
-
-
-def _allocation(claim: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    return (claim.get("status") or {}).get("allocation")
-
-
-def reserved_for(claim: Mapping[str, Any]) -> list[str]:
-    """The names of the consumers (pods) a claim is reserved for."""
-    return [str(r.get("name")) for r in (claim.get("status") or {}).get("reservedFor") or []]
-
-
-def allocated_devices(claim: Mapping[str, Any]) -> list[AllocatedDevice]:
-    """A claim's allocation results (empty when not allocated)."""
-    results: Iterable[Mapping[str, Any]] = ((_allocation(claim) or {}).get("devices") or {}).get(
-        "results"
-    ) or []
-    return [
-        AllocatedDevice(
-            str(r.get("request")),
-            str(r.get("driver")),
-            str(r.get("pool")),
-            str(r.get("device")),
-            bool(r.get("adminAccess")),
-            str(r.get("shareID") or ""),
-        )
-        for r in results
-    ]
-
-
-__all__ += ["WaitTimeout", "allocated_devices", "ref", "reserved_for", "unschedulable"]

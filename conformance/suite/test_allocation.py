@@ -24,17 +24,11 @@ from conformance.devices import (
     varying_attribute,
     who_overlaps,
 )
-from conformance.harness import (
-    TEST_TAINT_KEY,
-    Harness,
-    allocated_devices,
-    ref,
-    reserved_for,
-    unschedulable,
-)
+from conformance.harness import TEST_TAINT_KEY, Harness
 from conformance.kube import meta
 from conformance.manifests import Container
 from conformance.rules import exclusive, rule
+from conformance.status import allocated_devices, ref, reserved_for, unschedulable
 
 Obj = dict[str, Any]
 

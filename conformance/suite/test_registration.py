@@ -17,9 +17,10 @@ import grpc
 import pytest
 
 import draproto
-from conformance.harness import Harness, ref
+from conformance.harness import Harness
 from conformance.plugin_client import DRA_SERVICES, ClaimRef, PluginClient, get_info, notify
 from conformance.rules import exclusive, rule
+from conformance.status import ref
 
 
 @rule("REG-GETINFO")

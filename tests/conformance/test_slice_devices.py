@@ -104,3 +104,25 @@ def test_counters_and_overlapping_pair() -> None:
     too_big = device("huge", {"slices": "9"})
     plain = device("plain")
     assert who_overlaps([*small, whole, too_big, plain], sets) == ("gpu-0", "p0", "gpu-0-set/mem")
+
+
+def test_attribute_values_and_their_selectors() -> None:
+    from conformance.devices import attribute_value, match_cel
+
+    device = {
+        "name": "gpu-0",
+        "attributes": {
+            "index": {"int": 3},
+            "gpu.example.com/model": {"string": "X"},
+            "resource.kubernetes.io/pciBusID": {"string": "0000:18:00.0"},
+        },
+    }
+    assert attribute_value(device, "index", "gpu.example.com") == 3
+    assert attribute_value(device, "gpu.example.com/index", "gpu.example.com") == 3
+    assert attribute_value(device, "model", "gpu.example.com") == "X"
+    assert attribute_value(device, "resource.kubernetes.io/pciBusID", "gpu.example.com") == "0000:18:00.0"
+    assert attribute_value(device, "pciBusID", "gpu.example.com") is None
+    assert attribute_value(device, "other.example.com/index", "gpu.example.com") is None
+    assert match_cel("index", 3, "gpu.example.com") == 'device.attributes["gpu.example.com"].index == 3'
+    assert match_cel("a.io/name", 'say "hi"', "d") == 'device.attributes["a.io"].name == "say \\"hi\\""'
+    assert match_cel("on", True, "d") == 'device.attributes["d"].on == true'

@@ -1,0 +1,159 @@
+"""The suite's fixtures: the preflight verdict, the run's environment, and each test's harness.
+
+Registered through :mod:`conformance.plugin` (which imports them), used only when a profile is
+given: without one, a suite test is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from filelock import FileLock
+
+from clusters import Cluster
+from conformance import preflight
+from conformance._files import write_atomic
+from conformance.capabilities import Environment, missing, parse_minor
+from conformance.catalogue import AREAS, by_id
+from conformance.diagnostics import LogMarks
+from conformance.errors import UsageError
+from conformance.harness import Harness
+from conformance.kube import Kube
+from conformance.rules import EXCLUSIVE_MARK, rule_of
+from conformance.waiting import until
+
+if TYPE_CHECKING:
+    from conformance.plugin import ConformanceRun
+
+__all__ = ["HARNESS_KEY", "RUN_KEY", "dra", "dra_env", "dra_pre", "dra_preflight"]
+
+RUN_KEY = pytest.StashKey["ConformanceRun"]()
+"""Where the plugin keeps its state in ``config.stash``."""
+HARNESS_KEY = pytest.StashKey[Harness]()
+"""Where a test's harness is kept in ``item.stash`` (for diagnostics on failure)."""
+
+
+def _run(request: pytest.FixtureRequest) -> ConformanceRun:
+    run = request.config.stash.get(RUN_KEY, None)
+    if run is None:
+        pytest.skip("the conformance suite needs --dra-profile NAME|PATH (dra-conformance run does that)")
+    return run
+
+
+# --- fixtures -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def dra_preflight(request: pytest.FixtureRequest, dra_cluster: Cluster) -> preflight.Verdict:
+    """The preflight verdict, made once per session (by the first process to get here)."""
+    run = _run(request)
+    slot = run.cluster_session.ensure_slot()
+    path = slot / "preflight.json"
+    with FileLock(str(slot / "preflight.lock")):
+        if path.exists():
+            return preflight.Verdict.from_json(path.read_text())
+        kube = Kube(dra_cluster.api_client())
+        verdict = preflight.run(kube, run.suite.profile, dra_cluster.nodes(), str(dra_cluster.kubeconfig))
+        write_atomic(path, verdict.to_json())
+        return verdict
+
+
+@pytest.fixture(scope="session")
+def dra_env(request: pytest.FixtureRequest, dra_cluster: Cluster) -> Environment:
+    """What this run has: the profile, the backend's abilities, the API server's version."""
+    run = _run(request)
+    kube = Kube(dra_cluster.api_client())
+    version = kube.server_version()
+    env = Environment(
+        profile=run.suite.profile,
+        backend=dra_cluster.backend,
+        cluster_capabilities=frozenset(dra_cluster.capabilities),
+        k8s_minor=parse_minor(version),
+        k8s_version=version,
+        served_kinds=tuple(kube.served("resource.k8s.io/v1")),
+    )
+    write_atomic(
+        run.cluster_session.ensure_slot() / "environment.json",
+        json.dumps({"k8s_version": version, "backend": dra_cluster.backend}),
+    )
+    return env
+
+
+@pytest.fixture
+def dra(
+    request: pytest.FixtureRequest,
+    dra_cluster: Cluster,
+    dra_env: Environment,
+    dra_preflight: preflight.Verdict,
+) -> Iterator[Harness]:
+    """The test's harness: namespace, node lease, tracker, skips for what the rule needs."""
+    run = _run(request)
+    rule = rule_of(request.node)
+    if rule is None:
+        raise UsageError(f"{request.node.nodeid} uses the dra fixture but has no @rule(...)")
+    if dra_preflight.failure and not rule.id.startswith("PRE-"):
+        pytest.skip(f"preflight failed: {dra_preflight.failure}")
+    reason = missing(rule, dra_env)
+    if reason:
+        pytest.skip(reason)
+    _label_for_allure(rule.id)
+    nodes = dra_preflight.nodes
+    leases = run.cluster_session.leases
+    exclusive = request.node.get_closest_marker(EXCLUSIVE_MARK) is not None
+    lease = leases.exclusive if exclusive else leases.shared
+    with lease(nodes, request.node.nodeid) as node:
+        namespace = request.getfixturevalue("namespace")
+        harness = Harness(
+            cluster=dra_cluster,
+            kube=Kube(dra_cluster.api_client()),
+            env=dra_env,
+            rule=rule,
+            namespace=namespace,
+            node=node,
+            marks=LogMarks.take(dra_cluster, [node]),
+            session=run.cluster_session.slot.name,
+        )
+        request.node.stash[HARNESS_KEY] = harness
+        if exclusive:
+            until(
+                f"the devices of {node} to be free of other tests' claims",
+                lambda: not harness.allocated(node, session_only=True),
+                run.suite.profile.timeouts.unprepare,
+                interval=0.25,
+                describe=lambda: f"still allocated: {sorted(harness.allocated(node, session_only=True))}",
+            )
+        try:
+            yield harness
+        finally:
+            harness.cleanup()
+
+
+@pytest.fixture
+def dra_pre(request: pytest.FixtureRequest, dra_preflight: preflight.Verdict) -> str:
+    """For the PRE tests: this test's preflight result (empty: passed)."""
+    rule = rule_of(request.node)
+    if rule is None or rule.id not in preflight.PRE_RULES:
+        raise UsageError(f"{request.node.nodeid} uses dra_pre but is not a PRE rule test")
+    _label_for_allure(rule.id)
+    result = dra_preflight.results.get(rule.id, "not checked")
+    if result.startswith(preflight.NOT_CHECKED):
+        pytest.skip(result)
+    return result
+
+
+def _label_for_allure(rule_id: str) -> None:
+    try:
+        import allure
+    except ImportError:
+        return
+    rule = by_id(rule_id)
+    dynamic: Any = allure.dynamic  # untyped library
+    with contextlib.suppress(Exception):  # allure is off in this run
+        dynamic.epic(f"{rule.area}: {AREAS[rule.area].title}")
+        dynamic.feature(rule.id)
+        dynamic.title(f"{rule.id}: {rule.sentence}")
+        dynamic.label("needs", ", ".join(rule.needs) or "-")
