@@ -48,9 +48,10 @@ def _run(request: pytest.FixtureRequest) -> ConformanceRun:
 
 
 @pytest.fixture(scope="session")
-def dra_preflight(request: pytest.FixtureRequest, dra_cluster: Cluster) -> preflight.Verdict:
+def dra_preflight(request: pytest.FixtureRequest) -> preflight.Verdict:
     """The preflight verdict, made once per session (by the first process to get here)."""
-    run = _run(request)
+    run = _run(request)  # without a profile: a skip, before any cluster starts
+    dra_cluster: Cluster = request.getfixturevalue("dra_cluster")
     slot = run.cluster_session.ensure_slot()
     path = slot / "preflight.json"
     with FileLock(str(slot / "preflight.lock")):
@@ -63,9 +64,10 @@ def dra_preflight(request: pytest.FixtureRequest, dra_cluster: Cluster) -> prefl
 
 
 @pytest.fixture(scope="session")
-def dra_env(request: pytest.FixtureRequest, dra_cluster: Cluster) -> Environment:
+def dra_env(request: pytest.FixtureRequest) -> Environment:
     """What this run has: the profile, the backend's abilities, the API server's version."""
     run = _run(request)
+    dra_cluster: Cluster = request.getfixturevalue("dra_cluster")
     kube = Kube(dra_cluster.api_client())
     version = kube.server_version()
     env = Environment(
@@ -84,14 +86,12 @@ def dra_env(request: pytest.FixtureRequest, dra_cluster: Cluster) -> Environment
 
 
 @pytest.fixture
-def dra(
-    request: pytest.FixtureRequest,
-    dra_cluster: Cluster,
-    dra_env: Environment,
-    dra_preflight: preflight.Verdict,
-) -> Iterator[Harness]:
+def dra(request: pytest.FixtureRequest) -> Iterator[Harness]:
     """The test's harness: namespace, node lease, tracker, skips for what the rule needs."""
     run = _run(request)
+    dra_cluster: Cluster = request.getfixturevalue("dra_cluster")
+    dra_env: Environment = request.getfixturevalue("dra_env")
+    dra_preflight: preflight.Verdict = request.getfixturevalue("dra_preflight")
     rule = rule_of(request.node)
     if rule is None:
         raise UsageError(f"{request.node.nodeid} uses the dra fixture but has no @rule(...)")
@@ -133,8 +133,10 @@ def dra(
 
 
 @pytest.fixture
-def dra_pre(request: pytest.FixtureRequest, dra_preflight: preflight.Verdict) -> str:
+def dra_pre(request: pytest.FixtureRequest) -> str:
     """For the PRE tests: this test's preflight result (empty: passed)."""
+    _run(request)
+    dra_preflight: preflight.Verdict = request.getfixturevalue("dra_preflight")
     rule = rule_of(request.node)
     if rule is None or rule.id not in preflight.PRE_RULES:
         raise UsageError(f"{request.node.nodeid} uses dra_pre but is not a PRE rule test")
