@@ -18,8 +18,7 @@ def test_a_plain_pytest_run_makes_no_slot_report_or_cluster(
 
 
 def test_a_suite_test_without_a_profile_says_what_is_missing(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest_subprocess(
-        "--pyargs", "conformance.suite", "-p", "no:cacheprovider", "-p", "no:xdist", "-k", "test_api_served", "-rs"
-    )  # fmt: skip
+    args = ["--pyargs", "conformance.suite", "-p", "no:cacheprovider", "-p", "no:xdist", "-rs"]
+    result = pytester.runpytest_subprocess(*args, "-k", "test_api_served")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*needs --dra-profile NAME|PATH*"])
