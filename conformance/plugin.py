@@ -63,6 +63,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--dra-areas", default="", help="comma list of areas to run, by id or marker (default: all)"
     )
     group.addoption("--dra-report-dir", default=None, help="the run's directory (default reports/<run-id>)")
+    group.addoption(
+        "--dra-started",
+        type=float,
+        default=None,
+        help="unix time the run began (when a runner started it earlier)",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -114,7 +120,7 @@ class ConformanceRun:
         """Where records and the report go."""
         self.controller = controller
         """Whether this process writes the records (the controller, or the only process)."""
-        self.started = time.time()
+        self.started: float = config.getoption("dra_started") or time.time()
         self._phases: dict[str, list[pytest.TestReport]] = {}
         self._preflight_failed = ""
         self._narrowed = False

@@ -48,15 +48,23 @@ def _quiet(_: str) -> None:
 
 
 def pytest_command(
-    config: SuiteConfig, *, state_dir: Path | None, marker: str = "", workers: str | None = None
+    config: SuiteConfig,
+    *,
+    state_dir: Path | None,
+    marker: str = "",
+    workers: str | None = None,
+    started: float | None = None,
 ) -> list[str]:
-    """The pytest command line of one phase (``marker``: a pytest ``-m`` expression)."""
+    """The pytest command line of one phase (``marker``: a pytest ``-m`` expression; ``started``: when
+    the run began, so the report's duration counts the cluster's start and preflight too)."""
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", "-p", "no:cacheprovider"]
     # the suite's own settings and root, whatever directory or project the run starts from
     cmd += ["-c", str(SUITE_DIR / "pytest.ini"), f"--rootdir={SUITE_DIR}"]
     # --option=value: a separate value that is a path would take part in pytest's rootdir choice
     cmd += [f"--dra-profile={config.profile.path or config.profile.name}"]
     cmd += [f"--dra-report-dir={config.run_dir.resolve()}", f"--dra-cluster={config.cluster}"]
+    if started is not None:
+        cmd += [f"--dra-started={started}"]
     if config.kubeconfig is not None:
         cmd += [f"--dra-kubeconfig={config.kubeconfig}"]
     if state_dir is not None:
@@ -168,6 +176,7 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
     """
     say = progress or _quiet
     live = progress is not None and sys.stderr.isatty()
+    began = time.time()
     run_dir = config.run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     profile = config.profile
@@ -194,7 +203,9 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
     try:
         say("preflight ...")
         code = _phase(
-            config, pytest_command(config, state_dir=state_dir, marker="preflight", workers="0"), watcher
+            config,
+            pytest_command(config, state_dir=state_dir, marker="preflight", workers="0", started=began),
+            watcher,
         )
         result = _report(config)
         pre = [r for r in result.rules if r.rule.area == "PRE"]
@@ -205,7 +216,7 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
             return result
         chosen = f"{len(config.selected)} selected rule(s)" if config.rules or config.areas else "every rule"
         say(f"running {chosen} with -n {config.workers} ...")
-        code = _phase(config, pytest_command(config, state_dir=state_dir), watcher)
+        code = _phase(config, pytest_command(config, state_dir=state_dir, started=began), watcher)
         if code not in (0, 1):
             say(f"pytest exited with {code}; see {run_dir / 'pytest.log'}")
         return _report(config)
