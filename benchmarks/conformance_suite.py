@@ -1,11 +1,12 @@
 """The conformance suite against the reference driver: wall time at -n 1 and -n 2, per-area time.
 
 ``run()`` makes two complete ``conformance.run()`` runs of profile ``reference-gpu`` on the local
-tier (binaries cached), one with one pytest worker and one with two, and reports each run's wall
-time (cluster start to report) and its suite phase (first test's start to last test's end), the speedup of -n 2 over -n 1, and the
-time the tests of each area took (the sum of their durations, so the areas of one run add up to
-more than its wall time when they ran in parallel). Env ``BENCH_SUITE_PROFILE`` picks another
-profile, ``BENCH_SUITE_WORKERS`` other worker counts (``1,2``).
+tier (binaries cached), one with one pytest worker and one with two. It reports each run's wall
+time (cluster start to report), its suite phase (first test's start to last test's end), the
+speedup of -n 2 over -n 1, and the time the tests of each area took (the sum of their durations,
+so the areas of one run add up to more than its wall time when they ran in parallel). Env
+``BENCH_SUITE_PROFILE`` picks another profile, ``BENCH_SUITE_WORKERS`` other worker counts
+(``1,2``).
 """
 
 from __future__ import annotations
