@@ -36,6 +36,7 @@ RULES: dict[str, str] = {
     "keep-device-after-unprepare": "unprepared devices stay marked in use: later claims for them are refused",
     "ignore-sharing-strategy": "a sharing config is accepted but its strategy never reaches the container",
     "qualified-request-names": "devices are answered with request names qualified by the claim (claim/gpu)",
+    "forget-unbatched-claims": "a prepare call removes the CDI specs of prepared claims it does not name",
 }
 """Every switch, with the rule it breaks."""
 

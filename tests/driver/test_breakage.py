@@ -57,7 +57,7 @@ def test_every_rule_is_documented() -> None:
         "ignore-config", "oversized-slice", "wrong-pool-name", "no-health", "no-slices", "hide-device",
         "phantom-device", "no-republish", "churn-slices", "wrong-slice-count", "orphan-slices",
         "subrequest-name", "refuse-admin-access", "keep-device-after-unprepare",
-        "ignore-sharing-strategy", "qualified-request-names",
+        "ignore-sharing-strategy", "qualified-request-names", "forget-unbatched-claims",
     }  # fmt: skip
 
 
@@ -284,6 +284,15 @@ def _request_names_answered(node: Node) -> tuple[bool, ...]:
     )
 
 
+def _other_claims_kept(node: Node) -> tuple[bool, ...]:
+    node.serve()
+    held = node.put(make_claim("held", [result("gpu", "gpu-0")]))
+    fresh = node.put(make_claim("fresh", [result("gpu", "gpu-1")]))
+    assert prepare(node, held).claims[held["metadata"]["uid"]].error == ""
+    assert prepare(node, fresh).claims[fresh["metadata"]["uid"]].error == ""
+    return (_spec_path(node, held).exists(),)
+
+
 KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "non-idempotent-prepare": _idempotent_prepare,
     "drop-claim-from-batch": _whole_batch_answered,
@@ -305,6 +314,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "keep-device-after-unprepare": _device_free_after_unprepare,
     "ignore-sharing-strategy": _sharing_strategy_applied,
     "qualified-request-names": _request_names_answered,
+    "forget-unbatched-claims": _other_claims_kept,
 }
 """Per switch: the checks of the rule it breaks."""
 
