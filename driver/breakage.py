@@ -34,6 +34,9 @@ RULES: dict[str, str] = {
     "subrequest-name": "a firstAvailable result is answered with its subrequest name (gpu/sub1), not gpu",
     "refuse-admin-access": "an adminAccess claim for a device another claim holds is refused",
     "keep-device-after-unprepare": "unprepared devices stay marked in use: later claims for them are refused",
+    "ignore-sharing-strategy": "a sharing config is accepted but its strategy never reaches the container",
+    "qualified-request-names": "devices are answered with request names qualified by the claim (claim/gpu)",
+    "forget-unbatched-claims": "a prepare call removes the CDI specs of prepared claims it does not name",
 }
 """Every switch, with the rule it breaks."""
 

@@ -326,6 +326,8 @@ class DeviceState:
             share_id = result.get("shareID") or None
             key = (name, share_id)
             answered = request if self.settings.breaks("subrequest-name") else _parent_request(request)
+            if self.settings.breaks("qualified-request-names"):
+                answered = f"{ref.name}/{answered}"
             if key in planned:
                 planned[key].request_names = sorted({*planned[key].request_names, answered})
                 continue
@@ -384,6 +386,8 @@ class DeviceState:
                 device.uuid = device.partition_uuid
             config = device.config
             info_file = self._write_info(record, device, info, config)
+            if self.settings.breaks("ignore-sharing-strategy"):
+                config = None  # validated and recorded, but never reaches the container
             device.cdi_ids = [self.specs.cdi_id(record.uid, self._cdi_device_name(device))]
             cdi_devices.append(
                 CDIDevice(

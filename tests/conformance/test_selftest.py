@@ -97,6 +97,13 @@ CASES: dict[str, Case] = {
     "keep-device-after-unprepare": case(
         "reference-gpu", "allocation", "ALLOC-REUSE", "ALLOC-DEALLOC", rules=("ALLOC-REUSE", "ALLOC-DEALLOC")
     ),
+    # both break PREP-CONFIG-* or PREP-REQUEST-NAMES too: shown on the area they are for
+    "ignore-sharing-strategy": case("reference-gpu", "sharing", "SHARE-STRATEGY"),
+    "qualified-request-names": case(
+        "reference-gpu", "sharing", "SHARE-CONTAINERS", "SHARE-INIT", "SHARE-REQUEST-SCOPE"
+    ),
+    # every prepare on a node drops the specs of the claims other tests hold there: shown alone
+    "forget-unbatched-claims": case("reference-gpu", "sharing", "SHARE-MIXED", rules=("SHARE-MIXED",)),
 }
 """Every switch that breaks a rule of the areas the suite has, where it is shown, what fails."""
 

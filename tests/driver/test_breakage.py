@@ -57,6 +57,7 @@ def test_every_rule_is_documented() -> None:
         "ignore-config", "oversized-slice", "wrong-pool-name", "no-health", "no-slices", "hide-device",
         "phantom-device", "no-republish", "churn-slices", "wrong-slice-count", "orphan-slices",
         "subrequest-name", "refuse-admin-access", "keep-device-after-unprepare",
+        "ignore-sharing-strategy", "qualified-request-names", "forget-unbatched-claims",
     }  # fmt: skip
 
 
@@ -266,6 +267,32 @@ def _device_free_after_unprepare(node: Node) -> tuple[bool, ...]:
     return again.error == "", later.error == ""
 
 
+def _sharing_strategy_applied(node: Node) -> tuple[bool, ...]:
+    node.serve()
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")], [opaque(TS)]))
+    assert prepare(node, claim).claims[claim["metadata"]["uid"]].error == ""
+    env = json.loads(_spec_path(node, claim).read_text())["devices"][0]["containerEdits"]["env"]
+    return ("GPU_SHARING_STRATEGY=TimeSlicing" in env,)
+
+
+def _request_names_answered(node: Node) -> tuple[bool, ...]:
+    node.serve()
+    claim = node.put(make_claim("c", [result("first", "gpu-0"), result("second", "gpu-1")]))
+    devices = prepare(node, claim).claims[claim["metadata"]["uid"]].devices
+    return (
+        {d.device_name: list(d.request_names) for d in devices} == {"gpu-0": ["first"], "gpu-1": ["second"]},
+    )
+
+
+def _other_claims_kept(node: Node) -> tuple[bool, ...]:
+    node.serve()
+    held = node.put(make_claim("held", [result("gpu", "gpu-0")]))
+    fresh = node.put(make_claim("fresh", [result("gpu", "gpu-1")]))
+    assert prepare(node, held).claims[held["metadata"]["uid"]].error == ""
+    assert prepare(node, fresh).claims[fresh["metadata"]["uid"]].error == ""
+    return (_spec_path(node, held).exists(),)
+
+
 KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "non-idempotent-prepare": _idempotent_prepare,
     "drop-claim-from-batch": _whole_batch_answered,
@@ -285,6 +312,9 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "subrequest-name": _parent_request_answered,
     "refuse-admin-access": _admin_access_granted,
     "keep-device-after-unprepare": _device_free_after_unprepare,
+    "ignore-sharing-strategy": _sharing_strategy_applied,
+    "qualified-request-names": _request_names_answered,
+    "forget-unbatched-claims": _other_claims_kept,
 }
 """Per switch: the checks of the rule it breaks."""
 
@@ -307,6 +337,13 @@ def test_ignore_config_ignores_invalid_configs_too(node: Node) -> None:
     broken(node, "ignore-config").serve()
     claim = node.put(make_claim("c", [result("gpu", "gpu-0")], [opaque({"kind": "Nonsense"})]))
     assert prepare(node, claim).claims[claim["metadata"]["uid"]].error == ""
+
+
+def test_ignore_sharing_strategy_still_refuses_invalid_configs(node: Node) -> None:
+    broken(node, "ignore-sharing-strategy").serve()
+    bad = {**TS, "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Forever"}}}
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")], [opaque(bad)]))
+    assert "interval" in prepare(node, claim).claims[claim["metadata"]["uid"]].error
 
 
 def test_switches_leave_other_rules_alone(node: Node) -> None:
