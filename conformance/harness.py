@@ -96,6 +96,7 @@ class Harness:
         self._names = itertools.count()
         self._cleanups: list[Callable[[], object]] = []
         self._tainted_before: dict[str, set[str]] = {}
+        self._heals: set[tuple[str, ...]] = set()
 
     def on_cleanup(self, undo: Callable[[], object]) -> None:
         """Run ``undo`` when the test ends (newest first, before its objects are deleted)."""
@@ -441,7 +442,9 @@ class Harness:
         if target not in self._tainted_before:
             self._tainted_before[target] = set(self.tainted(target))
             self.on_cleanup(lambda: self._await_untainted(target))  # runs after the heals below
-        self.on_cleanup(lambda: commands.run(heal))
+        if tuple(heal) not in self._heals:  # one heal per piece of hardware
+            self._heals.add(tuple(heal))
+            self.on_cleanup(lambda: commands.run(heal))
         started = time.monotonic()
         commands.run(inject)
         return started

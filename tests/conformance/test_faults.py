@@ -1,4 +1,5 @@
-"""Fault commands filled in for a device and run; the health stream read as the kubelet reads it."""
+"""Fault commands filled in for a device and run, the values a backend gives them, the need for a
+healable fault; the health stream read as the kubelet reads it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from concurrent import futures
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,9 @@ import pytest
 
 from clusters import Cluster
 from clusters.errors import CapabilityMissing
+from clusters.local.attached import AttachedLocalCluster
+from conformance.capabilities import Environment, missing
+from conformance.catalogue import by_id
 from conformance.faults import FaultCommandFailed, FaultCommands
 from conformance.healthstream import HealthStream, choose_version
 from conformance.profiles import load
@@ -167,3 +172,25 @@ def test_a_missing_service_fails_the_wait() -> None:
         pytest.raises(WaitTimeout, match=r"the stream failed: StatusCode\.UNAVAILABLE"),
     ):
         stream.wait("a listing", lambda r: r, 5)
+
+
+def test_fault_rules_need_a_healable_fault() -> None:
+    profile = load("reference-gpu")
+    env = Environment(profile, "local", frozenset({"grpc"}), 37, "v1.37.2", ("DeviceTaintRule",))
+    assert missing(by_id("HEALTH-RECOVER"), env) is None
+    unhealable = replace(profile, faults=replace(profile.faults, healable=()))
+    reason = missing(by_id("HEALTH-RECOVER"), replace(env, profile=unhealable))
+    assert reason == (
+        "profile reference-gpu does not say how to make a device unhealthy and heal it "
+        "(faults.inject, heal, healable)"
+    )
+
+
+def test_the_local_tier_gives_the_node_root(tmp_path: Path) -> None:
+    state = {"kubeconfig": str(tmp_path / "kc"), "nodes": {"node-0": {"root": "/tmp/drac-x/n0"}}}
+    cluster = AttachedLocalCluster(tmp_path, state)
+    assert cluster.node_values("node-0") == {
+        "node": "node-0",
+        "kubeconfig": str(tmp_path / "kc"),
+        "root": "/tmp/drac-x/n0",
+    }
