@@ -33,7 +33,7 @@ from conformance.kube import Kube
 from conformance.profiles import DriverProfile
 from conformance.waiting import Objects, watch_until
 
-__all__ = ["FaultCommandFailed", "FaultCommands", "wait_untainted"]
+__all__ = ["FaultCommandFailed", "FaultCommands", "tainted_since", "wait_untainted"]
 
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
@@ -137,25 +137,27 @@ def _output(stdout: str | bytes | None, stderr: str | bytes | None) -> str:
     return (text[-2000:] if len(text) > 2000 else text) or "(none)"
 
 
+def tainted_since(slices: Objects, node: str, before: set[str]) -> set[str]:
+    """The devices of ``node`` in ``slices`` (watched ResourceSlices) that carry taints, except those
+    in ``before``."""
+    return {
+        d["name"]
+        for s in slices.values()
+        if (s.get("spec") or {}).get("nodeName") == node
+        for d in (s.get("spec") or {}).get("devices") or []
+        if d.get("taints") and d["name"] not in before
+    }
+
+
 def wait_untainted(kube: Kube, driver: str, node: str, before: set[str], timeout: float) -> None:
     """Wait until no device of ``driver`` on ``node`` carries a taint in its slices, except those in
     ``before`` (tainted before the faults); raises :class:`~conformance.waiting.WaitTimeout`."""
-
-    def left(objs: Objects) -> set[str]:
-        return {
-            d["name"]
-            for s in objs.values()
-            if (s.get("spec") or {}).get("nodeName") == node
-            for d in (s.get("spec") or {}).get("devices") or []
-            if d.get("taints") and d["name"] not in before
-        }
-
     watch_until(
         kube,
         "ResourceSlice",
         f"the devices of {node} tainted after a fault to be untainted",
-        lambda objs: not left(objs),
+        lambda objs: not tainted_since(objs, node, before),
         timeout,
         fields=f"spec.driver={driver}",
-        describe=lambda objs: f"still tainted: {sorted(left(objs))}",
+        describe=lambda objs: f"still tainted: {sorted(tainted_since(objs, node, before))}",
     )

@@ -23,6 +23,7 @@ import pytest
 
 from conformance import manifests
 from conformance.devices import cel_literal
+from conformance.faults import tainted_since
 from conformance.harness import Harness
 from conformance.healthstream import HealthReport, HealthStream
 from conformance.kube import meta
@@ -124,22 +125,11 @@ def _taints_of(objs: Objects, node: str, device: str) -> list[Obj] | None:
     return None
 
 
-def _newly_tainted(objs: Objects, node: str, before: set[str]) -> set[str]:
-    """Devices of ``node`` with taints in the watched slices that were not tainted ``before``."""
-    return {
-        d["name"]
-        for s in objs.values()
-        if (s.get("spec") or {}).get("nodeName") == node
-        for d in (s.get("spec") or {}).get("devices") or []
-        if d.get("taints") and d["name"] not in before
-    }
-
-
 def _watch_slices(dra: Harness, what: str, check: Callable[[Objects], Any], timeout: float) -> Any:
     """Wait on the driver's slices until ``check`` of them is truthy; failures list the taints."""
 
     def describe(objs: Objects) -> str:
-        tainted = _newly_tainted(objs, dra.node, set())
+        tainted = tainted_since(objs, dra.node, set())
         rows = [f"{d}: {_taints_of(objs, dra.node, d)}" for d in sorted(tainted)]
         return f"taints on {dra.node}: {'; '.join(rows) or 'none'}"
 
@@ -149,14 +139,14 @@ def _watch_slices(dra: Harness, what: str, check: Callable[[Objects], Any], time
 
 
 def _wait_fault_shows(dra: Harness, device: str, before: set[str], started: float) -> set[str]:
-    """After a fault on ``device``: the devices it made unallocatable (tainted since ``before``),
-    with the taints; just ``device`` when the profile claims no taints (nothing to wait for)."""
+    """After a fault on ``device``: the devices it made unallocatable (tainted, and not ``before``);
+    just ``device`` when the profile claims no taints (nothing to wait for)."""
     if not dra.profile.claims("taints"):
         return {device}
     tainted: set[str] = _watch_slices(
         dra,
         f"a device of {dra.node} to be tainted after a fault on {device}",
-        lambda objs: _newly_tainted(objs, dra.node, before),
+        lambda objs: tainted_since(objs, dra.node, before),
         dra.profile.timeouts.health,
     )
     dra.measure("fault_to_taint_s", time.monotonic() - started)
@@ -321,6 +311,7 @@ def test_ignored(dra: Harness) -> None:
     pool, node = dra.pool_of(), dra.node
     stream = dra.health_stream() if stream_on else None
     after = _first_listing(dra, stream, [device], SERVICE_SECONDS) + 1 if stream else 0
+    already = set(stream.reports[after - 1].unhealthy(pool)) if stream else set()
     before = set(dra.tainted())
     commands = dra.fault_commands()
     shown = "; ".join(commands.fault(f, dra.devices()[device]) for f in benign)
@@ -340,7 +331,7 @@ def test_ignored(dra: Harness) -> None:
                 raise AssertionError(
                     f"{device} reported {r.health(pool, device)} after the benign faults `{shown}`"
                 )
-            return r if set(r.unhealthy(pool)) - {device} else None
+            return r if set(r.unhealthy(pool)) - already - {device} else None
 
         index, report = stream.wait(
             f"the real fault on {other} reported (any device but {device} Unhealthy)",
@@ -354,7 +345,7 @@ def test_ignored(dra: Harness) -> None:
 
         def tainted_other(objs: Objects) -> bool:
             assert not _taints_of(objs, node, device), f"{device} tainted after the benign faults `{shown}`"
-            return bool(_newly_tainted(objs, node, before) - {device})
+            return bool(tainted_since(objs, node, before) - {device})
 
         _watch_slices(
             dra, f"the real fault on {other} tainting a device", tainted_other, dra.profile.timeouts.health
