@@ -1,12 +1,13 @@
 """The conformance suite against the reference driver: wall time at -n 1 and -n 2, per-area time.
 
 ``run()`` makes two complete ``conformance.run()`` runs of profile ``reference-gpu`` on the local
-tier (binaries cached), one with one pytest worker and one with two. It reports each run's wall
-time (cluster start to report), its suite phase (first test's start to last test's end), the
-speedup of -n 2 over -n 1, and the time the tests of each area took (the sum of their durations,
-so the areas of one run add up to more than its wall time when they ran in parallel). Env
-``BENCH_SUITE_PROFILE`` picks another profile, ``BENCH_SUITE_WORKERS`` other worker counts
-(``1,2``).
+tier (binaries cached), one with one pytest worker and one with two, and reports each run's wall
+time (cluster start to report, and the suite phase alone), the speedup of -n 2 over -n 1, and the
+time the tests of each area took (the sum of their durations, so the areas of one run add up to
+more than its wall time when they ran in parallel), and the figures tests record (``measures``,
+``"<rule> <name>"``, the largest of a run: e.g. ``HEALTH-TAINT fault_to_taint_s``, the time from a
+fault to its taint). Env ``BENCH_SUITE_PROFILE`` picks another profile, ``BENCH_SUITE_WORKERS``
+other worker counts (``1,2``).
 """
 
 from __future__ import annotations
@@ -29,9 +30,13 @@ def _one(profile: str, workers: str, reports: Path) -> dict[str, Any]:
     wall = time.monotonic() - started
     tests = [t for r in report.rules for t in r.tests]
     per_area: dict[str, float] = {}
+    measures: dict[str, list[float]] = {}
     for result in report.rules:
         if result.outcome != "not-run":
             per_area[result.rule.area] = per_area.get(result.rule.area, 0.0) + result.duration_s
+        for test in result.tests:
+            for name, value in test.measures.items():
+                measures.setdefault(f"{result.rule.id} {name}", []).append(value)
     return {
         "workers": workers,
         "wall_s": round(wall, 1),
@@ -41,6 +46,7 @@ def _one(profile: str, workers: str, reports: Path) -> dict[str, Any]:
         "totals": {k: v for k, v in report.totals.items() if v},
         "area_test_seconds": {a: round(per_area[a], 1) for a in AREAS if a in per_area},
         "slowest": sorted(((t.duration_s, t.rule) for r in report.rules for t in r.tests), reverse=True)[:5],
+        "measures": {k: round(max(v), 3) for k, v in sorted(measures.items())},
     }
 
 

@@ -101,6 +101,13 @@ class Cluster(abc.ABC):
     def nodes(self) -> list[str]:
         """Names of the nodes where the driver under test runs."""
 
+    def node_values(self, node: str) -> dict[str, str]:
+        """What the placeholders of a node's command templates stand for (e.g. a profile's fault
+        commands): ``node`` and ``kubeconfig`` on every backend; a backend that knows more adds it
+        (the local tier: ``root``, the node's root dir). A template that needs a value the backend
+        leaves out cannot run there."""
+        return {"node": node, "kubeconfig": str(self.kubeconfig)}
+
     def stop_driver(self, node: str) -> None:
         """Stop the driver on ``node`` (gracefully) until :meth:`restart_driver` starts it again."""
         raise CapabilityMissing(self.backend, "stop the driver")

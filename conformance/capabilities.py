@@ -69,10 +69,11 @@ def _lacks(need: str, env: Environment) -> str | None:
             else f"profile {profile.name} has {have} device(s) per node, the rule needs {wanted}"
         )
     if need == "faults":
-        if profile.faults.inject and profile.faults.heal and profile.faults.kinds:
+        if profile.faults.inject and profile.faults.heal and profile.faults.healable:
             return None
         return (
-            f"profile {profile.name} does not say how to make a device unhealthy (faults.inject, heal, kinds)"
+            f"profile {profile.name} does not say how to make a device unhealthy and heal it "
+            "(faults.inject, heal, healable)"
         )
     if need == "DeviceTaintRule":
         return None if "DeviceTaintRule" in env.served_kinds else "the cluster does not serve DeviceTaintRule"

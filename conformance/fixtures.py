@@ -116,6 +116,7 @@ def dra(request: pytest.FixtureRequest) -> Iterator[Harness]:
             node=node,
             marks=LogMarks.take(dra_cluster, [node]),
             session=run.cluster_session.slot.name,
+            properties=request.node.user_properties,
         )
         request.node.stash[HARNESS_KEY] = harness
         if exclusive:

@@ -8,7 +8,9 @@ what containers see, and reaches the driver's sockets. Tests stay short and read
 from __future__ import annotations
 
 import itertools
+import logging
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,8 @@ from conformance import manifests
 from conformance.capabilities import Environment
 from conformance.catalogue import Rule
 from conformance.diagnostics import LogMarks
+from conformance.faults import FaultCommands, wait_untainted
+from conformance.healthstream import HealthStream, choose_version
 from conformance.kube import KINDS, Kube, meta
 from conformance.plugin_client import ClaimRef, PluginClient, PluginInfo, find_plugin
 from conformance.profiles import AttributeMatch, DriverProfile
@@ -36,14 +40,19 @@ from conformance.status import (
     reserved_for,
     unschedulable,
 )
-from conformance.waiting import Objects, watch_until
+from conformance.waiting import Objects, WaitTimeout, watch_until
 
-__all__ = ["TEST_TAINT_KEY", "Harness"]
+__all__ = ["MEASURE_PREFIX", "TEST_TAINT_KEY", "Harness"]
+
+log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
 TEST_TAINT_KEY = "dra-conformance.io/test"
 """The key of the device taints the suite makes (their value is the test's namespace)."""
+
+MEASURE_PREFIX = "dra_measure:"
+"""Prefix of the ``user_properties`` names under which :meth:`Harness.measure` records figures."""
 
 
 class Harness:
@@ -60,6 +69,7 @@ class Harness:
         node: str,
         marks: LogMarks | None,
         session: str = "",
+        properties: list[tuple[str, object]] | None = None,
     ) -> None:
         self.cluster = cluster
         """The cluster backend."""
@@ -81,8 +91,12 @@ class Harness:
         """Where the nodes' logs were at the start."""
         self.session = session
         """The test session's id (the value of the namespaces' session label)."""
+        self.properties: list[tuple[str, object]] = [] if properties is None else properties
+        """The test's ``user_properties`` (they reach its record in the report)."""
         self._names = itertools.count()
         self._cleanups: list[Callable[[], object]] = []
+        self._tainted_before: dict[str, set[str]] = {}
+        self._heals: set[tuple[str, ...]] = set()
 
     def on_cleanup(self, undo: Callable[[], object]) -> None:
         """Run ``undo`` when the test ends (newest first, before its objects are deleted)."""
@@ -390,6 +404,82 @@ class Harness:
         if len(pools) != 1:
             raise AssertionError(f"node {node or self.node} has {len(pools)} pools of {self.driver}: {pools}")
         return str(pools.pop())
+
+    def tainted(self, node: str | None = None) -> dict[str, list[Obj]]:
+        """The devices of ``node`` that carry taints in the driver's slices, with those taints."""
+        return {name: list(d["taints"]) for name, d in self.devices(node).items() if d.get("taints")}
+
+    def measure(self, name: str, seconds: float) -> None:
+        """Record a figure of this test (e.g. ``fault_to_taint_s``): it goes to the test's record in
+        the report (``measures``), where the benchmark reads it."""
+        self.properties.append((f"{MEASURE_PREFIX}{name}", round(seconds, 3)))
+
+    # --- faults and health -------------------------------------------------------------------
+
+    def fault_commands(self, node: str | None = None) -> FaultCommands:
+        """The profile's fault commands for the devices of ``node``."""
+        return FaultCommands(self.cluster, self.profile, node or self.node)
+
+    def _fault_target(self, device: str, node: str | None) -> tuple[FaultCommands, Obj]:
+        target = node or self.node
+        found = self.devices(target)
+        if device not in found:
+            raise AssertionError(f"node {target} has no device {device} of {self.driver}")
+        return self.fault_commands(target), found[device]
+
+    def inject(self, device: str, fault: str, node: str | None = None) -> float:
+        """Make ``fault`` (an entry of the profile's ``kinds`` or ``benign``) on ``device`` of ``node``
+        with the profile's inject command; when it started (``time.monotonic()``), for timings.
+
+        Hold the node exclusively. When the test ends the device is healed, and then the test waits
+        (up to ``timeouts.health``, without failing) until the node has no tainted device that was
+        not tainted before the test's first fault, so the next test finds its devices usable.
+        """
+        commands, found = self._fault_target(device, node)
+        inject = commands.command("inject", found, fault)
+        heal = commands.command("heal", found)
+        target = node or self.node
+        if target not in self._tainted_before:
+            self._tainted_before[target] = set(self.tainted(target))
+            self.on_cleanup(lambda: self._await_untainted(target))  # runs after the heals below
+        if tuple(heal) not in self._heals:  # one heal per piece of hardware
+            self._heals.add(tuple(heal))
+            self.on_cleanup(lambda: commands.run(heal))
+        started = time.monotonic()
+        commands.run(inject)
+        return started
+
+    def heal(self, device: str, node: str | None = None) -> float:
+        """Heal ``device`` of ``node`` with the profile's heal command; when it started."""
+        commands, found = self._fault_target(device, node)
+        heal = commands.command("heal", found)
+        started = time.monotonic()
+        commands.run(heal)
+        return started
+
+    def _await_untainted(self, node: str) -> None:
+        if not self.profile.claims("taints"):
+            return
+        try:
+            wait_untainted(
+                self.kube, self.driver, node, self._tainted_before[node], self.profile.timeouts.health
+            )
+        except WaitTimeout as e:  # the test's own checks say whether that is wrong
+            log.warning("devices still tainted after heal", extra={"node": node, "error": str(e)})
+
+    def health_stream(self, node: str | None = None) -> HealthStream:
+        """The driver's health stream on ``node`` (``v1`` when advertised, else ``v1alpha1``), read
+        until the test ends. Fails when the driver advertises neither."""
+        info = self.plugin_info(node)
+        version = choose_version(info.versions)
+        if version is None:
+            raise AssertionError(
+                f"the driver advertises no DRAResourceHealth service on {node or self.node} "
+                f"(GetInfo versions: {', '.join(info.versions) or 'none'}), yet the profile claims health"
+            )
+        stream = HealthStream(info.endpoint, version)
+        self.on_cleanup(stream.close)
+        return stream
 
     # --- what containers see, and the driver's sockets ---------------------------------------
 

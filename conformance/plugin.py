@@ -38,6 +38,7 @@ from conformance.config import SuiteConfig
 from conformance.diagnostics import collect
 from conformance.errors import UsageError
 from conformance.fixtures import HARNESS_KEY, RUN_KEY, dra, dra_env, dra_pre, dra_preflight
+from conformance.harness import MEASURE_PREFIX
 from conformance.kube import Kube
 from conformance.results import RunInfo, TestRecord
 from conformance.rules import EXCLUSIVE_MARK, RULE_MARK, check_docstring, rule_of
@@ -372,6 +373,9 @@ def _record(phases: list[pytest.TestReport]) -> TestRecord | None:
         started=float(getattr(phases[0], "start", 0.0)),
         longrepr=longrepr,
         diagnostics={str(k): str(v) for k, v in dict(props.get("dra_diagnostics") or {}).items()},
+        measures={
+            k.removeprefix(MEASURE_PREFIX): float(v) for k, v in props.items() if k.startswith(MEASURE_PREFIX)
+        },
     )
 
 

@@ -223,6 +223,7 @@ def _test_dict(test: TestRecord) -> dict[str, Any]:
         "started_unix": test.started,
         "longrepr": test.longrepr,
         "diagnostics": dict(test.diagnostics),
+        "measures": dict(test.measures),
     }
 
 
@@ -286,6 +287,7 @@ def _test_from(data: Mapping[str, Any], rule_id: str) -> TestRecord:
         started=float(data.get("started_unix", 0.0)),
         longrepr=str(data["longrepr"]),
         diagnostics={str(k): str(v) for k, v in data["diagnostics"].items()},
+        measures={str(k): float(v) for k, v in (data.get("measures") or {}).items()},
     )
 
 

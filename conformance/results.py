@@ -72,6 +72,8 @@ class TestRecord:
     diagnostics: dict[str, str] = field(default_factory=dict)
     """What the cluster looked like at a failure, by name (``events``, ``claims``, ``slices``,
     ``pods``, ``log driver-node-0``, ...), as text."""
+    measures: dict[str, float] = field(default_factory=dict)
+    """Figures the test recorded (``Harness.measure``), e.g. ``fault_to_taint_s``."""
 
     def to_json(self) -> str:
         """One JSON line."""

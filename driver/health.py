@@ -72,8 +72,11 @@ class HealthMonitor:
         recheck_seconds: float = 2.0,
         xid_hold_seconds: float = 60.0,
         clock: Callable[[], float] = time.time,
+        misreport: bool = False,
     ) -> None:
         self.enabled = enabled
+        self._misreport = misreport
+        """The ``fault-on-wrong-device`` switch: a GPU's faults show on the GPU before it."""
         self.ignored_xids = frozenset(ignored_xids)
         self._wait_ms = wait_ms
         self._recheck = recheck_seconds
@@ -99,11 +102,14 @@ class HealthMonitor:
 
     @classmethod
     def from_settings(cls, inventory: Inventory, settings: Settings, **kwargs: Any) -> HealthMonitor:
-        """A monitor as the settings say: ``--health``, ``--ignored-xids``, the ``no-health`` switch."""
+        """A monitor as the settings say: ``--health``, ``--ignored-xids``, and the rule-breaking
+        switches ``no-health``, ``fault-on-wrong-device`` and ``benign-faults-count``."""
+        ignored = frozenset() if settings.breaks("benign-faults-count") else settings.health.ignored_xids
         return cls(
             inventory,
-            ignored_xids=settings.health.ignored_xids,
+            ignored_xids=ignored,
             enabled=settings.health.enabled and not settings.breaks("no-health"),
+            misreport=settings.breaks("fault-on-wrong-device"),
             **kwargs,
         )
 
@@ -150,8 +156,10 @@ class HealthMonitor:
         now = self._clock()
         with self._lock:
             view: dict[str, Fault | None] = {}
+            gpus = self._inventory.gpu_uuids() if self._misreport else []
             for dev in self._inventory:
-                found = list(self._gpu_faults.get(dev.gpu_uuid, {}).values())
+                gpu = gpus[(gpus.index(dev.gpu_uuid) + 1) % len(gpus)] if gpus else dev.gpu_uuid
+                found = list(self._gpu_faults.get(gpu, {}).values())
                 found += self._device_faults.get(dev.name, {}).values()
                 view[dev.name] = policy.worst(found)
             changed = [

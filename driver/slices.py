@@ -139,7 +139,8 @@ class SlicePublisher:
             if inventory is not None:
                 self._inventory = inventory
             if taints is not None:
-                self._taints = {name: list(ts) for name, ts in taints.items() if ts}
+                kept = self._taints if self._breaks("sticky-taint") else {}  # a taint once set stays
+                self._taints = {**kept, **{name: list(ts) for name, ts in taints.items() if ts}}
         self._wake.set()
 
     def _wanted(self) -> tuple[Inventory | None, dict[str, list[DeviceTaint]]]:

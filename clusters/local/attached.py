@@ -57,6 +57,10 @@ class AttachedLocalCluster(Cluster):
         except KeyError:
             raise ClusterError(f"unknown node {node!r}; nodes: {self.nodes()}") from None
 
+    def node_values(self, node: str) -> dict[str, str]:
+        """``node``, ``kubeconfig`` and ``root`` (the node's root dir)."""
+        return {**super().node_values(node), "root": str(self.node_root(node))}
+
     def _local_node(self, node: str) -> LocalNode:
         return LocalNode(node, self.node_root(node))
 

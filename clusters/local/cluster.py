@@ -113,6 +113,10 @@ class LocalCluster(Cluster):
         """Names of the fake nodes."""
         return list(self.local_nodes)
 
+    def node_values(self, node: str) -> dict[str, str]:
+        """``node``, ``kubeconfig`` and ``root`` (the node's root dir)."""
+        return {**super().node_values(node), "root": str(self._node(node).root)}
+
     def start_driver(self, node: str, command: Sequence[str]) -> None:
         """Replace the driver on ``node`` with ``command`` (placeholders allowed) and wait for it."""
         n = self._node(node)
@@ -274,12 +278,7 @@ class LocalCluster(Cluster):
 
     def _expand(self, n: LocalNode, command: Sequence[str]) -> list[str]:
         return expand_command(
-            command,
-            node=n.name,
-            root=str(n.root),
-            kubeconfig=str(self.kubeconfig),
-            driver=self.settings.driver_name,
-            python=sys.executable,
+            command, **self.node_values(n.name), driver=self.settings.driver_name, python=sys.executable
         )
 
     def _make_nodes(self) -> None:
@@ -292,8 +291,8 @@ class LocalCluster(Cluster):
             n = LocalNode(f"node-{i}", self.root / f"n{i}")
             n.layout.create(drivers=(s.driver_name,))
             (n.root / "logs").mkdir(exist_ok=True)
-            n.driver_command = tuple(self._expand(n, command)) if command else ()
             self.local_nodes[n.name] = n
+            n.driver_command = tuple(self._expand(n, command)) if command else ()
 
     def _start_agent(self, n: LocalNode) -> None:
         argv = [

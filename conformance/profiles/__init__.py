@@ -12,19 +12,23 @@ import yaml
 
 from conformance.errors import ProfileError
 from conformance.profiles.schema import (
+    FAULT_PLACEHOLDERS,
     PROFILE_CAPABILITIES,
     AttributeMatch,
     DriverProfile,
     ExampleConfig,
+    Faults,
     parse,
 )
 
 __all__ = [
+    "FAULT_PLACEHOLDERS",
     "PROFILE_CAPABILITIES",
     "SHIPPED_DIR",
     "AttributeMatch",
     "DriverProfile",
     "ExampleConfig",
+    "Faults",
     "load",
     "parse",
     "shipped",

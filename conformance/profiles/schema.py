@@ -21,6 +21,7 @@ from conformance.errors import ProfileError
 
 __all__ = [
     "ATTRIBUTE_TYPES",
+    "FAULT_PLACEHOLDERS",
     "PROFILE_CAPABILITIES",
     "AttributeMatch",
     "Configs",
@@ -160,16 +161,39 @@ class Configs:
     """One invalid config."""
 
 
+FAULT_PLACEHOLDERS: Mapping[str, str] = {
+    "node": "the device's node",
+    "root": "the node's root dir (local tier only)",
+    "kubeconfig": "an admin kubeconfig",
+    "driver": "the driver name",
+    "python": "the interpreter running the suite",
+    "device": "the device's name in its ResourceSlice",
+    "unique": "the device's value of devices.unique",
+    "attr:NAME": "the device's value of attribute NAME (unqualified: the driver's own)",
+    "fault": "one entry of kinds or benign, its own placeholders filled in first (inject only)",
+}
+"""Placeholders of the fault commands, with what each stands for."""
+
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
 @dataclass(frozen=True)
 class Faults:
-    """How to make a device unhealthy and heal it (the HEALTH rules)."""
+    """How to make a device unhealthy and heal it (the HEALTH rules).
+
+    Every test that injects a fault heals the device when it ends, so the tests inject only the
+    :attr:`healable` faults; the other :attr:`kinds` are listed for people (e.g. XIDs that clear by
+    themselves after a while, too late for a test).
+    """
 
     inject: str = ""
-    """Command template; placeholders as ``local.command`` plus ``{device}`` and ``{fault}``."""
+    """Command template (shell words) that injects ``{fault}`` (see :data:`FAULT_PLACEHOLDERS`)."""
     heal: str = ""
-    """Command template that heals ``{device}``."""
+    """Command template that clears the faults of ``{device}``."""
     kinds: tuple[str, ...] = ()
-    """Faults that make a device unhealthy."""
+    """Faults that make a device unhealthy (filled into ``{fault}``)."""
+    healable: tuple[str, ...] = ()
+    """The entries of :attr:`kinds` that :attr:`heal` clears: the ones the tests inject."""
     benign: tuple[str, ...] = ()
     """Faults that must leave the device healthy."""
     taint_effect: str = "NoSchedule"
@@ -374,13 +398,30 @@ def _configs(r: _Reader | None) -> Configs:
 def _faults(r: _Reader | None) -> Faults:
     if r is None:
         return Faults()
-    r.known(["inject", "heal", "kinds", "benign", "taintEffect"])
+    r.known(["inject", "heal", "kinds", "healable", "benign", "taintEffect"])
     effect = r.get("taintEffect", str, "NoSchedule")
     if effect not in ("NoSchedule", "NoExecute"):
         r.fail(effect, "NoSchedule or NoExecute", "taintEffect")
-    return Faults(
-        r.get("inject", str, ""), r.get("heal", str, ""), r.strings("kinds"), r.strings("benign"), effect
-    )
+    kinds = r.strings("kinds")
+    healable = r.strings("healable")
+    for fault in healable:
+        if fault not in kinds:
+            r.fail(fault, f"one of kinds ({', '.join(map(repr, kinds)) or 'none'})", "healable")
+    inject, heal = r.get("inject", str, ""), r.get("heal", str, "")
+    for key, text, fault_allowed in (("inject", inject, True), ("heal", heal, False)):
+        _check_placeholders(r, key, text, fault_allowed)
+    for key, entries in (("kinds", kinds), ("benign", r.strings("benign"))):
+        for text in entries:
+            _check_placeholders(r, key, text, False)
+    return Faults(inject, heal, kinds, healable, r.strings("benign"), effect)
+
+
+def _check_placeholders(r: _Reader, key: str, text: str, fault_allowed: bool) -> None:
+    for name in _PLACEHOLDER.findall(text):
+        known = name in FAULT_PLACEHOLDERS and name != "attr:NAME" and (fault_allowed or name != "fault")
+        if not known and not (name.startswith("attr:") and len(name) > len("attr:")):
+            allowed = [f"{{{p}}}" for p in FAULT_PLACEHOLDERS if fault_allowed or p != "fault"]
+            r.fail(text, f"placeholders among {', '.join(allowed)}; {{{name}}} is not one", key)
 
 
 def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> DriverProfile:

@@ -58,6 +58,17 @@ def test_mig_profile_reads_its_class_file_next_to_it() -> None:
         ({"idempotentPrepares": 1}, r"idempotentPrepares: 1 is not valid; expected at least 2"),
         ({"timeouts": {"pod": 0}}, r"timeouts.pod: 0 is not valid; expected a number of at least 1"),
         ({"container": {"env": "("}}, r"container.env: '\(' is not valid; expected a regular expression"),
+        (
+            {"faults": {"kinds": ["lost 0"], "healable": ["ecc 0 double"]}},
+            r"faults.healable: 'ecc 0 double' is not valid; expected one of kinds \('lost 0'\)",
+        ),
+        (
+            {"faults": {"inject": "tool {nope}"}},
+            r"faults.inject: 'tool \{nope\}' is not valid; expected placeholders among \{node\}, .*; "
+            r"\{nope\} is not one",
+        ),
+        ({"faults": {"heal": "tool heal {fault}"}}, r"faults.heal: .*; \{fault\} is not one"),
+        ({"faults": {"kinds": ["xid {attr:} 48"]}}, r"faults.kinds: .*; \{attr:\} is not one"),
     ],
 )
 def test_bad_values_are_named(change: dict[str, Any], message: str) -> None:

@@ -26,7 +26,7 @@ from driver.health import HealthMonitor
 from driver.inventory import Inventory
 from driver.settings import from_args
 from driver.slices import SlicePublisher
-from driver.slicing import MAX_DEVICES_PER_SLICE
+from driver.slicing import MAX_DEVICES_PER_SLICE, DeviceTaint
 from tests.driver.drvkit import DRIVER, NODE, Node, gpu, make_claim, opaque, prepare, result, unprepare
 
 TS = {"apiVersion": "gpu.dra-conformance.io/v1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}
@@ -58,6 +58,7 @@ def test_every_rule_is_documented() -> None:
         "phantom-device", "no-republish", "churn-slices", "wrong-slice-count", "orphan-slices",
         "subrequest-name", "refuse-admin-access", "keep-device-after-unprepare",
         "ignore-sharing-strategy", "qualified-request-names", "forget-unbatched-claims",
+        "fault-on-wrong-device", "sticky-taint", "benign-faults-count",
     }  # fmt: skip
 
 
@@ -239,6 +240,34 @@ def _health_reported(node: Node) -> tuple[bool, ...]:
     return streamed, "gpu-0" in monitor.faults()
 
 
+def _fault_on_its_device(node: Node) -> tuple[bool, ...]:
+    monitor = HealthMonitor.from_settings(node.inventory, node.settings)
+    monitor.record_ecc(gpu(1).uuid or "")
+    faults, health = monitor.faults(), monitor.snapshot()
+    return "gpu-1" in faults, set(faults) == {"gpu-1"}, health["gpu-1"].status == "Unhealthy"
+
+
+def _taint_removed_after_heal(node: Node) -> tuple[bool, ...]:
+    publisher, store = _published(node)
+
+    def tainted() -> set[str]:
+        return {d["name"] for s in store.objects.values() for d in s["spec"]["devices"] if d.get("taints")}
+
+    publisher.update(taints={"gpu-0": [DeviceTaint(f"{DRIVER}/unhealthy", "gpu-lost", "NoExecute")]})
+    publisher.sync()
+    assert tainted() == {"gpu-0"}
+    publisher.update(taints={})
+    publisher.sync()
+    return (tainted() == set(),)
+
+
+def _benign_xids_ignored(node: Node) -> tuple[bool, ...]:
+    monitor = HealthMonitor.from_settings(node.inventory, node.settings)
+    monitor.record_xid(gpu(0).uuid or "", 13)
+    monitor.record_xid(gpu(1).uuid or "", 43)
+    return "gpu-0" not in monitor.faults(), "gpu-1" not in monitor.faults()
+
+
 def _parent_request_answered(node: Node) -> tuple[bool, ...]:
     node.serve()
     claim = node.put(make_claim("c", [result("gpu/sub1", "gpu-0")]))
@@ -302,6 +331,9 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "oversized-slice": _slices_split,
     "wrong-pool-name": _allocated_pool_answered,
     "no-health": _health_reported,
+    "fault-on-wrong-device": _fault_on_its_device,
+    "sticky-taint": _taint_removed_after_heal,
+    "benign-faults-count": _benign_xids_ignored,
     "no-slices": _slices_published,
     "hide-device": _every_device_published,
     "phantom-device": _no_device_added,
