@@ -34,6 +34,11 @@ RULES: dict[str, str] = {
     "subrequest-name": "a firstAvailable result is answered with its subrequest name (gpu/sub1), not gpu",
     "refuse-admin-access": "an adminAccess claim for a device another claim holds is refused",
     "keep-device-after-unprepare": "unprepared devices stay marked in use: later claims for them are refused",
+    "forget-checkpoint": "the checkpoint is ignored at start: prepared claims and their CDI specs dropped",
+    "leak-restored-claims": "claims restored from the checkpoint keep their devices in use after unprepare",
+    "refuse-reregister": "once registered, GetInfo lists no DRAPlugin version: a new kubelet refuses it",
+    "recreate-slices-on-start": "at start the node's ResourceSlices are deleted and published anew",
+    "no-rewatch": "a slice watch that fails (the API server restarts) is not set up again; no resync",
 }
 """Every switch, with the rule it breaks."""
 
