@@ -116,16 +116,22 @@ class Cluster(abc.ABC):
         """(Re)start the driver on ``node`` with ``command`` instead of the current one."""
         raise CapabilityMissing(self.backend, "start a driver with a custom command")
 
-    def restart_driver(self, node: str) -> None:
-        """Stop the driver on ``node`` (if it runs) and start it again with the same command."""
+    def restart_driver(self, node: str, *, crash: bool = False) -> None:
+        """Stop the driver on ``node`` (if it runs) and start it again with the same command
+        (``crash``: kill it, as a crash would, instead of stopping it gracefully)."""
         raise CapabilityMissing(self.backend, "restart the driver")
 
-    def restart_kubelet(self, node: str) -> None:
-        """Restart the kubelet (or the node agent playing it) on ``node``."""
+    def restart_kubelet(self, node: str, *, crash: bool = False) -> None:
+        """Restart the kubelet (or the node agent playing it) on ``node`` (``crash``: kill it first)."""
         raise CapabilityMissing(self.backend, "restart the kubelet")
 
-    def restart_component(self, component: str) -> None:
-        """Restart a control-plane component (``kube-apiserver``, ``kube-scheduler``, ...)."""
+    def stop_kubelet(self, node: str) -> None:
+        """Stop the kubelet on ``node`` (gracefully) until :meth:`restart_kubelet` starts it again."""
+        raise CapabilityMissing(self.backend, "stop the kubelet")
+
+    def restart_component(self, component: str, *, crash: bool = False) -> None:
+        """Restart a control-plane component (``kube-apiserver``, ``kube-scheduler``, ...; ``crash``:
+        kill it first) and wait until it answers again."""
         raise CapabilityMissing(self.backend, f"restart {component}")
 
     def container_view(self, pod: PodRef, container: str) -> ContainerView:

@@ -4,7 +4,8 @@ for tests that use every device of a node, restart its components or inject faul
 A lease is an ``flock`` on ``<dir>/node-<name>.lease``: many shared holders or one exclusive
 holder. Tests that pin their pods to a node hold it shared; a test that must be alone on a node
 holds it exclusively, so no pod of another test lands there meanwhile. A waiting exclusive taker
-leaves a ``.want`` mark that steers new shared takers to other nodes, so it is not starved.
+leaves a ``.want`` mark that steers new shared takers to other nodes, so it is not starved. A
+test that affects the whole cluster (an API server restart) holds every node alone.
 """
 
 from __future__ import annotations
@@ -63,6 +64,35 @@ class NodeLeases:
         finally:
             want.unlink(missing_ok=True)
         yield from self._held(fd, node)
+
+    @contextlib.contextmanager
+    def every(self, nodes: Sequence[str], key: str = "") -> Iterator[str]:
+        """Hold every one of ``nodes`` alone (for what affects the whole cluster, such as an API
+        server restart); yields the node ``key`` hashes to, for the test's own pods.
+
+        The leases are taken one by one in name order, so two such holders cannot deadlock, and
+        other takers hold one lease at a time, never waiting with one held.
+        """
+        if not nodes:
+            raise ValueError("no nodes to lease")
+        ordered = sorted(nodes)
+        wants = [self._path(n, f".want-{os.getpid()}") for n in ordered]
+        fds: list[int] = []
+        try:
+            for want in wants:
+                want.touch()
+            for node in ordered:
+                fd = self._open(node)
+                fds.append(fd)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            for want in wants:
+                want.unlink(missing_ok=True)
+            yield nodes[zlib.crc32(key.encode()) % len(nodes)]
+        finally:
+            for want in wants:
+                want.unlink(missing_ok=True)
+            for fd in fds:
+                os.close(fd)  # closing the descriptor releases the flock
 
     @contextlib.contextmanager
     def shared(self, nodes: Sequence[str], key: str = "") -> Iterator[str]:

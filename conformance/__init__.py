@@ -16,7 +16,7 @@ from conformance.errors import ConformanceError, PreflightFailed, ProfileError, 
 from conformance.profiles import DriverProfile
 from conformance.profiles import load as load_profile
 from conformance.report import Report, ReportError, summary_table
-from conformance.rules import exclusive, rule
+from conformance.rules import exclusive, exclusive_cluster, rule
 from conformance.runner import run
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "SuiteConfig",
     "UsageError",
     "exclusive",
+    "exclusive_cluster",
     "load_profile",
     "rule",
     "run",

@@ -23,7 +23,7 @@ from conformance.diagnostics import LogMarks
 from conformance.errors import UsageError
 from conformance.harness import Harness
 from conformance.kube import Kube
-from conformance.rules import EXCLUSIVE_MARK, rule_of
+from conformance.rules import EXCLUSIVE_CLUSTER_MARK, EXCLUSIVE_MARK, rule_of
 from conformance.waiting import until
 
 if TYPE_CHECKING:
@@ -103,8 +103,9 @@ def dra(request: pytest.FixtureRequest) -> Iterator[Harness]:
     _label_for_allure(rule.id)
     nodes = dra_preflight.nodes
     leases = run.cluster_session.leases
-    exclusive = request.node.get_closest_marker(EXCLUSIVE_MARK) is not None
-    lease = leases.exclusive if exclusive else leases.shared
+    whole = request.node.get_closest_marker(EXCLUSIVE_CLUSTER_MARK) is not None
+    exclusive = whole or request.node.get_closest_marker(EXCLUSIVE_MARK) is not None
+    lease = leases.every if whole else leases.exclusive if exclusive else leases.shared
     with lease(nodes, request.node.nodeid) as node:
         namespace = request.getfixturevalue("namespace")
         harness = Harness(

@@ -54,6 +54,7 @@ KINDS: Mapping[str, Kind] = {
     "ResourceSlice": Kind(RESOURCE_V1, "resourceslices", False),
     "DeviceClass": Kind(RESOURCE_V1, "deviceclasses", False),
     "DeviceTaintRule": Kind(RESOURCE_V1, "devicetaintrules", False),
+    "Lease": Kind("coordination.k8s.io/v1", "leases", True),
 }
 """Every kind the suite touches."""
 

@@ -41,7 +41,7 @@ from conformance.fixtures import HARNESS_KEY, RUN_KEY, dra, dra_env, dra_pre, dr
 from conformance.harness import MEASURE_PREFIX
 from conformance.kube import Kube
 from conformance.results import RunInfo, TestRecord
-from conformance.rules import EXCLUSIVE_MARK, RULE_MARK, check_docstring, rule_of
+from conformance.rules import EXCLUSIVE_CLUSTER_MARK, EXCLUSIVE_MARK, RULE_MARK, check_docstring, rule_of
 
 __all__ = ["RUN_KEY", "ConformanceRun", "dra", "dra_env", "dra_pre", "dra_preflight"]
 
@@ -76,6 +76,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{RULE_MARK}(id): the conformance rule a test checks")
     config.addinivalue_line("markers", f"{EXCLUSIVE_MARK}: the test holds its node alone")
+    config.addinivalue_line("markers", f"{EXCLUSIVE_CLUSTER_MARK}: the test holds every node alone")
     for area in AREAS.values():
         config.addinivalue_line("markers", f"{area.marker}: conformance area {area.id} ({area.title})")
     profile = config.getoption("dra_profile")

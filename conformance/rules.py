@@ -14,7 +14,16 @@ import pytest
 
 from conformance.catalogue import AREAS, Rule, by_id
 
-__all__ = ["EXCLUSIVE_MARK", "RULE_MARK", "check_docstring", "exclusive", "rule", "rule_of"]
+__all__ = [
+    "EXCLUSIVE_CLUSTER_MARK",
+    "EXCLUSIVE_MARK",
+    "RULE_MARK",
+    "check_docstring",
+    "exclusive",
+    "exclusive_cluster",
+    "rule",
+    "rule_of",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -22,6 +31,8 @@ RULE_MARK = "dra_rule"
 """The marker holding a test's rule id."""
 EXCLUSIVE_MARK = "dra_exclusive"
 """The marker of tests that hold their node alone."""
+EXCLUSIVE_CLUSTER_MARK = "dra_exclusive_cluster"
+"""The marker of tests that hold every node alone (they affect the whole cluster)."""
 
 
 def rule(rule_id: str) -> Callable[[F], F]:
@@ -39,6 +50,11 @@ def rule(rule_id: str) -> Callable[[F], F]:
 def exclusive(test: F) -> F:
     """Mark a test that needs its node to itself (every device, restarts, faults)."""
     return getattr(pytest.mark, EXCLUSIVE_MARK)(test)  # type: ignore[no-any-return]
+
+
+def exclusive_cluster(test: F) -> F:
+    """Mark a test that needs the whole cluster to itself (an API server restart affects every test)."""
+    return getattr(pytest.mark, EXCLUSIVE_CLUSTER_MARK)(test)  # type: ignore[no-any-return]
 
 
 def rule_of(item: pytest.Item) -> Rule | None:

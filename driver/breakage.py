@@ -40,6 +40,11 @@ RULES: dict[str, str] = {
     "ignore-sharing-strategy": "a sharing config is accepted but its strategy never reaches the container",
     "qualified-request-names": "devices are answered with request names qualified by the claim (claim/gpu)",
     "forget-unbatched-claims": "a prepare call removes the CDI specs of prepared claims it does not name",
+    "forget-checkpoint": "the checkpoint is ignored at start: prepared claims and their CDI specs dropped",
+    "leak-restored-claims": "claims restored from the checkpoint keep their devices in use after unprepare",
+    "refuse-reregister": "once registered, GetInfo lists no DRAPlugin version: a new kubelet refuses it",
+    "recreate-slices-on-start": "at start the node's ResourceSlices are deleted and published anew",
+    "no-rewatch": "a slice watch that fails (the API server restarts) is not set up again; no resync",
 }
 """Every switch, with the rule it breaks."""
 

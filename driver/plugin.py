@@ -62,11 +62,14 @@ class _Registration(registration_pb2_grpc.RegistrationServicer):
         self._registered = registered
 
     def GetInfo(self, request: Any, context: Any) -> Any:
+        versions = supported_versions(self._settings)
+        if self._settings.breaks("refuse-reregister") and self._registered.is_set():
+            versions = []  # a kubelet that registers the plugin again finds no version it speaks
         return registration_pb2.PluginInfo(
             type=draproto.DRA_PLUGIN_TYPE,
             name=self._settings.driver_name,
             endpoint=str(self._settings.dra_socket.absolute()),
-            supported_versions=supported_versions(self._settings),
+            supported_versions=versions,
         )
 
     def NotifyRegistrationStatus(self, request: Any, context: Any) -> Any:

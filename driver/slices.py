@@ -104,7 +104,11 @@ class SlicePublisher:
         self._oversized = breaks("oversized-slice")
         self._breaks = breaks
         # churn-slices: rewrite the pool every few seconds though nothing changed
-        self._resync = min(resync_seconds, CHURN_SECONDS) if breaks("churn-slices") else resync_seconds
+        self._resync: float | None = (
+            min(resync_seconds, CHURN_SECONDS) if breaks("churn-slices") else resync_seconds
+        )
+        if breaks("no-rewatch"):
+            self._resync = None  # once the watch ends, nothing brings a changed pool back
         self._max_backoff = max_backoff_seconds
         self._lock = threading.RLock()
         self._state_lock = threading.Lock()
@@ -193,6 +197,10 @@ class SlicePublisher:
                 log.warning("Node object not found; slices published without an owner", extra=self._ctx())
             self._node_uid = uid
             existing_list, self._list_rv = self.store.list(self.driver_name, self.node_name)
+            if self._passes == 0 and self._breaks("recreate-slices-on-start"):
+                for body in existing_list:
+                    self.store.delete(_name(body))
+                existing_list = []
             existing = {_name(s): s for s in existing_list}
             key = json.dumps(self._build(inventory, taints, 0), sort_keys=True)
             current = {name: _rv(s) for name, s in existing.items()}
@@ -300,6 +308,7 @@ class SlicePublisher:
                 rv = self._list_rv
                 if not rv:
                     _, rv = self.store.list(self.driver_name, self.node_name)
+                    self._wake.set()  # what changed while nothing watched: the next pass compares
                 for event_type, obj in self.store.watch(self.driver_name, self.node_name, rv):
                     if self._stopping.is_set():
                         return
@@ -318,6 +327,8 @@ class SlicePublisher:
                 backoff = 0.5
             except Exception as e:
                 if self._stopping.is_set():
+                    return
+                if self._breaks("no-rewatch"):
                     return
                 log.warning("watching slices failed; rewatching", extra={**self._ctx(), "error": repr(e)})
                 self._list_rv = ""

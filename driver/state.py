@@ -41,6 +41,7 @@ from driver._files import atomic_write
 from driver.cdi import CDIDevice, SpecStore
 from driver.checkpoint import (
     PREPARE_COMPLETED,
+    Checkpoint,
     CheckpointStore,
     ClaimRecord,
     PreparedDevice,
@@ -121,7 +122,7 @@ class DeviceState:
             broken=settings.breaks("invalid-cdi-spec"),
         )
         self.store = CheckpointStore(settings.checkpoint_path)
-        self._checkpoint = self.store.load()
+        self._checkpoint = Checkpoint() if settings.breaks("forget-checkpoint") else self.store.load()
         self._rebooted = self._checkpoint.boot_id != self.boot_id
         self._checkpoint.boot_id = self.boot_id  # every save from now on is of this boot
         self._lock = threading.Lock()
@@ -130,6 +131,8 @@ class DeviceState:
         self._claim_locks_guard = threading.Lock()
         self._leaked: set[str] = set()
         """Devices unprepare left marked in use (only with ``keep-device-after-unprepare``)."""
+        self._restored: set[str] = set()
+        """Claims restore() found prepared (only kept with ``leak-restored-claims``)."""
 
     # --- public API ---------------------------------------------------------------------------
 
@@ -157,6 +160,8 @@ class DeviceState:
                 with self._lock:
                     self._checkpoint.claims.pop(record.uid, None)
                 continue
+            if self.settings.breaks("leak-restored-claims"):
+                self._restored.add(record.uid)
             if rebooted or not self.specs.exists(record.uid):
                 log.info("restoring CDI spec of a prepared claim", extra={**ctx, "rebooted": rebooted})
                 if rebooted:
@@ -244,7 +249,7 @@ class DeviceState:
             except DriverError as e:
                 raise PrepareError(f"claim {ref}: {e}") from e
             self._forget(ref.uid)
-            if self.settings.breaks("keep-device-after-unprepare"):
+            if self.settings.breaks("keep-device-after-unprepare") or ref.uid in self._restored:
                 with self._lock:
                     self._leaked.update(d.device for d in record.devices)
             log.info(

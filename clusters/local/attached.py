@@ -92,9 +92,13 @@ class AttachedLocalCluster(Cluster):
         """Restart the node agent on ``node`` (``crash``: SIGKILL instead of SIGTERM)."""
         daemon.request(self.state_dir, "restart_kubelet", node=node, crash=crash)
 
-    def restart_component(self, component: str) -> None:
-        """Restart one control-plane component (e.g. ``kube-apiserver``)."""
-        daemon.request(self.state_dir, "restart_component", component=component)
+    def stop_kubelet(self, node: str) -> None:
+        """Stop the node agent on ``node`` until :meth:`restart_kubelet`."""
+        daemon.request(self.state_dir, "stop_kubelet", node=node)
+
+    def restart_component(self, component: str, *, crash: bool = False) -> None:
+        """Restart one control-plane component (e.g. ``kube-apiserver``; ``crash``: SIGKILL)."""
+        daemon.request(self.state_dir, "restart_component", component=component, crash=crash)
 
     def container_view(self, pod: PodRef, container: str) -> ContainerView:
         """Read the view the node agent wrote for a running container."""

@@ -155,7 +155,10 @@ class LocalCluster(Cluster):
             self._wait_republished(n, set())
 
     def restart_kubelet(self, node: str, *, crash: bool = False) -> None:
-        """Stop (SIGTERM, or SIGKILL when ``crash``) and restart the node agent on ``node``."""
+        """Stop (SIGTERM, or SIGKILL when ``crash``) and restart the node agent on ``node``.
+
+        A node agent stopped by :meth:`stop_kubelet` is just started again.
+        """
         n = self._node(node)
         if n.agent is None:
             raise NodeError(f"no node agent runs on node {node}")
@@ -172,6 +175,23 @@ class LocalCluster(Cluster):
         # driver's new ones so the next test step does not race the wipe
         if slices:
             self._wait_republished(n, slices)
+
+    def stop_kubelet(self, node: str) -> None:
+        """Stop (SIGTERM) the node agent on ``node``; :meth:`restart_kubelet` starts it again.
+
+        Its Node, Lease, pods and prepared claims stay as they are, as with a stopped kubelet.
+        """
+        n = self._node(node)
+        if n.agent is None:
+            raise NodeError(f"no node agent runs on node {node}")
+        n.agent.stop()
+
+    def restart_component(self, component: str, *, crash: bool = False) -> None:
+        """Restart a control-plane component (SIGTERM, or SIGKILL when ``crash``) and wait until
+        it is healthy (components that went down meanwhile are started again too)."""
+        if self.control_plane is None:
+            raise ClusterError("the local cluster has not been started")
+        self.control_plane.restart(component, crash=crash)
 
     def container_view(self, pod: PodRef, container: str) -> ContainerView:
         """Read the view the node agent wrote for a running container."""

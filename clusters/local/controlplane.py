@@ -313,12 +313,16 @@ class ControlPlane:
 
     # --- running -----------------------------------------------------------------------------
 
-    def restart(self, name: str) -> None:
-        """Stop one component and start it again with the same flags (ports and data kept)."""
+    def restart(self, name: str, *, crash: bool = False) -> None:
+        """Stop one component (SIGTERM, or SIGKILL when ``crash``) and start it again with the same
+        flags (ports and data kept)."""
         proc = self.processes.get(name)
         if proc is None:
             raise ControlPlaneError(f"unknown component {name!r}; running: {sorted(self.processes)}")
-        proc.stop()
+        if crash:
+            proc.kill()
+        else:
+            proc.stop()
         self._start_again(name)
         # kube-controller-manager can exit while the API server is away; a real control plane's
         # kubelet restarts such static pods, so do the same for any component that went down.

@@ -10,8 +10,8 @@ that crashed). ``shutdown(state_dir)`` asks it to stop and waits.
 
 Protocol: one JSON object per connection each way: ``{"op": ..., ...}`` ->
 ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. Ops: ``status``,
-``restart_driver``, ``stop_driver``, ``restart_kubelet``, ``start_driver``, ``restart_component``,
-``stop``.
+``restart_driver``, ``stop_driver``, ``restart_kubelet``, ``stop_kubelet``, ``start_driver``,
+``restart_component``, ``stop``.
 """
 
 from __future__ import annotations
@@ -351,11 +351,12 @@ class _Daemon:
             c.stop_driver(req["node"])
         elif op == "restart_kubelet":
             c.restart_kubelet(req["node"], crash=bool(req.get("crash")))
+        elif op == "stop_kubelet":
+            c.stop_kubelet(req["node"])
         elif op == "start_driver":
             c.start_driver(req["node"], list(req["command"]))
         elif op == "restart_component":
-            assert c.control_plane is not None
-            c.control_plane.restart(req["component"])
+            c.restart_component(req["component"], crash=bool(req.get("crash")))
         else:
             return {"ok": False, "error": f"unknown op {op!r}"}
         self.write_state()

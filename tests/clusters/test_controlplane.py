@@ -117,6 +117,27 @@ def test_apiserver_restart_keeps_the_data(control_plane: ControlPlane) -> None:
         api.close()
 
 
+def test_apiserver_crash_restart_keeps_the_data_and_does_not_wait_for_a_drain(
+    control_plane: ControlPlane,
+) -> None:
+    from kubernetes import client
+
+    api = kube.admin_client(control_plane.kubeconfig)
+    try:
+        core = kube.core(api)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="survives-a-crash")))
+        old_pid = control_plane.processes["kube-apiserver"].pid
+        started = time.monotonic()
+        control_plane.restart("kube-apiserver", crash=True)
+        took = time.monotonic() - started
+        assert control_plane.processes["kube-apiserver"].pid != old_pid
+        assert took < 10, f"a killed API server took {took:.1f} s to come back"
+        assert core.read_namespace("survives-a-crash").metadata.name == "survives-a-crash"
+        assert all(control_plane.healthy().values())
+    finally:
+        api.close()
+
+
 def _cmdline(pid: int | None) -> list[str]:
     assert pid is not None
     return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")

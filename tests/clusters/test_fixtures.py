@@ -15,7 +15,8 @@ from clusters.local.attached import AttachedLocalCluster
 from clusters.local.binaries import Binaries
 from tests import kube
 from tests.clusters.e2e import run_pod, still_running
-from tests.manifests import GPU_POD_CONTAINER
+from tests.manifests import GPU_POD_CONTAINER, gpu_pod
+from tests.polling import until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -67,6 +68,36 @@ def test_claim_survives_driver_and_kubelet_restarts(
     assert not core.list_namespaced_pod(namespace).items, "pod stuck after delete"
 
 
+def test_pod_created_while_the_kubelet_is_stopped_runs_once_it_is_back(
+    dra_cluster: Cluster, namespace: str, node_lease: str
+) -> None:
+    api = dra_cluster.api_client()
+    core = kube.core(api)
+    template, pod = gpu_pod(namespace, "while-down")
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node_lease}
+    kube.resource(api).create_namespaced_resource_claim_template(namespace, template)
+    dra_cluster.stop_kubelet(node_lease)
+    try:
+        core.create_namespaced_pod(namespace, pod)
+        until(
+            lambda: core.read_namespaced_pod("while-down", namespace).spec.node_name == node_lease,
+            60,
+            "the pod scheduled while the kubelet is down",
+            interval=0.2,
+        )
+        assert core.read_namespaced_pod("while-down", namespace).status.phase == "Pending"
+    finally:
+        dra_cluster.restart_kubelet(node_lease)
+    until(
+        lambda: core.read_namespaced_pod("while-down", namespace).status.phase == "Running",
+        60,
+        "the pod Running once the kubelet is back",
+        interval=0.2,
+    )
+    core.delete_namespaced_pod("while-down", namespace)
+    until(lambda: not core.list_namespaced_pod(namespace).items, 60, "the pod gone", interval=0.25)
+
+
 def test_missing_capability_names_backend_and_capability() -> None:
     class Bare(Cluster):
         backend = "bare"
@@ -83,6 +114,8 @@ def test_missing_capability_names_backend_and_capability() -> None:
 
     with pytest.raises(CapabilityMissing, match="'bare' cannot restart the kubelet"):
         Bare().restart_kubelet("n0")
+    with pytest.raises(CapabilityMissing, match="'bare' cannot stop the kubelet"):
+        Bare().stop_kubelet("n0")
 
 
 def test_xdist_workers_share_one_cluster_that_stops_with_the_run(

@@ -124,6 +124,21 @@ CASES: dict[str, Case] = {
     ),
     "sticky-taint": case("reference-gpu", "health", "HEALTH-TAINT", "HEALTH-RECOVER"),
     "benign-faults-count": case("reference-gpu", "health", "HEALTH-IGNORED"),
+    "forget-checkpoint": case("reference-gpu", "resilience", "RES-DRIVER-RESTART", "RES-CHECKPOINT"),
+    # the leak outlives the test whose cleanup unprepares a restored claim, until the driver's next
+    # restart: shown on the two rules that unprepare claims restored across a restart by design
+    "leak-restored-claims": case(
+        "reference-gpu",
+        "resilience",
+        "RES-DRIVER-CRASH",
+        "RES-UNPREPARE-AFTER-RESTART",
+        rules=("RES-DRIVER-CRASH", "RES-UNPREPARE-AFTER-RESTART"),
+    ),
+    "refuse-reregister": case(
+        "reference-gpu", "resilience", "RES-KUBELET-RESTART", "RES-POD-DURING-KUBELET-DOWN"
+    ),
+    "recreate-slices-on-start": case("reference-gpu", "resilience", "RES-SLICES-SURVIVE-QUICK-RESTART"),
+    "no-rewatch": case("reference-gpu", "resilience", "RES-APISERVER"),
 }
 """Every switch that breaks a rule of the areas the suite has, where it is shown, what fails."""
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import builtins
 import itertools
 import json
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,15 +20,16 @@ from typing import Any
 import grpc
 import pytest
 
-from draproto import health_v1_pb2, health_v1_pb2_grpc
+from draproto import health_v1_pb2, health_v1_pb2_grpc, registration_pb2, registration_pb2_grpc
 from driver.breakage import RULES, parse_rules
 from driver.cdi import validate
-from driver.errors import CDIError, SettingsError, StoreConflict
+from driver.errors import CDIError, DeviceConflict, SettingsError, StoreConflict
 from driver.health import HealthMonitor
 from driver.inventory import Inventory
 from driver.settings import from_args
 from driver.slices import SlicePublisher
 from driver.slicing import MAX_DEVICES_PER_SLICE, DeviceTaint
+from driver.state import ClaimRef
 from tests.driver.drvkit import DRIVER, NODE, Node, gpu, make_claim, opaque, prepare, result, unprepare
 
 TS = {"apiVersion": "gpu.dra-conformance.io/v1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}
@@ -59,6 +62,8 @@ def test_every_rule_is_documented() -> None:
         "subrequest-name", "refuse-admin-access", "keep-device-after-unprepare",
         "ignore-sharing-strategy", "qualified-request-names", "forget-unbatched-claims",
         "fault-on-wrong-device", "sticky-taint", "benign-faults-count",
+        "forget-checkpoint", "leak-restored-claims", "refuse-reregister", "recreate-slices-on-start",
+        "no-rewatch",
     }  # fmt: skip
 
 
@@ -125,6 +130,8 @@ class SliceStore:
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
+        self.deleted: builtins.list[str] = []
+        """Names deleted, in order."""
         self._rv = itertools.count(1)
 
     def _put(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -147,6 +154,7 @@ class SliceStore:
         return self._put(body)
 
     def delete(self, name: str) -> None:
+        self.deleted.append(name)
         self.objects.pop(name, None)
 
     def devices(self) -> builtins.list[str]:
@@ -322,6 +330,98 @@ def _other_claims_kept(node: Node) -> tuple[bool, ...]:
     return (_spec_path(node, held).exists(),)
 
 
+def _ref(claim: dict[str, Any]) -> ClaimRef:
+    m = claim["metadata"]
+    return ClaimRef(m["namespace"], m["uid"], m["name"])
+
+
+def _claim_kept_across_restart(node: Node) -> tuple[bool, ...]:
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
+    node.state().prepare(_ref(claim))
+    restarted = node.state()
+    restarted.restore()
+    return claim["metadata"]["uid"] in restarted.prepared(), _spec_path(node, claim).exists()
+
+
+def _restored_claim_released(node: Node) -> tuple[bool, ...]:
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
+    node.state().prepare(_ref(claim))
+    restarted = node.state()
+    restarted.restore()
+    restarted.unprepare(_ref(claim))
+    other = node.put(make_claim("other", [result("gpu", "gpu-0")]))
+    try:
+        restarted.prepare(_ref(other))
+    except DeviceConflict:
+        return (False,)
+    return (True,)
+
+
+def _registers_again(node: Node) -> tuple[bool, ...]:
+    node.serve()
+    stub = registration_pb2_grpc.RegistrationStub(node.channel(node.settings.registration_socket))
+    assert stub.GetInfo(registration_pb2.InfoRequest(), timeout=5).supported_versions
+    stub.NotifyRegistrationStatus(registration_pb2.RegistrationStatus(plugin_registered=True), timeout=5)
+    again = stub.GetInfo(registration_pb2.InfoRequest(), timeout=5)  # a restarted kubelet asks again
+    return (bool(again.supported_versions),)
+
+
+def _slices_kept_on_start(node: Node) -> tuple[bool, ...]:
+    _, store = _published(node)
+    restarted = SlicePublisher(
+        store,  # type: ignore[arg-type]  # sync() never watches
+        driver_name=DRIVER,
+        node_name=NODE,
+        breaks=node.settings.breaks,
+    )
+    restarted.update(Inventory(devices={d.name: d for d in map(gpu, range(8))}))
+    restarted.sync()
+    return (not store.deleted,)
+
+
+class _RestartingStore(SliceStore):
+    """A store whose watch breaks once (the API server restarts), then watches until interrupted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.restart = threading.Event()
+        self._interrupted = threading.Event()
+        self._broken = False
+
+    def watch(self, driver_name: str, node_name: str, resource_version: str) -> Iterator[tuple[str, Any]]:
+        while not self._interrupted.wait(0.02):
+            if self.restart.is_set() and not self._broken:
+                self._broken = True
+                raise ConnectionError("the API server went away")
+        yield from ()
+
+    def interrupt(self) -> None:
+        self._interrupted.set()
+
+
+def _slices_restored_after_api_restart(node: Node) -> tuple[bool, ...]:
+    store = _RestartingStore()
+    publisher = SlicePublisher(
+        store,
+        driver_name=DRIVER,
+        node_name=NODE,
+        breaks=node.settings.breaks,
+        keep=True,
+    )
+    publisher.update(Inventory(devices={d.name: d for d in map(gpu, range(8))}))
+    publisher.start()
+    try:
+        assert publisher.wait_synced(5)
+        store.objects.clear()  # deleted while the API server was away
+        store.restart.set()
+        deadline = time.monotonic() + 3
+        while not store.objects and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return (len(store.devices()) == 8,)
+    finally:
+        publisher.stop()
+
+
 KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "non-idempotent-prepare": _idempotent_prepare,
     "drop-claim-from-batch": _whole_batch_answered,
@@ -347,6 +447,11 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "ignore-sharing-strategy": _sharing_strategy_applied,
     "qualified-request-names": _request_names_answered,
     "forget-unbatched-claims": _other_claims_kept,
+    "forget-checkpoint": _claim_kept_across_restart,
+    "leak-restored-claims": _restored_claim_released,
+    "refuse-reregister": _registers_again,
+    "recreate-slices-on-start": _slices_kept_on_start,
+    "no-rewatch": _slices_restored_after_api_restart,
 }
 """Per switch: the checks of the rule it breaks."""
 

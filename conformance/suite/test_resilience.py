@@ -1,0 +1,353 @@
+"""RES: resilience, across restarts of the driver, the kubelet and the API server.
+
+Each test restarts (or kills) something on its node, then checks that what ran before still runs
+and that what comes after works. Tests that restart a node's driver or kubelet hold that node
+alone; the API server test holds every node (``@exclusive_cluster``), since its restart reaches
+every test. Whatever a test stops it starts again, also when it fails: the node is left with its
+driver and kubelet running and its slices back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+
+from conformance.harness import Harness
+from conformance.kube import meta
+from conformance.plugin_client import ClaimRef
+from conformance.rules import exclusive, exclusive_cluster, rule
+from conformance.status import allocated_devices, pod_phase
+from conformance.waiting import Objects, until, watch_until
+
+Obj = dict[str, Any]
+
+FAILED_PREPARE = "FailedPrepareDynamicResources"
+FAILED_UNPREPARE = "FailedUnprepareDynamicResources"
+UNREGISTERED = re.compile(r"is not registered|not found in the list of registered")
+"""What a kubelet (or the node agent) says while a driver's plugin is not registered (yet)."""
+NODE_LEASES = "kube-node-lease"
+"""Where the kubelets' heartbeats (Leases named after their nodes) live."""
+IN_FLIGHT = 3
+"""Claims RES-DRIVER-CRASH is preparing when it kills the driver (besides one prepared before)."""
+
+
+# --- what a test looks at -----------------------------------------------------------------------
+
+
+def _warnings(dra: Harness, reason: str, pods: Sequence[str] = ()) -> list[str]:
+    """Warning events of ``reason`` in the test's namespace (for ``pods`` only, when given), but for
+    those that say the driver is not registered yet: a kubelet that just started says so until the
+    plugin's registration went through, whatever the driver."""
+    return [
+        f"{(e.get('involvedObject') or {}).get('name')}: {e.get('message')}"
+        for e in dra.kube.objects("Event", dra.namespace)
+        if e.get("type") == "Warning"
+        and e.get("reason") == reason
+        and (not pods or (e.get("involvedObject") or {}).get("name") in pods)
+        and not UNREGISTERED.search(str(e.get("message")))
+    ]
+
+
+def _still_running(dra: Harness, pods: Sequence[str], after: str) -> None:
+    phases = {name: pod_phase(dra.get("Pod", name) or {}) for name in pods}
+    stopped = {name: phase for name, phase in phases.items() if phase != "Running"}
+    assert not stopped, f"pods that ran before {after} no longer run: {stopped}"
+
+
+def _cdi_ids(dra: Harness, pod: str) -> list[str]:
+    """The CDI devices a running pod's container got ([] where the cluster cannot show it)."""
+    return dra.view(pod).cdi_devices if "view" in dra.env.cluster_capabilities else []
+
+
+def _still_defined(dra: Harness, ids: Sequence[str], after: str) -> None:
+    """The CDI devices ``ids`` are still defined on the node (where the suite can read its specs)."""
+    if "grpc" not in dra.env.cluster_capabilities:
+        return
+    gone = sorted(set(ids) - set(dra.cdi_devices()))
+    assert not gone, (
+        f"CDI devices of claims that were prepared before {after} are no longer defined on {dra.node}: {gone}"
+    )
+
+
+def _allocated(dra: Harness, claim: ClaimRef) -> set[tuple[str, str]]:
+    """The (pool, device) pairs allocated to ``claim``."""
+    found = dra.get("ResourceClaim", claim.name)
+    assert found is not None, f"claim {claim.name} vanished"
+    return {(d.pool, d.device) for d in allocated_devices(found)}
+
+
+def _node_slices(dra: Harness) -> str:
+    return f"spec.driver={dra.driver},spec.nodeName={dra.node}"
+
+
+def _describe_slices(objs: Objects) -> str:
+    rows = [
+        f"{meta(s).get('name')} (uid {meta(s).get('uid')}, "
+        f"{len((s.get('spec') or {}).get('devices') or [])} devices)"
+        for s in objs.values()
+    ]
+    return "; ".join(sorted(rows)) or "no slices"
+
+
+def _wait_pool(dra: Harness, wanted: set[str], what: str) -> None:
+    """Wait until the node's slices hold every device of ``wanted`` again, each pool at one generation."""
+
+    def check(objs: Objects) -> bool:
+        slices = list(objs.values())
+        pools: dict[str, set[int]] = {}
+        for s in slices:
+            pool = (s.get("spec") or {}).get("pool") or {}
+            pools.setdefault(str(pool.get("name")), set()).add(int(pool.get("generation", 0)))
+        names = {d["name"] for s in slices for d in (s.get("spec") or {}).get("devices") or []}
+        return wanted <= names and all(len(g) == 1 for g in pools.values())
+
+    watch_until(
+        dra.kube,
+        "ResourceSlice",
+        f"{what} on {dra.node}",
+        check,
+        dra.profile.timeouts.slices,
+        fields=_node_slices(dra),
+        describe=_describe_slices,
+    )
+
+
+# --- leaving the node as it was ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _kubelet_down(dra: Harness) -> Iterator[None]:
+    """The node's kubelet stopped for the block, started again after it (also on failure)."""
+    dra.cluster.stop_kubelet(dra.node)
+    try:
+        yield
+    finally:
+        dra.cluster.restart_kubelet(dra.node)
+
+
+@contextlib.contextmanager
+def _drivers_restarted_on_failure(dra: Harness, nodes: Sequence[str]) -> Iterator[None]:
+    """On a failure, restart the driver of ``nodes`` (where the cluster can), so that the tests after
+    this one find a driver that registered and publishes; the failure stands."""
+    try:
+        yield
+    except BaseException:
+        if "restart-driver" in dra.env.cluster_capabilities:
+            for node in nodes:
+                with contextlib.suppress(Exception):  # best effort: the failure is what gets reported
+                    dra.cluster.restart_driver(node)
+        raise
+
+
+def _heartbeats(dra: Harness) -> dict[str, str]:
+    """The renew time of each node's Lease."""
+    nodes = set(dra.cluster.nodes())
+    return {
+        meta(lease)["name"]: str((lease.get("spec") or {}).get("renewTime") or "")
+        for lease in dra.kube.objects("Lease", NODE_LEASES)
+        if meta(lease)["name"] in nodes
+    }
+
+
+def _wait_heartbeats(dra: Harness, before: Mapping[str, str]) -> None:
+    """Wait until the kubelet of every node renewed its Lease since ``before`` (it talks to the API
+    server again)."""
+
+    def renewed(objs: Objects) -> bool:
+        now = {meta(o)["name"]: str((o.get("spec") or {}).get("renewTime") or "") for o in objs.values()}
+        return all(now.get(node, "") > old for node, old in before.items())
+
+    watch_until(
+        dra.kube,
+        "Lease",
+        "every node's kubelet to renew its Lease after the API server restart",
+        renewed,
+        dra.profile.timeouts.pod,
+        namespace=NODE_LEASES,
+        describe=lambda objs: ", ".join(
+            f"{meta(o)['name']} renewed {(o.get('spec') or {}).get('renewTime')}" for o in objs.values()
+        ),
+    )
+
+
+# --- the rules ---------------------------------------------------------------------------------
+
+
+@rule("RES-DRIVER-RESTART")
+@exclusive
+def test_driver_restart(dra: Harness) -> None:
+    """restarting the driver leaves running pods running and their claims prepared; a new pod then runs"""
+    claims = [dra.claim() for _ in range(2)]
+    pods = [meta(dra.pod(claims={"gpu": meta(c)["name"]}))["name"] for c in claims]
+    for name in pods:
+        dra.wait_running(name)
+    ids = [i for name in pods for i in _cdi_ids(dra, name)]
+    with _drivers_restarted_on_failure(dra, [dra.node]):
+        dra.cluster.restart_driver(dra.node)
+        _still_running(dra, pods, "the driver restarted")
+        _still_defined(dra, ids, "the driver restarted")
+        dra.run_pod()
+        _still_running(dra, pods, "the driver restarted")
+
+
+@rule("RES-DRIVER-CRASH")
+@exclusive
+def test_driver_crash(dra: Harness) -> None:
+    """a driver killed (SIGKILL) mid-prepare recovers: the claim is prepared after restart and nothing
+    leaks"""
+    specs_before = set(dra.cdi_specs())
+    count = min(IN_FLIGHT + 1, len(dra.free_devices()))
+    done = dra.allocated_claim()  # prepared before the crash
+    flying = [dra.allocated_claim() for _ in range(count - 1)]  # being prepared when it comes
+    claims = [done, *flying]
+    dra.on_cleanup(lambda: dra.plugin().unprepare(claims))
+    allocated = {c.uid: _allocated(dra, c) for c in claims}
+    client = dra.plugin()
+    first = client.prepare([done])[done.uid]
+    assert not first.error, f"prepare of claim {done.name} failed before the crash: {first.error}"
+    with _drivers_restarted_on_failure(dra, [dra.node]):
+        with ThreadPoolExecutor(max_workers=len(flying) or 1) as pool:
+            calls = [pool.submit(client.prepare, [c]) for c in flying]
+            dra.cluster.restart_driver(dra.node, crash=True)
+            for call in calls:
+                with contextlib.suppress(grpc.RpcError):  # cut off by the kill, or answered before it
+                    call.result()
+        client = dra.plugin()  # the restarted driver's sockets
+        ids: list[str] = []
+        for claim in claims:
+            answer = client.prepare([claim])[claim.uid]
+            assert not answer.error, f"claim {claim.name} does not prepare after the crash: {answer.error}"
+            answered = {(d.pool_name, d.device_name) for d in answer.devices}
+            assert answered == allocated[claim.uid], (
+                f"claim {claim.name} was allocated {sorted(allocated[claim.uid])}, the restarted driver "
+                f"answered {sorted(answered)}"
+            )
+            ids += [i for d in answer.devices for i in d.cdi_device_ids]
+        defined = dra.cdi_devices()
+        unresolved = [i for i in ids if i not in defined]
+        assert not unresolved, (
+            f"CDI ids answered after the crash that no spec on {dra.node} has: {unresolved}"
+        )
+        unprepared = client.unprepare(claims)
+        errors = {c.name: unprepared[c.uid].error for c in claims if unprepared[c.uid].error}
+        assert not errors, f"unprepare after the crash failed: {errors}"
+        left = sorted(set(ids) & set(dra.cdi_devices()))
+        assert not left, f"CDI devices still defined on {dra.node} after every claim was unprepared: {left}"
+        leaked = sorted(str(p) for p in set(dra.cdi_specs()) - specs_before)
+        assert not leaked, f"CDI specs left on {dra.node} after every claim was unprepared: {leaked}"
+        again = [dra.allocated_claim([d for _, d in sorted(allocated[c.uid])]) for c in claims]
+        dra.on_cleanup(lambda: dra.plugin().unprepare(again))
+        answers = client.prepare(again)
+        refused = {c.name: answers[c.uid].error for c in again if answers[c.uid].error}
+        assert not refused, f"the devices of the claims are not free again after their unprepare: {refused}"
+
+
+@rule("RES-UNPREPARE-AFTER-RESTART")
+@exclusive
+def test_unprepare_after_restart(dra: Harness) -> None:
+    """a pod deleted after a driver restart is unprepared cleanly"""
+    pod, _ = dra.run_pod(dra.widest())
+    name = meta(pod)["name"]
+    ids = _cdi_ids(dra, name)
+    with _drivers_restarted_on_failure(dra, [dra.node]):
+        dra.cluster.restart_driver(dra.node)
+        dra.remove_pod(name)
+        failed = _warnings(dra, FAILED_UNPREPARE)
+        assert not failed, f"unprepare after the driver restarted failed: {failed}"
+        if "grpc" in dra.env.cluster_capabilities:
+            until(
+                "the deleted pod's CDI devices to be removed",
+                lambda: not set(ids) & set(dra.cdi_devices()),
+                dra.profile.timeouts.unprepare,
+                describe=lambda: f"still defined: {sorted(set(ids) & set(dra.cdi_devices()))}",
+            )
+        again, _ = dra.run_pod(dra.widest())  # its devices prepare again: nothing is still held
+        assert meta(again)["name"]
+
+
+@rule("RES-KUBELET-RESTART")
+@exclusive
+def test_kubelet_restart(dra: Harness) -> None:
+    """after a kubelet restart the driver is re-registered and prepare is called again for running pods
+    (idempotent)"""
+    pod, _ = dra.run_pod()
+    name = meta(pod)["name"]
+    ids = _cdi_ids(dra, name)
+    with _drivers_restarted_on_failure(dra, [dra.node]):
+        dra.cluster.restart_kubelet(dra.node)
+        again, _ = dra.run_pod()  # the driver registered again
+        _still_running(dra, [name], "the kubelet restarted")
+        _still_defined(dra, ids, "the kubelet restarted")
+        failed = _warnings(dra, FAILED_PREPARE, [name, meta(again)["name"]])
+        assert not failed, f"prepare failed after the kubelet restarted: {failed}"
+
+
+@rule("RES-POD-DURING-KUBELET-DOWN")
+@exclusive
+def test_pod_created_while_kubelet_down(dra: Harness) -> None:
+    """a pod created while the kubelet is down runs after it comes back"""
+    with _drivers_restarted_on_failure(dra, [dra.node]):
+        with _kubelet_down(dra):
+            claim = dra.claim()
+            pod = meta(dra.pod(claims={"gpu": meta(claim)["name"]}))["name"]
+            dra.wait_allocated(meta(claim)["name"])  # scheduled while no kubelet ran
+        dra.wait_running(pod)
+
+
+@rule("RES-SLICES-SURVIVE-QUICK-RESTART")
+@exclusive
+def test_slices_survive_quick_restart(dra: Harness) -> None:
+    """slices are not wiped when the driver comes back within the grace period"""
+    # killed, so that the driver itself has no say in what happens to its slices until it is back
+    before = {meta(s)["name"]: meta(s)["uid"] for s in dra.slices()}
+    assert before, f"{dra.driver} has no slices on {dra.node}"
+    with _drivers_restarted_on_failure(dra, [dra.node]):
+        dra.cluster.restart_driver(dra.node, crash=True)
+        dra.run_pod()  # the restarted driver is back and working, past its first publishing
+        after = {meta(s)["name"]: meta(s)["uid"] for s in dra.slices()}
+        wiped = sorted(n for n, uid in before.items() if after.get(n) != uid)
+        assert not wiped, (
+            f"slices of {dra.node} deleted (gone, or made again with a new uid) across a quick restart: "
+            f"{wiped}; now {sorted(after)}"
+        )
+
+
+@rule("RES-APISERVER")
+@exclusive_cluster
+def test_apiserver_restart(dra: Harness) -> None:
+    """after an API server restart the driver republishes any missing slice and new pods run"""
+    slices = dra.slices()
+    wanted = {d["name"] for s in slices for d in (s.get("spec") or {}).get("devices") or []}
+    assert wanted, f"{dra.driver} has no devices on {dra.node}"
+    heartbeats = _heartbeats(dra)
+    dra.on_cleanup(lambda: _wait_heartbeats(dra, heartbeats))
+    with _drivers_restarted_on_failure(dra, dra.cluster.nodes()):
+        dra.cluster.restart_component("kube-apiserver", crash=True)
+        victim = min(
+            (s for s in dra.slices() if (s.get("spec") or {}).get("devices")), key=lambda s: meta(s)["name"]
+        )
+        dra.kube.delete("ResourceSlice", meta(victim)["name"])
+        _wait_pool(dra, wanted, f"the devices of slice {meta(victim)['name']}, deleted after the restart")
+        dra.run_pod()
+
+
+@rule("RES-CHECKPOINT")
+@exclusive
+def test_checkpoint(dra: Harness) -> None:
+    """a driver that finds its own checkpoint after a restart answers prepare for those claims
+    idempotently"""
+    claim, ids = dra.prepared_claim()
+    first = dra.plugin().prepare([claim])[claim.uid]
+    with _drivers_restarted_on_failure(dra, [dra.node]):
+        dra.cluster.restart_driver(dra.node)
+        _still_defined(dra, ids, "the driver restarted")
+        again = dra.plugin().prepare([claim])[claim.uid]
+        assert not again.error, f"prepare of claim {claim.name} after the restart failed: {again.error}"
+        assert sorted(again.devices, key=repr) == sorted(first.devices, key=repr), (
+            f"after the restart the driver answered {again.devices}, before it {first.devices}"
+        )
