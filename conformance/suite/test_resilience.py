@@ -120,6 +120,13 @@ def _wait_pool(dra: Harness, wanted: set[str], what: str) -> None:
 # --- leaving the node as it was ------------------------------------------------------------------
 
 
+def _pool_restored_after(dra: Harness, what: str) -> None:
+    """When the test ends, wait until the node's slices hold every device they hold now again: a
+    kubelet that starts wipes its node's slices, and the tests after this one need the whole pool."""
+    wanted = set(dra.devices())
+    dra.on_cleanup(lambda: _wait_pool(dra, wanted, f"the devices the node had before {what}"))
+
+
 @contextlib.contextmanager
 def _kubelet_down(dra: Harness) -> Iterator[None]:
     """The node's kubelet stopped for the block, started again after it (also on failure)."""
@@ -275,6 +282,7 @@ def test_unprepare_after_restart(dra: Harness) -> None:
 def test_kubelet_restart(dra: Harness) -> None:
     """after a kubelet restart the driver is re-registered and prepare is called again for running pods
     (idempotent)"""
+    _pool_restored_after(dra, "the kubelet restarted")
     pod, _ = dra.run_pod()
     name = meta(pod)["name"]
     ids = _cdi_ids(dra, name)
@@ -291,6 +299,7 @@ def test_kubelet_restart(dra: Harness) -> None:
 @exclusive
 def test_pod_created_while_kubelet_down(dra: Harness) -> None:
     """a pod created while the kubelet is down runs after it comes back"""
+    _pool_restored_after(dra, "the kubelet stopped")
     with _drivers_restarted_on_failure(dra, [dra.node]):
         with _kubelet_down(dra):
             claim = dra.claim()
