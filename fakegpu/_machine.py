@@ -168,7 +168,7 @@ class FakeMachine:
                     "id": ci.id,
                     "profile_id": ci.profile,
                     "placement": {"start": ci.start, "size": ci.size},
-                    "uuid": mig_uuid(g.uuid, gi.id, ci.id, ci.serial),
+                    "uuid": mig_uuid(g.uuid, gi.id, ci.id),
                 }
                 for ci in gi.compute_instances
             ],

@@ -278,9 +278,10 @@ def gpu_uuid(profile: str, node_name: str, seed: int, index: int) -> str:
     return "GPU-" + _stable_uuid("gpu", profile, node_name, seed, index)
 
 
-def mig_uuid(gpu_uuid_: str, gi_id: int, ci_id: int, serial: int) -> str:
-    """The UUID of a MIG device; a re-created instance (new serial) gets a new one."""
-    return "MIG-" + _stable_uuid("mig", gpu_uuid_, gi_id, ci_id, serial)
+def mig_uuid(gpu_uuid_: str, gi_id: int, ci_id: int) -> str:
+    """The UUID of a MIG device: the same GPU, GPU-instance id and compute-instance id give the same
+    UUID again after the instances are destroyed and re-created, as on hardware."""
+    return "MIG-" + _stable_uuid("mig", gpu_uuid_, gi_id, ci_id)
 
 
 def initial_state(profile: Profile, node_name: str) -> MachineState:

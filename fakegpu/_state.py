@@ -29,7 +29,8 @@ class ComputeInstance:
     size: int
     """Compute slices."""
     serial: int
-    """Machine-wide creation number: makes handles and MIG UUIDs of re-created instances differ."""
+    """Machine-wide creation number: makes handles of re-created instances differ (stale handles
+    are refused); the MIG UUID does not depend on it."""
 
 
 @dataclass

@@ -100,7 +100,7 @@ class DeviceSymbols(SymbolBase):
                 return c.SUCCESS
             if wanted.startswith("MIG-"):
                 for gi, ci in _mig.mig_devices(g):
-                    if mig_uuid(g.uuid, gi.id, ci.id, ci.serial) == wanted:
+                    if mig_uuid(g.uuid, gi.id, ci.id) == wanted:
                         if g.lost:
                             return c.ERROR_GPU_IS_LOST
                         handle_out(out, self.mig_handle(g, gi, ci))
@@ -133,7 +133,7 @@ class DeviceSymbols(SymbolBase):
         r = self.dev(handle)
         if r.is_mig:
             assert r.gi is not None and r.ci is not None
-            text = mig_uuid(r.gpu.uuid, r.gi.id, r.ci.id, r.ci.serial)
+            text = mig_uuid(r.gpu.uuid, r.gi.id, r.ci.id)
         else:
             text = r.gpu.uuid
         put_str(buf, length, text)
@@ -248,7 +248,7 @@ class DeviceSymbols(SymbolBase):
 
     def nvmlDeviceGetBAR1MemoryInfo(self, handle: Any, out: Any) -> int:
         r = self.full(handle)
-        total = r.model.memory_total if r.model.memory_total > 32 << 30 else 256 * MIB
+        total = r.model.bar1_mib * MIB
         m = target(out)
         m.bar1Total, m.bar1Used, m.bar1Free = total, 2 * MIB, total - 2 * MIB
         return c.SUCCESS
