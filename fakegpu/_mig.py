@@ -290,7 +290,8 @@ def set_mig_mode(gpu: Gpu, model: Model, mode: int) -> int:
 
 
 def reset_gpu(gpu: Gpu) -> None:
-    """A GPU reset: pending MIG mode takes effect, volatile ECC counters clear, a lost GPU is back.
+    """A GPU reset: pending MIG mode takes effect, volatile ECC counters clear, a pending row remap
+    is done, a lost GPU is back.
 
     MIG instances do not survive a reset (as on hardware, where they are not persistent).
     ``needs_reset`` stays: it describes the GPU, not one request.
@@ -300,3 +301,4 @@ def reset_gpu(gpu: Gpu) -> None:
     gpu.lost = False
     gpu.ecc_volatile_corrected = 0
     gpu.ecc_volatile_uncorrected = 0
+    gpu.remap_pending = False

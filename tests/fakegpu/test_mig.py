@@ -383,7 +383,6 @@ def test_mig_calls_on_gpus_without_mig(install: Install, profile: str) -> None:
         lambda: pynvml.nvmlDeviceGetMigMode(h),
         lambda: pynvml.nvmlDeviceSetMigMode(h, 1),
         lambda: pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, 0),
-        lambda: pynvml.nvmlDeviceGetMaxMigDeviceCount(h),
         lambda: pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, 0),
         lambda: pynvml.nvmlDeviceCreateGpuInstance(h, 19),
         lambda: pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(h, 19),
