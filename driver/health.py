@@ -354,14 +354,8 @@ class HealthMonitor:
 
     def _loop(self) -> None:
         with nvml():
-            self._handles = {}
-            try:
-                self._event_set = pynvml.nvmlEventSetCreate()
-            except pynvml.NVMLError as e:
-                log.warning("NVML events unavailable; re-checks only", extra={"error": str(e)})
-                self._event_set = None
-            for gpu_uuid in self._inventory.gpu_uuids():
-                self._register(gpu_uuid)
+            self._event_set = None
+            self._renew_event_set()
             next_check = 0.0
             try:
                 while not self._stopping.is_set():
@@ -380,6 +374,20 @@ class HealthMonitor:
                         pynvml.nvmlEventSetFree(self._event_set)
                     self._event_set = None
 
+    def _renew_event_set(self) -> None:
+        if self._event_set is not None:
+            with contextlib.suppress(pynvml.NVMLError):
+                pynvml.nvmlEventSetFree(self._event_set)
+        self._handles = {}
+        try:
+            self._event_set = pynvml.nvmlEventSetCreate()
+        except pynvml.NVMLError as e:
+            log.warning("NVML events unavailable; re-checks only", extra={"error": str(e)})
+            self._event_set = None
+            return
+        for gpu_uuid in self._inventory.gpu_uuids():
+            self._register(gpu_uuid)
+
     def _wait_once(self) -> None:
         if self._event_set is None:
             self._stopping.wait(self._wait_ms / 1000)
@@ -389,7 +397,11 @@ class HealthMonitor:
         except pynvml.NVMLError_Timeout:
             return
         except pynvml.NVMLError_GpuIsLost:
+            # Every later wait on this set answers GPU_IS_LOST at once (nvml.h): record the loss,
+            # then watch the GPUs that still answer on a fresh set; a GPU that comes back is
+            # registered again by the re-check.
             self.check()
+            self._renew_event_set()
             return
         except pynvml.NVMLError as e:
             log.warning("waiting for NVML events failed", extra={"error": str(e)})

@@ -15,6 +15,7 @@ ERROR_GPU_IS_LOST = 15
 ERROR_RESET_REQUIRED = 16
 ERROR_IN_USE = 19
 ERROR_INSUFFICIENT_RESOURCES = 23
+ERROR_ARGUMENT_VERSION_MISMATCH = 25
 ERROR_INVALID_STATE = 29
 ERROR_UNKNOWN = 999
 
@@ -32,6 +33,7 @@ ERROR_STRINGS = {
     ERROR_RESET_REQUIRED: "GPU requires restart",
     ERROR_IN_USE: "In use by another client",
     ERROR_INSUFFICIENT_RESOURCES: "Insufficient resources",
+    ERROR_ARGUMENT_VERSION_MISMATCH: "Argument version mismatch",
     ERROR_INVALID_STATE: "Invalid state",
     ERROR_UNKNOWN: "Unknown Error",
 }
@@ -52,3 +54,15 @@ NO_INSTANCE = 0xFFFFFFFF
 """gpuInstanceId / computeInstanceId of an event that belongs to the whole GPU."""
 
 XID_FALLEN_OFF_BUS = 79
+
+GPU_VIRTUALIZATION_MODE_NONE = 0
+"""Bare metal: neither passthrough nor vGPU."""
+
+GPU_FABRIC_STATE_COMPLETED = 3
+GPU_FABRIC_HEALTH_SUMMARY_HEALTHY = 1
+GPU_FABRIC_HEALTH_MASK_HEALTHY = 0b10_10_10_10
+"""healthMask of a healthy fabric: degraded bandwidth FALSE (2 << 0), route recovery FALSE
+(2 << 2), route unhealthy FALSE (2 << 4), access-timeout recovery FALSE (2 << 6)."""
+GPU_FABRIC_INFO_V2 = 0x02000024
+GPU_FABRIC_INFO_V3 = 0x03000028
+"""``nvmlGpuFabricInfo_v2`` / ``_v3``: struct size | version << 24, as nvml.h defines them."""

@@ -136,6 +136,13 @@ class FakeMachine:
                     "aggregate": {"single": g.ecc_aggregate_corrected, "double": g.ecc_aggregate_uncorrected},
                 },
             }
+            if model.row_remapping:
+                entry["row_remap"] = {
+                    "correctable": g.remapped_correctable,
+                    "uncorrectable": g.remapped_uncorrectable,
+                    "pending": g.remap_pending,
+                    "failure": g.remap_failure,
+                }
             if model.mig_capable:
                 entry["mig"] = {
                     "current": g.mig_current,
@@ -168,7 +175,7 @@ class FakeMachine:
                     "id": ci.id,
                     "profile_id": ci.profile,
                     "placement": {"start": ci.start, "size": ci.size},
-                    "uuid": mig_uuid(g.uuid, gi.id, ci.id, ci.serial),
+                    "uuid": mig_uuid(g.uuid, gi.id, ci.id),
                 }
                 for ci in gi.compute_instances
             ],
@@ -212,6 +219,29 @@ class FakeMachine:
                 type_ = c.EVENT_DOUBLE_BIT_ECC
             return state.add_event(g.index, type_, 0, gi=c.NO_INSTANCE, ci=c.NO_INSTANCE, now=time.time()).seq
 
+    def inject_row_remap(self, gpu: GpuRef, *, uncorrectable: bool = True, failure: bool = False) -> None:
+        """A row of ``gpu``'s memory is remapped (``nvmlDeviceGetRemappedRows``).
+
+        The remap is pending until the GPU is reset (:meth:`reset`); with ``failure`` the remap
+        failed (no spare row) and the failure flag stays until :meth:`heal` (the repair). No
+        event is raised: inject the ECC error that caused it with :meth:`inject_ecc`.
+        """
+        with self._store.mutate() as state:
+            g = self._find(state, gpu)
+            if not MODELS[g.model].row_remapping:
+                raise FaultError(
+                    f"GPU {g.index} ({MODELS[g.model].name}) has no row remapping; "
+                    f"models with it: {sorted(k for k, m in MODELS.items() if m.row_remapping)}"
+                )
+            if uncorrectable:
+                g.remapped_uncorrectable += 1
+            else:
+                g.remapped_correctable += 1
+            if failure:
+                g.remap_failure = True
+            else:
+                g.remap_pending = True
+
     def mark_lost(self, gpu: GpuRef) -> None:
         """The GPU falls off the bus: XID 79 is raised and every later call on it answers GPU_IS_LOST."""
         with self._store.mutate() as state:
@@ -228,12 +258,15 @@ class FakeMachine:
                 )
 
     def heal(self, gpu: GpuRef) -> None:
-        """Undo faults on ``gpu``: it answers again and its volatile ECC counters are cleared."""
+        """Undo faults on ``gpu``: it answers again, its volatile ECC counters are cleared and its
+        row remaps are forgotten (as after a repair)."""
         with self._store.mutate() as state:
             g = self._find(state, gpu)
             g.lost = False
             g.ecc_volatile_corrected = 0
             g.ecc_volatile_uncorrected = 0
+            g.remapped_correctable = g.remapped_uncorrectable = 0
+            g.remap_pending = g.remap_failure = False
 
     def reset(self, gpu: GpuRef | None = None) -> None:
         """Reset one GPU (or all): a pending MIG mode takes effect, MIG instances, faults and

@@ -23,15 +23,10 @@ CI_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7}
 """Compute-instance profile id (== NVML_COMPUTE_INSTANCE_PROFILE_* index) -> compute slices."""
 
 
-def gpu_instance_id(profile: GiProfile, start: int) -> int:
-    """The GPU-instance id the real driver assigns: it follows the placement, not creation order."""
-    if profile.slices == 7:
-        return 0
-    if profile.slices in (3, 4):
-        return 1 if start == 0 else 2
-    if profile.memory_slices == 2:  # 2g and 1g double memory
-        return 3 + start // 2
-    return 7 + start  # 1g, 1g+me
+def gpu_instance_id(model: Model, profile: GiProfile, start: int) -> int:
+    """The GPU-instance id the real driver assigns: it follows the placement (a per-model table),
+    not the order of creation."""
+    return model.gi_ids[(profile.id, start)]
 
 
 def _used_memory(gpu: Gpu) -> set[int]:
@@ -104,14 +99,15 @@ def check_gpu_instance(gpu: Gpu, model: Model, profile: GiProfile, start: int) -
 
 
 def choose_start(gpu: Gpu, model: Model, profile: GiProfile) -> int:
-    """Where the driver puts an instance created without a placement: the highest free start."""
+    """Where the driver puts an instance created without a placement: the first free start of
+    the profile's default order (for 1g: 6, 4, 5, 0, 1, 2, 3)."""
     same = sum(1 for gi in gpu.gpu_instances if gi.profile_id == profile.id)
     if same >= profile.instance_count:
         raise MigError(
             f"GPU {gpu.index} already has {same} {profile.name} instance(s), the most it can hold",
             c.ERROR_INSUFFICIENT_RESOURCES,
         )
-    for start in reversed(profile.starts):
+    for start in profile.default_starts:
         try:
             check_gpu_instance(gpu, model, profile, start)
         except MigError:
@@ -151,7 +147,7 @@ def create_gpu_instance(
     else:
         check_gpu_instance(gpu, model, profile, start)
     gi = GpuInstance(
-        id=gpu_instance_id(profile, start),
+        id=gpu_instance_id(model, profile, start),
         profile_id=profile.id,
         start=start,
         size=profile.memory_slices,
@@ -182,10 +178,13 @@ class CiProfile:
 
 
 def ci_profiles(gi_slices: int) -> list[CiProfile]:
-    """Compute-instance profiles available in a GPU instance of ``gi_slices`` compute slices."""
+    """Compute-instance profiles available in a GPU instance of ``gi_slices`` compute slices.
+
+    A 4g instance offers 1c x4, 2c x2 and 4c, but no 3c (``nvidia-smi mig -lcip``).
+    """
     out = []
     for pid, n in CI_SLICES.items():
-        if n > gi_slices:
+        if n > gi_slices or (gi_slices == 4 and n == 3):
             continue
         step = 4 if n == 3 else n
         out.append(CiProfile(pid, n, tuple(range(0, gi_slices - n + 1, step))))
@@ -291,7 +290,8 @@ def set_mig_mode(gpu: Gpu, model: Model, mode: int) -> int:
 
 
 def reset_gpu(gpu: Gpu) -> None:
-    """A GPU reset: pending MIG mode takes effect, volatile ECC counters clear, a lost GPU is back.
+    """A GPU reset: pending MIG mode takes effect, volatile ECC counters clear, a pending row remap
+    is done, a lost GPU is back.
 
     MIG instances do not survive a reset (as on hardware, where they are not persistent).
     ``needs_reset`` stays: it describes the GPU, not one request.
@@ -301,3 +301,4 @@ def reset_gpu(gpu: Gpu) -> None:
     gpu.lost = False
     gpu.ecc_volatile_corrected = 0
     gpu.ecc_volatile_uncorrected = 0
+    gpu.remap_pending = False

@@ -7,7 +7,8 @@ memory totals are the driver's figures, not the marketing sizes; MIG memory size
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 MIB = 1 << 20
 
@@ -35,6 +36,8 @@ class GiProfile:
     """Memory slices (of 8): the placement size."""
     starts: tuple[int, ...]
     """Possible placement starts, in memory slices."""
+    default_starts: tuple[int, ...]
+    """The order the driver tries starts in when creation names no placement."""
     instance_count: int
     """How many instances of this profile fit on an empty GPU."""
     memory_mib: int
@@ -69,8 +72,16 @@ class Model:
     """Memory the driver reserves on an idle GPU (``used`` in the v1 memory struct)."""
     board_part_number: str
     vbios: str
+    bar1_mib: int = 0
+    """BAR1 aperture (``nvmlDeviceGetBAR1MemoryInfo`` total), MiB."""
     gi_profiles: tuple[GiProfile, ...] = ()
     """MIG GPU-instance profiles; empty when the model has no MIG."""
+    gi_ids: Mapping[tuple[int, int], int] = field(default_factory=dict)
+    """GPU-instance id the driver assigns, per (driver profile id, placement start)."""
+    row_remapping: bool = False
+    """HBM parts remap rows (``nvmlDeviceGetRemappedRows``); others answer NOT_SUPPORTED."""
+    fabric: bool = False
+    """SXM Hopper parts report an NVSwitch fabric (``nvmlDeviceGetGpuFabricInfo``) on such systems."""
     identity_only: bool = False
     """Integrated GPUs (Jetson): only identity queries answer, everything else NOT_SUPPORTED."""
 
@@ -96,6 +107,9 @@ _MIG_SHAPES = (
     (4, 0, 7, 8, (0,), 1),
 )
 
+ONE_SLICE_DEFAULT_ORDER = (6, 4, 5, 0, 1, 2, 3)
+"""Where 1g instances created without a placement land, in order (H100 SXM/PCIe, A100 80GB PCIe)."""
+
 # per driver id: (name, memory MiB, SMs, copy engines, decoders, encoders, jpegs, ofas)
 _MigRow = tuple[str, int, int, int, int, int, int, int]
 
@@ -104,11 +118,34 @@ def _mig_table(rows: dict[int, _MigRow]) -> tuple[GiProfile, ...]:
     out = []
     for index, pid, slices, mem_slices, starts, count in _MIG_SHAPES:
         name, mib, sms, ce, dec, enc, jpg, ofa = rows[pid]
+        order = ONE_SLICE_DEFAULT_ORDER if mem_slices == 1 else tuple(reversed(starts))
         out.append(
-            GiProfile(index, pid, name, slices, mem_slices, starts, count, mib, sms, ce, dec, enc, jpg, ofa)
+            GiProfile(
+                index, pid, name, slices, mem_slices, starts, order, count, mib, sms, ce, dec, enc, jpg, ofa
+            )
         )
     return tuple(out)
 
+
+def _gi_id_table(*, halves_swapped: bool) -> dict[tuple[int, int], int]:
+    """GPU-instance ids per (profile id, start): a node of the binary tree over the 8 memory slices.
+
+    The whole GPU is 0, halves 1-2, quarters 3-6, eighths 7-14. SXM parts number the halves
+    from slice 0; the PCIe parts seen (H100 PCIe, A100-PCIE-40GB) number the upper half first.
+    """
+    table = {}
+    for _, pid, _, mem_slices, starts, _ in _MIG_SHAPES:
+        for start in starts:
+            level = 8 // mem_slices  # 1, 2, 4 or 8 nodes on this level
+            pos = start // mem_slices
+            if halves_swapped and level > 1:
+                pos = (pos + level // 2) % level
+            table[(pid, start)] = level - 1 + pos
+    return table
+
+
+_SXM_GI_IDS = _gi_id_table(halves_swapped=False)
+_PCIE_GI_IDS = _gi_id_table(halves_swapped=True)
 
 _A100_40 = _mig_table(
     {
@@ -123,8 +160,8 @@ _A100_40 = _mig_table(
 )
 _A100_80 = _mig_table(
     {
-        19: ("1g.10gb", 9856, 14, 1, 0, 0, 0, 0),
-        20: ("1g.10gb+me", 9856, 14, 1, 1, 0, 1, 1),
+        19: ("1g.10gb", 9728, 14, 1, 0, 0, 0, 0),
+        20: ("1g.10gb+me", 9728, 14, 1, 1, 0, 1, 1),
         15: ("1g.20gb", 19968, 14, 1, 1, 0, 0, 0),
         14: ("2g.20gb", 19968, 28, 2, 1, 0, 0, 0),
         9: ("3g.40gb", 40192, 42, 3, 2, 0, 0, 0),
@@ -143,6 +180,17 @@ _H100_80 = _mig_table(
         0: ("7g.80gb", 81152, 132, 8, 7, 0, 7, 1),
     }
 )
+_H100_PCIE = _mig_table(
+    {
+        19: ("1g.10gb", 9984, 14, 1, 1, 0, 1, 0),
+        20: ("1g.10gb+me", 9984, 14, 1, 1, 0, 1, 1),
+        15: ("1g.20gb", 20096, 14, 1, 1, 0, 1, 0),
+        14: ("2g.20gb", 20096, 28, 2, 2, 0, 2, 0),
+        9: ("3g.40gb", 40448, 42, 3, 3, 0, 3, 0),
+        5: ("4g.40gb", 40448, 56, 4, 4, 0, 4, 0),
+        0: ("7g.80gb", 81152, 114, 8, 7, 0, 7, 1),
+    }
+)
 _H200 = _mig_table(
     {
         19: ("1g.18gb", 16384, 16, 1, 1, 0, 1, 0),
@@ -151,7 +199,7 @@ _H200 = _mig_table(
         14: ("2g.35gb", 33024, 32, 2, 2, 0, 2, 0),
         9: ("3g.71gb", 71168, 60, 3, 3, 0, 3, 0),
         5: ("4g.71gb", 71168, 64, 4, 4, 0, 4, 0),
-        0: ("7g.141gb", 143360, 132, 8, 7, 0, 7, 1),
+        0: ("7g.141gb", 143104, 132, 8, 7, 0, 7, 1),
     }
 )
 
@@ -165,16 +213,20 @@ MODELS: dict[str, Model] = {
             compute_capability=(9, 0),
             architecture=ARCH_HOPPER,
             pci_device_id=0x233510DE,
-            pci_subsystem_id=0x18A210DE,
+            pci_subsystem_id=0x18BE10DE,
             brand=BRAND_NVIDIA,
             multiprocessors=132,
             power_limit_mw=700000,
             idle_power_mw=76000,
             idle_temperature_c=31,
-            reserved_mib=574,
-            board_part_number="692-2G530-0210-000",
+            reserved_mib=700,
+            board_part_number="695-2G520-0280-000",
             vbios="96.00.A5.00.01",
+            bar1_mib=262144,
             gi_profiles=_H200,
+            gi_ids=_SXM_GI_IDS,
+            row_remapping=True,
+            fabric=True,
         ),
         Model(
             key="h100-80gb",
@@ -189,10 +241,35 @@ MODELS: dict[str, Model] = {
             power_limit_mw=700000,
             idle_power_mw=71000,
             idle_temperature_c=30,
-            reserved_mib=532,
+            reserved_mib=454,
             board_part_number="692-2G520-0200-000",
             vbios="96.00.99.00.01",
+            bar1_mib=131072,
             gi_profiles=_H100_80,
+            gi_ids=_SXM_GI_IDS,
+            row_remapping=True,
+            fabric=True,
+        ),
+        Model(
+            key="h100-pcie",
+            name="NVIDIA H100 PCIe",
+            memory_total=85520809984,
+            compute_capability=(9, 0),
+            architecture=ARCH_HOPPER,
+            pci_device_id=0x233110DE,
+            pci_subsystem_id=0x162610DE,
+            brand=BRAND_NVIDIA,
+            multiprocessors=114,
+            power_limit_mw=350000,
+            idle_power_mw=48000,
+            idle_temperature_c=33,
+            reserved_mib=454,
+            board_part_number="900-21010-0000-000",
+            vbios="96.00.30.00.01",
+            bar1_mib=131072,
+            gi_profiles=_H100_PCIE,
+            gi_ids=_PCIE_GI_IDS,
+            row_remapping=True,
         ),
         Model(
             key="a100-80gb",
@@ -207,10 +284,13 @@ MODELS: dict[str, Model] = {
             power_limit_mw=400000,
             idle_power_mw=62000,
             idle_temperature_c=29,
-            reserved_mib=618,
+            reserved_mib=834,
             board_part_number="692-2G506-0210-002",
             vbios="92.00.45.00.06",
+            bar1_mib=131072,
             gi_profiles=_A100_80,
+            gi_ids=_SXM_GI_IDS,
+            row_remapping=True,
         ),
         Model(
             key="a100-40gb",
@@ -225,10 +305,34 @@ MODELS: dict[str, Model] = {
             power_limit_mw=400000,
             idle_power_mw=55000,
             idle_temperature_c=28,
-            reserved_mib=421,
+            reserved_mib=620,
             board_part_number="692-2G506-0200-003",
             vbios="92.00.19.00.10",
+            bar1_mib=65536,
             gi_profiles=_A100_40,
+            gi_ids=_SXM_GI_IDS,
+            row_remapping=True,
+        ),
+        Model(
+            key="a100-pcie-40gb",
+            name="NVIDIA A100-PCIE-40GB",
+            memory_total=42949672960,
+            compute_capability=(8, 0),
+            architecture=ARCH_AMPERE,
+            pci_device_id=0x20F110DE,
+            pci_subsystem_id=0x145F10DE,
+            brand=BRAND_NVIDIA,
+            multiprocessors=108,
+            power_limit_mw=250000,
+            idle_power_mw=35000,
+            idle_temperature_c=31,
+            reserved_mib=620,
+            board_part_number="900-21001-0000-000",
+            vbios="92.00.25.00.08",
+            bar1_mib=65536,
+            gi_profiles=_A100_40,
+            gi_ids=_PCIE_GI_IDS,
+            row_remapping=True,
         ),
         Model(
             key="l4",
@@ -243,9 +347,10 @@ MODELS: dict[str, Model] = {
             power_limit_mw=72000,
             idle_power_mw=16000,
             idle_temperature_c=36,
-            reserved_mib=453,
+            reserved_mib=556,
             board_part_number="900-2G193-0000-001",
             vbios="95.04.29.00.06",
+            bar1_mib=32768,
         ),
         Model(
             key="t4",
@@ -260,9 +365,10 @@ MODELS: dict[str, Model] = {
             power_limit_mw=70000,
             idle_power_mw=9000,
             idle_temperature_c=34,
-            reserved_mib=257,
+            reserved_mib=393,
             board_part_number="900-2G183-0000-001",
             vbios="90.04.96.00.02",
+            bar1_mib=256,
         ),
         Model(
             key="jetson-orin",

@@ -8,6 +8,8 @@ Schema (every key but ``name`` and ``gpus`` is optional)::
     driver_version: "580.95.05"     # nvmlSystemGetDriverVersion
     cuda_driver_version: 13000      # nvmlSystemGetCudaDriverVersion(_v2)
     pci_bus_ids: [0x18, 0x2a, ...]  # PCI bus number per GPU, in index order (must be unique)
+    minor_numbers: [2, 3, 0, ...]   # /dev/nvidiaN minor per GPU, in index order (must be unique)
+    nvswitch: true                  # GPUs on an NVSwitch fabric (GpuFabricInfo answers COMPLETED)
     gpus:                           # groups of GPUs, in index order
       - model: h100-80gb            # one of fakegpu.MODELS
         count: 8                    # default 1
@@ -42,7 +44,17 @@ from ._state import Gpu, MachineState
 DEFAULT_DRIVER_VERSION = "580.95.05"
 DEFAULT_CUDA_DRIVER_VERSION = 13000
 
-_TOP_KEYS = {"name", "description", "seed", "driver_version", "cuda_driver_version", "pci_bus_ids", "gpus"}
+_TOP_KEYS = {
+    "name",
+    "description",
+    "seed",
+    "driver_version",
+    "cuda_driver_version",
+    "pci_bus_ids",
+    "minor_numbers",
+    "nvswitch",
+    "gpus",
+}
 _GPU_KEYS = {"model", "count", "mig", "needs_reset", "mig_instances"}
 _GI_KEYS = {"profile", "placement", "compute_instances"}
 _CI_NAMES = {"1c": 0, "2c": 1, "3c": 2, "4c": 3, "7c": 4}
@@ -53,6 +65,10 @@ _DGX_BUSES = {
     "a100-80gb": (0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD),
     "a100-40gb": (0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD),
 }
+_DGX_MINORS = (2, 3, 0, 1, 6, 7, 4, 5)
+"""Minor numbers of a DGX's GPUs in index (PCI bus) order: the driver numbers devices in probe
+order, not bus order. GPU 0 had minor 2 in a transcript; the rest is a permutation of the same
+shape chosen so that no GPU's minor equals its index."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +104,10 @@ class Profile:
     cuda_driver_version: int
     pci_bus_ids: tuple[int, ...] | None
     gpus: tuple[GpuSpec, ...]
-    source: str
+    minor_numbers: tuple[int, ...] | None = None
+    nvswitch: bool | None = None
+    """None: an 8-GPU node of one NVSwitch-capable model (H100 SXM, H200) is a DGX/HGX with one."""
+    source: str = "<profile>"
     """Where it came from (file path), for messages."""
 
 
@@ -208,6 +227,23 @@ def parse_profile(data: Any, source: str = "<profile>") -> Profile:
                 raise _fail(source, f"pci_bus_ids[{k}]", f"{b!r} is not a bus number 0..255")
         if len(set(buses)) != len(buses):
             raise _fail(source, "pci_bus_ids", "bus numbers must be unique")
+    minors = top.get("minor_numbers")
+    if minors is not None:
+        if not isinstance(minors, list) or len(minors) != len(gpus):
+            raise _fail(source, "minor_numbers", f"expected a list of {len(gpus)} minors (one per GPU)")
+        for k, m in enumerate(minors):
+            if _int(m, source, f"minor_numbers[{k}]") > 255:
+                raise _fail(source, f"minor_numbers[{k}]", f"{m!r} is not a minor number 0..255")
+        if len(set(minors)) != len(minors):
+            raise _fail(source, "minor_numbers", "minor numbers must be unique")
+    nvswitch = top.get("nvswitch")
+    if nvswitch is not None:
+        _bool(nvswitch, source, "nvswitch")
+        if nvswitch and not any(MODELS[g.model].fabric for g in gpus):
+            fabric = sorted(k for k, m in MODELS.items() if m.fabric)
+            raise _fail(
+                source, "nvswitch", f"no GPU of this profile reports a fabric; models that do: {fabric}"
+            )
     description = top.get("description", "")
     profile = Profile(
         name=name,
@@ -217,6 +253,8 @@ def parse_profile(data: Any, source: str = "<profile>") -> Profile:
         cuda_driver_version=cuda,
         pci_bus_ids=tuple(buses) if buses is not None else None,
         gpus=tuple(gpus),
+        minor_numbers=tuple(minors) if minors is not None else None,
+        nvswitch=nvswitch,
         source=source,
     )
     initial_state(profile, "")  # refuses impossible MIG layouts now, not at install
@@ -278,9 +316,10 @@ def gpu_uuid(profile: str, node_name: str, seed: int, index: int) -> str:
     return "GPU-" + _stable_uuid("gpu", profile, node_name, seed, index)
 
 
-def mig_uuid(gpu_uuid_: str, gi_id: int, ci_id: int, serial: int) -> str:
-    """The UUID of a MIG device; a re-created instance (new serial) gets a new one."""
-    return "MIG-" + _stable_uuid("mig", gpu_uuid_, gi_id, ci_id, serial)
+def mig_uuid(gpu_uuid_: str, gi_id: int, ci_id: int) -> str:
+    """The UUID of a MIG device: the same GPU, GPU-instance id and compute-instance id give the same
+    UUID again after the instances are destroyed and re-created, as on hardware."""
+    return "MIG-" + _stable_uuid("mig", gpu_uuid_, gi_id, ci_id)
 
 
 def initial_state(profile: Profile, node_name: str) -> MachineState:
@@ -294,6 +333,15 @@ def initial_state(profile: Profile, node_name: str) -> MachineState:
         gpus=[],
     )
     uniform = len(profile.gpus) <= 8 and len({g.model for g in profile.gpus}) == 1
+    dgx = uniform and len(profile.gpus) == 8 and profile.gpus[0].model in _DGX_BUSES
+    nvswitch = profile.nvswitch
+    if nvswitch is None:
+        nvswitch = dgx and MODELS[profile.gpus[0].model].fabric
+    if nvswitch:
+        fabric = _stable_uuid("fabric", profile.name, node_name, profile.seed)
+        state.nvswitch = True
+        state.fabric_cluster_uuid = fabric
+        state.fabric_clique_id = 1 + int(fabric.replace("-", ""), 16) % 0x7FFF
     for i, spec in enumerate(profile.gpus):
         if profile.pci_bus_ids is not None:
             domain, bus = 0, profile.pci_bus_ids[i]
@@ -311,7 +359,7 @@ def initial_state(profile: Profile, node_name: str) -> MachineState:
             serial_number="1654" + str(int(digest[:12], 16) % 10**9).zfill(9),
             pci_domain=domain,
             pci_bus=bus,
-            minor=i,
+            minor=_minor(profile, i, dgx),
             mig_current=int(spec.mig),
             mig_pending=int(spec.mig),
             needs_reset=spec.needs_reset,
@@ -331,6 +379,12 @@ def initial_state(profile: Profile, node_name: str) -> MachineState:
             except MigError as e:
                 raise _fail(profile.source, where, f"impossible MIG layout: {e}") from e
     return state
+
+
+def _minor(profile: Profile, index: int, dgx: bool) -> int:
+    if profile.minor_numbers is not None:
+        return profile.minor_numbers[index]
+    return _DGX_MINORS[index] if dgx else index
 
 
 def _gi_slices(model: Model, profile_id: int) -> int:

@@ -29,7 +29,8 @@ class ComputeInstance:
     size: int
     """Compute slices."""
     serial: int
-    """Machine-wide creation number: makes handles and MIG UUIDs of re-created instances differ."""
+    """Machine-wide creation number: makes handles of re-created instances differ (stale handles
+    are refused); the MIG UUID does not depend on it."""
 
 
 @dataclass
@@ -68,6 +69,14 @@ class Gpu:
     ecc_volatile_uncorrected: int = 0
     ecc_aggregate_corrected: int = 0
     ecc_aggregate_uncorrected: int = 0
+    remapped_correctable: int = 0
+    """Rows remapped for correctable errors (``nvmlDeviceGetRemappedRows``; persistent)."""
+    remapped_uncorrectable: int = 0
+    """Rows remapped for uncorrectable errors (persistent)."""
+    remap_pending: bool = False
+    """A row remap waits for a GPU reset."""
+    remap_failure: bool = False
+    """A row remap failed (no spare row left): stays until the GPU is repaired (``heal``)."""
     gpu_instances: list[GpuInstance] = field(default_factory=list)
 
     def gpu_instance(self, gi_id: int) -> GpuInstance | None:
@@ -105,6 +114,11 @@ class MachineState:
     events: list[Event] = field(default_factory=list)
     next_seq: int = 1
     next_serial: int = 1
+    nvswitch: bool = False
+    """The GPUs sit on an NVSwitch fabric (DGX/HGX): fabric-capable models report it."""
+    fabric_cluster_uuid: str = ""
+    """The fabric's cluster UUID (canonical text), one per node's NVLink domain."""
+    fabric_clique_id: int = 0
 
     def take_serial(self) -> int:
         """A fresh machine-wide creation number."""
@@ -149,4 +163,7 @@ class MachineState:
             events=[Event(**e) for e in data["events"]],
             next_seq=data["next_seq"],
             next_serial=data["next_serial"],
+            nvswitch=data.get("nvswitch", False),
+            fabric_cluster_uuid=data.get("fabric_cluster_uuid", ""),
+            fabric_clique_id=data.get("fabric_clique_id", 0),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid as uuidlib
 from typing import Any
 
 from . import _codes as c
@@ -12,6 +13,10 @@ from ._models import MIB, MODELS
 from ._profiles import mig_uuid
 from ._symbase import Resolved, SymbolBase
 
+_HEX_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_UUID_TEXT = re.compile(rf"^(GPU|MIG)-({_HEX_UUID})$")
+_LEGACY_MIG_UUID = re.compile(rf"^MIG-(GPU-{_HEX_UUID})/(\d+)/(\d+)$")
+"""The MIG UUID form of drivers before R470, which NVML still resolves."""
 _BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.([0-7]))?$")
 
 MIG_USED_MIB = 13
@@ -90,21 +95,41 @@ class DeviceSymbols(SymbolBase):
     nvmlDeviceGetHandleByIndex = nvmlDeviceGetHandleByIndex_v2
 
     def nvmlDeviceGetHandleByUUID(self, uuid: Any, out: Any) -> int:
+        """A GPU or MIG device by UUID: INVALID_ARGUMENT for a malformed string, NOT_FOUND for a
+        well-formed one no device has (nvml.h)."""
         wanted = text_in(uuid)
+        legacy = _LEGACY_MIG_UUID.match(wanted)
+        if legacy is None and _UUID_TEXT.match(wanted) is None:
+            return c.ERROR_INVALID_ARGUMENT
+        wanted = wanted.lower() if legacy is None else wanted
         state = self.store.read()
         for g in state.gpus:
-            if g.uuid == wanted:
+            if legacy is not None:
+                if g.uuid.lower() != legacy.group(1).lower():
+                    continue
+                devices = [
+                    (gi, ci)
+                    for gi, ci in _mig.mig_devices(g)
+                    if (gi.id, ci.id) == (int(legacy.group(2)), int(legacy.group(3)))
+                ]
+            elif g.uuid.lower() == wanted:
                 if g.lost:
                     return c.ERROR_GPU_IS_LOST
                 handle_out(out, self.device_handle(g))
                 return c.SUCCESS
-            if wanted.startswith("MIG-"):
-                for gi, ci in _mig.mig_devices(g):
-                    if mig_uuid(g.uuid, gi.id, ci.id, ci.serial) == wanted:
-                        if g.lost:
-                            return c.ERROR_GPU_IS_LOST
-                        handle_out(out, self.mig_handle(g, gi, ci))
-                        return c.SUCCESS
+            elif wanted.startswith("mig-"):
+                devices = [
+                    (gi, ci)
+                    for gi, ci in _mig.mig_devices(g)
+                    if mig_uuid(g.uuid, gi.id, ci.id).lower() == wanted
+                ]
+            else:
+                continue
+            if devices:
+                if g.lost:
+                    return c.ERROR_GPU_IS_LOST
+                handle_out(out, self.mig_handle(g, *devices[0]))
+                return c.SUCCESS
         return c.ERROR_NOT_FOUND
 
     def nvmlDeviceGetHandleByPciBusId_v2(self, bus_id: Any, out: Any) -> int:
@@ -133,7 +158,7 @@ class DeviceSymbols(SymbolBase):
         r = self.dev(handle)
         if r.is_mig:
             assert r.gi is not None and r.ci is not None
-            text = mig_uuid(r.gpu.uuid, r.gi.id, r.ci.id, r.ci.serial)
+            text = mig_uuid(r.gpu.uuid, r.gi.id, r.ci.id)
         else:
             text = r.gpu.uuid
         put_str(buf, length, text)
@@ -248,9 +273,40 @@ class DeviceSymbols(SymbolBase):
 
     def nvmlDeviceGetBAR1MemoryInfo(self, handle: Any, out: Any) -> int:
         r = self.full(handle)
-        total = r.model.memory_total if r.model.memory_total > 32 << 30 else 256 * MIB
+        total = r.model.bar1_mib * MIB
         m = target(out)
         m.bar1Total, m.bar1Used, m.bar1Free = total, 2 * MIB, total - 2 * MIB
+        return c.SUCCESS
+
+    def nvmlDeviceGetVirtualizationMode(self, handle: Any, out: Any) -> int:
+        self.full(handle)
+        put(out, c.GPU_VIRTUALIZATION_MODE_NONE)  # the fake is always bare metal
+        return c.SUCCESS
+
+    # -- NVSwitch fabric ---------------------------------------------------------------------
+
+    def _fabric(self, handle: Any, info: Any) -> None:
+        r = self.physical(handle)
+        if not (r.model.fabric and r.state.nvswitch):
+            raise Status(c.ERROR_NOT_SUPPORTED)
+        info.clusterUuid[:] = list(uuidlib.UUID(r.state.fabric_cluster_uuid).bytes)
+        info.status = c.SUCCESS
+        info.cliqueId = r.state.fabric_clique_id
+        info.state = c.GPU_FABRIC_STATE_COMPLETED
+
+    def nvmlDeviceGetGpuFabricInfo(self, handle: Any, out: Any) -> int:
+        self._fabric(handle, target(out))
+        return c.SUCCESS
+
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, out: Any) -> int:
+        info = target(out)
+        version = num(info.version)
+        if version not in (c.GPU_FABRIC_INFO_V2, c.GPU_FABRIC_INFO_V3):
+            return c.ERROR_ARGUMENT_VERSION_MISMATCH
+        self._fabric(handle, info)
+        info.healthMask = c.GPU_FABRIC_HEALTH_MASK_HEALTHY
+        if version == c.GPU_FABRIC_INFO_V3:
+            info.healthSummary = c.GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
         return c.SUCCESS
 
     # -- health values -----------------------------------------------------------------------
@@ -340,6 +396,19 @@ class DeviceSymbols(SymbolBase):
 
     def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: Any, counter_type: Any, out: Any) -> int:
         put(out, self._ecc(handle, error_type, counter_type))
+        return c.SUCCESS
+
+    def nvmlDeviceGetRemappedRows(
+        self, handle: Any, correctable: Any, uncorrectable: Any, pending: Any, failure: Any
+    ) -> int:
+        r = self.physical(handle)
+        if not r.model.row_remapping:
+            return c.ERROR_NOT_SUPPORTED
+        g = r.gpu
+        put(correctable, g.remapped_correctable)
+        put(uncorrectable, g.remapped_uncorrectable)
+        put(pending, int(g.remap_pending))
+        put(failure, int(g.remap_failure))
         return c.SUCCESS
 
     def nvmlDeviceGetMemoryErrorCounter(

@@ -3,6 +3,8 @@
 Events live in the machine's log (shared through the state directory); an event set is local
 to the process that created it and remembers how far it has read, so each set delivers each
 event once, in sequence order, and only events raised after the GPU was registered with it.
+Once a GPU registered with a set is lost and its events (XID 79 last) are delivered, every wait
+on the set answers GPU_IS_LOST until the GPU is healed or reset.
 """
 
 from __future__ import annotations
@@ -65,12 +67,19 @@ class EventSymbols(SymbolBase):
 
     def nvmlDeviceRegisterEvents(self, handle: Any, types: Any, event_set: Any) -> int:
         r = self.full(handle)
+        if r.is_mig:
+            return c.ERROR_NOT_SUPPORTED  # events are registered on the parent GPU
         es = self._set(event_set)
         mask = num(types)
         if mask & ~c.SUPPORTED_EVENTS:
             return c.ERROR_NOT_SUPPORTED
         es.registrations.append((r.gpu.index, mask, r.state.next_seq - 1))
         return c.SUCCESS
+
+    def _lost(self, es: EventSet) -> bool:
+        """Whether a GPU registered with ``es`` has fallen off the bus."""
+        gpus = self.store.read().gpus
+        return any(gpus[gpu].lost for gpu, _, _ in es.registrations)
 
     def _next_event(self, es: EventSet) -> Event | None:
         for ev in self.store.read().events:
@@ -91,6 +100,9 @@ class EventSymbols(SymbolBase):
             with cond:
                 ev = self._next_event(es)
                 if ev is None:
+                    if self._lost(es):
+                        # nvml.h: GPU_IS_LOST once the XID 79 is delivered, on every wait until healed
+                        return c.ERROR_GPU_IS_LOST
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return c.ERROR_TIMEOUT

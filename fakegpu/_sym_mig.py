@@ -326,8 +326,10 @@ class MigSymbols(SymbolBase):
         return c.SUCCESS
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any, out: Any) -> int:
-        r = self.mig_gpu(handle)
-        put(out, _mig.MAX_MIG_DEVICES if r.gpu.mig_current == c.MIG_ENABLE else 0)
+        r = self.physical(handle)
+        # nvml.h: 0 (and success) on a GPU without MIG, as with MIG off
+        on = r.model.mig_capable and r.gpu.mig_current == c.MIG_ENABLE
+        put(out, _mig.MAX_MIG_DEVICES if on else 0)
         return c.SUCCESS
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: Any, out: Any) -> int:

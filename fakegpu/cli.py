@@ -9,6 +9,7 @@ Examples::
     fakegpu --state-dir /tmp/node1 inject xid 0 48
     fakegpu --state-dir /tmp/node1 inject ecc 1 double
     fakegpu --state-dir /tmp/node1 inject lost 2
+    fakegpu --state-dir /tmp/node1 inject remap 3
     fakegpu --state-dir /tmp/node1 heal 2
     fakegpu --state-dir /tmp/node1 reset            # every GPU; or `reset 3`
 
@@ -82,6 +83,10 @@ def _parser() -> argparse.ArgumentParser:
     ecc.add_argument("gpu", type=_gpu)
     ecc.add_argument("kind", choices=ECC_KINDS)
     ecc.add_argument("--count", type=int, default=1)
+    remap = isub.add_parser("remap", help="remap a memory row (pending until reset)")
+    remap.add_argument("gpu", type=_gpu)
+    remap.add_argument("--correctable", action="store_true", help="for a correctable error")
+    remap.add_argument("--failure", action="store_true", help="the remap failed (no spare row)")
     lost = isub.add_parser("lost", help="the GPU falls off the bus (XID 79, then GPU_IS_LOST)")
     lost.add_argument("gpu", type=_gpu)
 
@@ -187,6 +192,10 @@ def _change(machine: FakeMachine, args: argparse.Namespace) -> int:
         elif args.fault == "ecc":
             seq = machine.inject_ecc(args.gpu, args.kind, args.count)
             print(f"GPU {args.gpu}: {args.count} {args.kind}-bit ECC error(s) (event {seq})")
+        elif args.fault == "remap":
+            machine.inject_row_remap(args.gpu, uncorrectable=not args.correctable, failure=args.failure)
+            state = "failed" if args.failure else "pending until reset"
+            print(f"GPU {args.gpu}: row remap {state}")
         else:
             machine.mark_lost(args.gpu)
             print(f"GPU {args.gpu}: lost (fallen off the bus)")

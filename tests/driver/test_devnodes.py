@@ -29,3 +29,25 @@ def test_gpu_gets_its_node_and_a_mig_device_its_capabilities_too() -> None:
     ]
     # a partition not prepared yet has no instances, hence no capability nodes
     assert device_nodes(partition(4, 4), None, lambda: minors) == ["/dev/nvidia4"]
+
+
+def test_device_nodes_use_the_nvml_minor_not_the_index() -> None:
+    """On a DGX the minor is not the index (GPU 0 has minor 2): /dev/nvidiaN must use the minor."""
+    import pynvml
+
+    import fakegpu
+    from driver.devices import discover
+
+    with fakegpu.installed("dgx-h100-mig"):
+        pynvml.nvmlInit()
+        try:
+            inv = discover(["gpu", "mig"])
+            assert inv.devices
+            for dev in inv:
+                h = pynvml.nvmlDeviceGetHandleByUUID(dev.gpu_uuid)
+                minor = pynvml.nvmlDeviceGetMinorNumber(h)
+                assert device_nodes(dev, None, dict)[0] == f"/dev/nvidia{minor}"
+                if dev.index == 0:
+                    assert minor == 2
+        finally:
+            pynvml.nvmlShutdown()

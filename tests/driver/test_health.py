@@ -228,6 +228,34 @@ def test_event_loop_sees_xids_ecc_and_lost_gpus_and_their_healing() -> None:
             assert len(changes) >= 5
 
 
+def test_a_lost_gpu_neither_spins_the_loop_nor_hides_other_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvml.h: once a registered GPU is lost, every nvmlEventSetWait answers GPU_IS_LOST at once."""
+    import pynvml
+
+    waits: list[float] = []
+    real_wait = pynvml.nvmlEventSetWait
+
+    def counting_wait(*args: Any) -> Any:
+        waits.append(time.monotonic())
+        return real_wait(*args)
+
+    monkeypatch.setattr(pynvml, "nvmlEventSetWait", counting_wait)
+    with fakegpu.installed("dgx-h100") as machine:
+        inv = discover(["gpu"])
+        with running(inv) as mon:
+            machine.mark_lost(3)
+            until(lambda: mon.faults().get("gpu-3") is not None)
+            waits.clear()
+            time.sleep(0.5)
+            assert len(waits) < 50, f"{len(waits)} waits in 0.5 s: the event loop spins on GPU_IS_LOST"
+            machine.inject_xid(1, 62)
+            until(lambda: "gpu-1" in mon.faults())
+            machine.heal(3)
+            until(lambda: "gpu-3" not in mon.faults())
+            machine.inject_xid(3, 62)
+            until(lambda: "gpu-3" in mon.faults())  # registered again once it answers
+
+
 def test_instance_scoped_xid_on_static_mig_and_on_a_partition() -> None:
     with fakegpu.installed("dgx-h100-mig") as machine:
         inv = discover(["mig"])

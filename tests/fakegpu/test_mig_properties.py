@@ -42,7 +42,7 @@ def _check_invariants(machine: fakegpu.FakeMachine, h: object) -> None:
         assert not span & mem, "GPU instances overlap"
         assert span <= set(range(8))
         assert gi.start in p.starts
-        assert gi.id == _mig.gpu_instance_id(p, gi.start)
+        assert gi.id == _mig.gpu_instance_id(model, p, gi.start)
         mem |= span
         compute += p.slices
         ids.add(gi.id)

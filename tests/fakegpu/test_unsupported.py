@@ -67,9 +67,9 @@ def test_jetson_everything_else_not_supported(install: Install) -> None:
     [
         pynvml.nvmlDeviceGetFanSpeed,
         lambda h: pynvml.nvmlDeviceGetNvLinkState(h, 0),
-        pynvml.nvmlDeviceGetVirtualizationMode,
+        pynvml.nvmlDeviceGetDisplayMode,
         pynvml.nvmlDeviceGetGspFirmwareMode,
-        pynvml.nvmlDeviceGetRemappedRows,
+        pynvml.nvmlDeviceGetPcieReplayCounter,
         lambda h: pynvml.nvmlDeviceGetCpuAffinity(h, 4),
         lambda h: pynvml.nvmlDeviceGetRetiredPages(h, 0),
         lambda h: pynvml.nvmlUnitGetCount(),
