@@ -38,7 +38,8 @@ def pod_key(pod: PodRef) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class ContainerView:
-    """What one running container sees of its devices: env, device nodes, mounts, CDI ids."""
+    """What one running container sees of its devices: every CDI edit (env, device nodes, mounts, net
+    devices, hooks, group ids, Intel RDT) and the CDI ids."""
 
     env: dict[str, str] = field(default_factory=dict)
     """Environment variables the CDI edits set."""
@@ -48,6 +49,14 @@ class ContainerView:
     """CDI ``mounts`` entries (``hostPath``, ``containerPath``, ...)."""
     cdi_devices: list[str] = field(default_factory=list)
     """Fully qualified CDI device names (``vendor/class=name``) injected into the container."""
+    net_devices: list[dict[str, Any]] = field(default_factory=list)
+    """CDI 1.1 ``netDevices`` entries (``hostInterfaceName`` -> ``name`` in the container)."""
+    hooks: list[dict[str, Any]] = field(default_factory=list)
+    """CDI ``hooks`` entries (``hookName``, ``path``, ``args``, ``env``, ``timeout``)."""
+    additional_gids: list[int] = field(default_factory=list)
+    """CDI ``additionalGids``: extra group ids of the container's process."""
+    intel_rdt: dict[str, Any] | None = None
+    """CDI ``intelRdt`` (``closID``, ``l3CacheSchema``, ``memBwSchema``, ...), when an edit sets it."""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ContainerView:
@@ -57,6 +66,10 @@ class ContainerView:
             device_nodes=[dict(d) for d in data.get("device_nodes") or []],
             mounts=[dict(m) for m in data.get("mounts") or []],
             cdi_devices=[str(d) for d in data.get("cdi_devices") or []],
+            net_devices=[dict(n) for n in data.get("net_devices") or []],
+            hooks=[dict(h) for h in data.get("hooks") or []],
+            additional_gids=[int(g) for g in data.get("additional_gids") or []],
+            intel_rdt=dict(data["intel_rdt"]) if data.get("intel_rdt") else None,
         )
 
     @classmethod

@@ -29,15 +29,25 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ContainerEdits:
-    """What the resolved devices add to a container (the ContainerView's content)."""
+    """What the resolved devices add to a container (the ContainerView's content): every kind of
+    CDI edit (:data:`draproto.cdi.EDIT_KEYS`), merged as a container runtime merges them."""
 
     env: dict[str, str] = field(default_factory=dict)
     device_nodes: list[dict[str, Any]] = field(default_factory=list)
     mounts: list[dict[str, Any]] = field(default_factory=list)
     cdi_devices: list[str] = field(default_factory=list)
+    net_devices: list[dict[str, Any]] = field(default_factory=list)
+    """CDI 1.1 ``netDevices``: ``hostInterfaceName`` moved into the container as ``name``."""
+    hooks: list[dict[str, Any]] = field(default_factory=list)
+    """OCI hooks (``hookName``, ``path``, ``args``, ...), in the order they were applied."""
+    additional_gids: list[int] = field(default_factory=list)
+    """Extra group ids of the container's process."""
+    intel_rdt: dict[str, Any] | None = None
+    """Intel RDT (``closID``, ``l3CacheSchema``, ...): the last edit that sets it wins."""
 
     def apply(self, edits: Mapping[str, Any]) -> None:
-        """Merge one ``containerEdits`` object: later env wins, nodes and mounts deduplicated by path."""
+        """Merge one ``containerEdits`` object: later env wins, nodes and mounts deduplicated by path,
+        net devices by their name in the container, hooks appended, group ids once each."""
         for entry in edits.get("env") or []:
             key, _, value = str(entry).partition("=")
             self.env[key] = value
@@ -47,6 +57,15 @@ class ContainerEdits:
         for mount in edits.get("mounts") or []:
             self.mounts = [m for m in self.mounts if m.get("containerPath") != mount.get("containerPath")]
             self.mounts.append(dict(mount))
+        for net in edits.get("netDevices") or []:
+            self.net_devices = [n for n in self.net_devices if n.get("name") != net.get("name")]
+            self.net_devices.append(dict(net))
+        self.hooks.extend(dict(h) for h in edits.get("hooks") or [])
+        for gid in edits.get("additionalGids") or []:
+            if int(gid) not in self.additional_gids:
+                self.additional_gids.append(int(gid))
+        if edits.get("intelRdt"):
+            self.intel_rdt = dict(edits["intelRdt"])
 
     def to_json(self) -> dict[str, Any]:
         """The ContainerView JSON (docs/interfaces.md)."""
@@ -55,6 +74,10 @@ class ContainerEdits:
             "device_nodes": list(self.device_nodes),
             "mounts": list(self.mounts),
             "cdi_devices": list(self.cdi_devices),
+            "net_devices": list(self.net_devices),
+            "hooks": list(self.hooks),
+            "additional_gids": list(self.additional_gids),
+            "intel_rdt": self.intel_rdt,
         }
 
 

@@ -169,6 +169,11 @@ def test_network_devices(dra: Harness) -> None:
     assert entries, f"no netDevices edit for the claim's CDI devices {ids}"
     for entry in entries:
         assert entry.get("hostInterfaceName") and entry.get("name"), f"incomplete netDevices entry: {entry}"
+    if "view" in dra.env.cluster_capabilities:
+        seen = dra.view(meta(pod)["name"]).net_devices
+        pairs = {(n.get("hostInterfaceName"), n.get("name")) for n in seen}
+        missing = [e for e in entries if (e.get("hostInterfaceName"), e.get("name")) not in pairs]
+        assert not missing, f"netDevices that did not reach the container (it got {seen}): {missing}"
 
 
 @rule("PREP-REQUEST-NAMES")

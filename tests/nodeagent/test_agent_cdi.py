@@ -54,7 +54,54 @@ def test_no_ids_needs_no_specs(tmp_path: Path) -> None:
         "device_nodes": [],
         "mounts": [],
         "cdi_devices": [],
+        "net_devices": [],
+        "hooks": [],
+        "additional_gids": [],
+        "intel_rdt": None,
     }
+
+
+def test_every_cdi_edit_reaches_the_view(tmp_path: Path) -> None:
+    """netDevices (CDI 1.1), hooks, additionalGids and intelRdt merge as a runtime merges them, and
+    the ContainerView a test reads carries them."""
+    from clusters.base import ContainerView
+
+    spec = {
+        "cdiVersion": "1.1.0",
+        "kind": "example.com/net",
+        "containerEdits": {
+            "additionalGids": [44],
+            "hooks": [{"hookName": "createRuntime", "path": "/bin/a"}],
+        },
+        "devices": [
+            {
+                "name": "nic0",
+                "containerEdits": {
+                    "netDevices": [{"hostInterfaceName": "eth1", "name": "net0"}],
+                    "additionalGids": [44, 1000],
+                    "intelRdt": {"closID": "old"},
+                },
+            },
+            {
+                "name": "nic1",
+                "containerEdits": {
+                    "netDevices": [{"hostInterfaceName": "eth2", "name": "net0"}],
+                    "hooks": [{"hookName": "poststart", "path": "/bin/b", "args": ["b", "1"]}],
+                    "intelRdt": {"closID": "new", "l3CacheSchema": "L3:0=ff"},
+                },
+            },
+        ],
+    }
+    (tmp_path / "net.json").write_text(json.dumps(spec))
+    edits = cdi.resolve(["example.com/net=nic0", "example.com/net=nic1"], [tmp_path])
+    view = ContainerView.from_dict(json.loads(json.dumps(edits.to_json())))
+    assert view.net_devices == [{"hostInterfaceName": "eth2", "name": "net0"}]  # one name in the container
+    assert view.hooks == [
+        {"hookName": "createRuntime", "path": "/bin/a"},
+        {"hookName": "poststart", "path": "/bin/b", "args": ["b", "1"]},
+    ]
+    assert view.additional_gids == [44, 1000]
+    assert view.intel_rdt == {"closID": "new", "l3CacheSchema": "L3:0=ff"}
 
 
 def test_malformed_spec_is_named_and_others_still_resolve(tmp_path: Path) -> None:
