@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from clusters.errors import ClusterError
-from clusters.local import binaries, daemon
-from clusters.local.settings import LocalSettings
+from clusters.local import binaries, daemon, gobins
+from clusters.local.settings import EXAMPLE_DRIVER_VERSION, LocalSettings
 
 __all__ = ["add_commands", "main", "run_command"]
 
@@ -45,8 +45,15 @@ def add_commands(top: Any) -> None:
     up.add_argument("--k8s-version", help="Kubernetes version, e.g. 1.37.2 or 1.36 (default 1.37.2)")
     up.add_argument(
         "--driver-command",
-        help="driver command per node (shell words; placeholders {node} {root} {kubeconfig} {driver}); "
+        help="driver command per node (shell words; placeholders {node} {root} {kubeconfig} {driver}, "
+        "{bin:dra-example-kubeletplugin} for a driver built from Go modules); "
         "'none' for no driver; default: the reference driver on a fake DGX H100",
+    )
+    up.add_argument(
+        "--device-classes",
+        type=Path,
+        help="YAML file of the driver's DeviceClasses ({driver} is its name), created once the cluster "
+        "is up (default: the reference driver's classes when it is the driver, else none)",
     )
     up.add_argument("--driver-name", help="DRA driver name (default gpu.dra-conformance.io)")
     up.add_argument("--bin-dir", type=Path, help="directory with etcd and the kube-* binaries")
@@ -61,6 +68,21 @@ def add_commands(top: Any) -> None:
     bins = sub.add_parser("binaries", help="find, download or build the control-plane binaries")
     bins.add_argument("--k8s-version", help="Kubernetes version (default 1.37.2)")
     bins.add_argument("--bin-dir", type=Path, help="use this directory")
+    bins.add_argument(
+        "--example-driver",
+        action="store_true",
+        help="also find or build dra-example-kubeletplugin (sigs.k8s.io/dra-example-driver)",
+    )
+    for p in (up, bins):
+        p.add_argument(
+            "--example-driver-bin",
+            type=Path,
+            help="a prebuilt dra-example-kubeletplugin to use (env DRAC_EXAMPLE_DRIVER_BIN)",
+        )
+        p.add_argument(
+            "--example-driver-version",
+            help=f"version of sigs.k8s.io/dra-example-driver to build (default {EXAMPLE_DRIVER_VERSION})",
+        )
 
 
 def _settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettings:
@@ -71,6 +93,9 @@ def _settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettings:
         driver_name=getattr(args, "driver_name", None),
         driver_command=getattr(args, "driver_command", None),
         state_dir=getattr(args, "state_dir", None),
+        device_classes=getattr(args, "device_classes", None),
+        example_driver_bin=getattr(args, "example_driver_bin", None),
+        example_driver_version=getattr(args, "example_driver_version", None),
     )
 
 
@@ -135,8 +160,14 @@ def run_command(args: argparse.Namespace) -> int:
                 print(f"no cluster running (state dir {settings.state_dir})", file=sys.stderr)
             return 0
         if args.action == "binaries":
-            found = binaries.resolve(settings.binaries, lambda m: print(m, file=sys.stderr, flush=True))
+
+            def say(message: str) -> None:
+                print(message, file=sys.stderr, flush=True)
+
+            found = binaries.resolve(settings.binaries, say)
             print(found.directory)
+            if args.example_driver:
+                print(gobins.resolve_binary("dra-example-kubeletplugin", settings, say))
             return 0
     except ClusterError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -35,7 +35,9 @@ from clusters.local.driverproc import (
     default_driver_command,
     device_class_manifests,
     expand_command,
+    manifests_from_file,
 )
+from clusters.local.gobins import fill_binaries
 from clusters.local.processes import ManagedProcess, install_signal_handlers
 from clusters.local.settings import LocalSettings
 from nodeagent.layout import NodeLayout
@@ -122,7 +124,7 @@ class LocalCluster(Cluster):
         n = self._node(node)
         if n.driver is not None:
             n.driver.stop()
-        n.driver_command = tuple(self._expand(n, command))
+        n.driver_command = tuple(self._expand(n, fill_binaries(command, self.settings, self.progress)))
         n.driver = None
         if n.driver_command:
             self._start_driver(n)
@@ -238,8 +240,7 @@ class LocalCluster(Cluster):
             drivers = [n for n in self.local_nodes.values() if n.driver_command]
             if drivers:
                 t = time.monotonic()
-                if s.driver_command is None:
-                    self._create_device_classes()
+                self._create_device_classes()
                 for n in drivers:
                     self._start_driver(n)
                 for n in drivers:
@@ -306,7 +307,8 @@ class LocalCluster(Cluster):
         s = self.settings
         command = default_driver_command(s.driver_name)
         if s.driver_command is not None:
-            command = list(s.driver_command)
+            # a driver built from Go modules ({bin:NAME}) is built (or found in the cache) once, here
+            command = fill_binaries(s.driver_command, s, self.progress) if s.nodes else list(s.driver_command)
         for i in range(s.nodes):
             n = LocalNode(f"node-{i}", self.root / f"n{i}")
             n.layout.create(drivers=(s.driver_name,))
@@ -434,8 +436,17 @@ class LocalCluster(Cluster):
         self._wait(f"ResourceSlices of {sorted(names)}", published, procs, self.settings.slice_timeout)
 
     def _create_device_classes(self) -> None:
-        manifests = device_class_manifests(self.settings.driver_name)
+        """The reference driver's classes when it is the driver; else those of ``--device-classes``."""
+        s = self.settings
+        if s.device_classes is not None:
+            manifests = manifests_from_file(s.device_classes, s.driver_name)
+        elif s.driver_command is None:
+            manifests = device_class_manifests(s.driver_name)
+        else:
+            return  # another driver without a class file: its classes are the user's (or a suite's) to make
         create_objects(self.api_client(), manifests)
+        names = ", ".join(str(m["metadata"]["name"]) for m in manifests)
+        self.progress(f"DeviceClasses created: {names or '(none)'}")
 
     def rss_bytes(self) -> dict[str, int]:
         """Resident memory of every process of the cluster by name."""

@@ -90,6 +90,9 @@ def settings_from_json(text: str) -> LocalSettings:
             b[key] = Path(b[key])
     data["work_dir"] = Path(data["work_dir"])
     data["state_dir"] = Path(data["state_dir"])
+    for key in ("device_classes", "example_driver_bin"):
+        if data.get(key) is not None:
+            data[key] = Path(data[key])
     if data.get("driver_command") is not None:
         data["driver_command"] = tuple(data["driver_command"])
     return LocalSettings(binaries=BinariesSettings(**b), **data)

@@ -18,7 +18,13 @@ import yaml
 from clusters.errors import ControlPlaneError, NodeError
 from nodeagent.layout import NodeLayout
 
-__all__ = ["create_objects", "default_driver_command", "device_class_manifests", "expand_command"]
+__all__ = [
+    "create_objects",
+    "default_driver_command",
+    "device_class_manifests",
+    "expand_command",
+    "manifests_from_file",
+]
 
 
 def default_driver_command(driver_name: str) -> list[str]:
@@ -75,6 +81,24 @@ def device_class_manifests(driver_name: str, python: str = sys.executable) -> li
             f"{proc.stderr.strip()[-2000:]}"
         )
     return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def manifests_from_file(path: Path, driver_name: str) -> list[dict[str, Any]]:
+    """The cluster-scoped manifests (DeviceClasses) of a YAML file; ``{driver}`` in it is the driver name."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise NodeError(f"cannot read the DeviceClass file {path}: {e}") from e
+    try:
+        docs = [d for d in yaml.safe_load_all(text.replace("{driver}", driver_name)) if d]
+    except yaml.YAMLError as e:
+        raise NodeError(f"the DeviceClass file {path} is not valid YAML: {e}") from e
+    for doc in docs:
+        if not isinstance(doc, dict) or not doc.get("apiVersion") or not doc.get("kind"):
+            raise NodeError(f"{path}: every document must be a Kubernetes object (apiVersion, kind): {doc!r}")
+        if not isinstance(doc.get("metadata"), dict) or not doc["metadata"].get("name"):
+            raise NodeError(f"{path}: a {doc['kind']} without metadata.name")
+    return docs
 
 
 def create_objects(api_client: Any, manifests: Sequence[dict[str, Any]]) -> None:

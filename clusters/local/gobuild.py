@@ -4,7 +4,10 @@
 ``k8s.io/*`` staging module with a local path and requires them at ``v0.0.0``.
 A wrapper module that requires ``k8s.io/kubernetes`` and pins each staging
 module to the published ``v0.Y.Z`` makes it buildable. etcd's server module has
-local replaces too, so it gets a wrapper with a three-line ``main``.
+local replaces too, so it gets a wrapper with a three-line ``main``. A driver written in Go
+(``sigs.k8s.io/dra-example-driver``) is built the same way: a scratch module that requires the
+exact version (the module proxy serves exact versions but may refuse to list them, so
+``go install MODULE@VERSION`` is no way), then ``GOFLAGS=-mod=mod go build`` of its command.
 
 This module only writes the wrapper modules and runs ``go``; it is usable as a
 script (``python -m clusters.local.gobuild 1.37.2 DEST``) so a build can run
@@ -30,7 +33,7 @@ from pathlib import Path
 from clusters.errors import GoBuildError
 from clusters.local.settings import ETCD_VERSION
 
-__all__ = ["ETCD_MODULE_VERSION", "build_etcd", "build_kubernetes"]
+__all__ = ["ETCD_MODULE_VERSION", "build_etcd", "build_go_command", "build_kubernetes"]
 
 ETCD_MODULE_VERSION = f"v{ETCD_VERSION}"
 """etcd server version built from Go modules (Kubernetes 1.34-1.37 accept 3.6)."""
@@ -190,6 +193,32 @@ def build_etcd(dest: Path, progress: Progress = print, module_version: str = ETC
         target = dest / "etcd"
         tmp_out = work / "etcd"
         _run_go(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp_out), "."], work, env, progress)
+        shutil.move(str(tmp_out), target)
+        return target
+
+
+def build_go_command(module: str, version: str, package: str, dest: Path, progress: Progress = print) -> Path:
+    """Build the command ``package`` of ``module`` at exactly ``version`` into ``dest/<last element>``.
+
+    ``version`` is a module version such as ``v0.4.0``; ``package`` is the full import path of a
+    ``main`` package inside ``module``. Returns the binary's path.
+    """
+    if not package.startswith(module):
+        raise GoBuildError(f"package {package} is not inside module {module}")
+    env = _go_env()
+    env["GOFLAGS"] = " ".join(f for f in (env.get("GOFLAGS", ""), "-mod=mod") if f)
+    dest.mkdir(parents=True, exist_ok=True)
+    name = package.rstrip("/").rsplit("/", 1)[-1]
+    with tempfile.TemporaryDirectory(prefix="cmd-wrap-") as tmp:
+        work = Path(tmp)
+        (work / "go.mod").write_text(
+            f"module dra-conformance.local/cmdwrap\n\ngo 1.24\n\nrequire {module} {version}\n"
+        )
+        (work / "tools.go").write_text(f'//go:build tools\n\npackage tools\n\nimport _ "{package}"\n')
+        progress(f"building {package} {version} from Go modules (minutes on 2 cores; once per version)")
+        tmp_out = work / name
+        _run_go(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp_out), package], work, env, progress)
+        target = dest / name
         shutil.move(str(tmp_out), target)
         return target
 

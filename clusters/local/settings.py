@@ -15,6 +15,9 @@ Environment variables:
 ``DRAC_NO_BUILD``           ``1``: never build binaries with ``go``
 ``DRAC_NODES``              number of fake nodes (default 1)
 ``DRAC_WORK_DIR``           where per-cluster temp roots go (default ``/tmp``; keep it short)
+``DRAC_EXAMPLE_DRIVER_VERSION``  version of ``sigs.k8s.io/dra-example-driver`` built for
+                            ``{bin:dra-example-kubeletplugin}`` (default :data:`EXAMPLE_DRIVER_VERSION`)
+``DRAC_EXAMPLE_DRIVER_BIN``  a prebuilt ``dra-example-kubeletplugin`` to use instead of building one
 ``DRAC_STATE_DIR``          where ``cluster up`` records its cluster
                             (default ``$XDG_STATE_HOME/dra-conformance/cluster``, XDG: ``~/.local/state``)
 """
@@ -32,6 +35,7 @@ from typing import Any
 __all__ = [
     "DEFAULT_K8S_VERSION",
     "ETCD_VERSION",
+    "EXAMPLE_DRIVER_VERSION",
     "BinariesSettings",
     "LocalSettings",
     "normalize_version",
@@ -42,6 +46,10 @@ DEFAULT_K8S_VERSION = "1.37.2"
 
 ETCD_VERSION = "3.6.16"
 """etcd version downloaded or built (Kubernetes 1.34-1.37 accept 3.6)."""
+
+EXAMPLE_DRIVER_VERSION = "v0.4.0"
+"""The one pin of ``sigs.k8s.io/dra-example-driver`` (its kubelet plugin is built from Go modules);
+``DRAC_EXAMPLE_DRIVER_VERSION`` or ``--example-driver-version`` overrides it."""
 
 DEFAULT_PATCH = {"1.34": "1.34.4", "1.35": "1.35.4", "1.36": "1.36.3", "1.37": DEFAULT_K8S_VERSION}
 """Patch used when only ``MAJOR.MINOR`` is given."""
@@ -124,6 +132,19 @@ class LocalSettings:
         default_factory=lambda: Path.home() / ".local" / "state" / "dra-conformance" / "cluster"
     )
     """Where a background cluster (``cluster up``) records PIDs, kubeconfig and logs."""
+    device_classes: Path | None = None
+    """A YAML file of DeviceClass manifests that ``cluster up`` creates for a driver of its own
+    (``--device-classes``); None: the reference driver's, when it is the driver, else none."""
+    example_driver_version: str = EXAMPLE_DRIVER_VERSION
+    """Version of ``sigs.k8s.io/dra-example-driver`` that ``{bin:dra-example-kubeletplugin}`` builds."""
+    example_driver_bin: Path | None = None
+    """A prebuilt ``dra-example-kubeletplugin`` (flag ``--example-driver-bin``, env
+    ``DRAC_EXAMPLE_DRIVER_BIN``), used as is instead of the cache or a build."""
+
+    @property
+    def drivers_cache_root(self) -> Path:
+        """Cache of drivers built from Go modules, beside the Kubernetes binaries' cache."""
+        return self.binaries.cache_root.parent / "drivers"
 
     @property
     def k8s_version(self) -> str:
@@ -158,6 +179,14 @@ class LocalSettings:
         elif env.get("XDG_STATE_HOME"):
             state = Path(env["XDG_STATE_HOME"]) / "dra-conformance" / "cluster"
             settings = dataclasses.replace(settings, state_dir=state)
+        if env.get("DRAC_EXAMPLE_DRIVER_VERSION"):
+            version = env["DRAC_EXAMPLE_DRIVER_VERSION"].strip()
+            version = version if version.startswith("v") else f"v{version}"
+            settings = dataclasses.replace(settings, example_driver_version=version)
+        if env.get("DRAC_EXAMPLE_DRIVER_BIN"):
+            settings = dataclasses.replace(
+                settings, example_driver_bin=Path(env["DRAC_EXAMPLE_DRIVER_BIN"]).expanduser()
+            )
         return settings
 
     def with_version(self, version: str) -> LocalSettings:
@@ -179,6 +208,9 @@ class LocalSettings:
         driver_name: str | None = None,
         driver_command: str | None = None,
         state_dir: Path | None = None,
+        device_classes: Path | None = None,
+        example_driver_bin: Path | None = None,
+        example_driver_version: str | None = None,
     ) -> LocalSettings:
         """A copy with the command-line options that were given (None: keep the current value).
 
@@ -203,4 +235,11 @@ class LocalSettings:
             changes["driver_command"] = words
         if state_dir is not None:
             changes["state_dir"] = state_dir.expanduser().resolve()
+        if device_classes is not None:
+            changes["device_classes"] = device_classes.expanduser().resolve()
+        if example_driver_bin is not None:
+            changes["example_driver_bin"] = example_driver_bin.expanduser().resolve()
+        if example_driver_version:
+            v = example_driver_version.strip()
+            changes["example_driver_version"] = v if v.startswith("v") else f"v{v}"
         return dataclasses.replace(settings, **changes)

@@ -35,7 +35,13 @@ def test_settings_survive_the_trip_to_the_daemon() -> None:
         nodes=3,
         driver_command=("x", "--node", "{node}"),
         work_dir=Path("/w"),
+    ).with_options(
+        device_classes=Path("/d/classes.yaml"),
+        example_driver_bin=Path("/x/plugin"),
+        example_driver_version="0.3.0",
     )
+    assert settings.example_driver_version == "v0.3.0"
+    assert settings.drivers_cache_root == Path("/c/dra-conformance/drivers")
     assert settings_from_json(settings_to_json(settings)) == settings
     plain = LocalSettings()
     assert settings_from_json(settings_to_json(plain)) == plain
@@ -89,3 +95,21 @@ def test_a_work_dir_that_would_break_paths_is_refused_up_front(work_dir: str, me
     with pytest.raises(ClusterError, match=message):
         LocalCluster(settings).start()
     assert not Path(work_dir).exists()
+
+
+def test_device_class_file_is_read_with_the_driver_name(tmp_path: Path) -> None:
+    from clusters.errors import NodeError
+    from clusters.local.driverproc import manifests_from_file
+
+    good = tmp_path / "classes.yaml"
+    good.write_text(
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: '{driver}'}\n"
+        "spec: {selectors: [{cel: {expression: \"device.driver == '{driver}'\"}}]}\n---\n"
+    )
+    [doc] = manifests_from_file(good, "gpu.example.com")
+    assert doc["metadata"]["name"] == "gpu.example.com"
+    assert doc["spec"]["selectors"][0]["cel"]["expression"] == "device.driver == 'gpu.example.com'"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: DeviceClass\n")
+    with pytest.raises(NodeError, match="apiVersion"):
+        manifests_from_file(bad, "x")

@@ -1,0 +1,172 @@
+"""Drivers written in Go, built from Go modules and cached like the control-plane binaries.
+
+A driver command may name such a binary with the placeholder ``{bin:NAME}``; before the command
+runs, :func:`fill_binaries` puts the binary's path there. Resolution order (first that works):
+
+1. a prebuilt binary given by flag or env (``--example-driver-bin`` / ``DRAC_EXAMPLE_DRIVER_BIN``);
+2. the cache, ``<cache>/dra-conformance/drivers/<module name>/<version>/<NAME>`` with a
+   ``stamp.json`` (beside ``.../k8s/<version>/``, the Kubernetes binaries);
+3. a build from Go modules (:func:`clusters.local.gobuild.build_go_command`) when ``go`` is on
+   PATH, into a temp dir beside the cache entry renamed into place when done, under a file lock
+   (a second process waits and then finds the cache filled).
+
+The version of each module is pinned once, in :mod:`clusters.local.settings`
+(:data:`~clusters.local.settings.EXAMPLE_DRIVER_VERSION`), and can be overridden.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from clusters.errors import BinariesError, GoBuildError
+from clusters.local import gobuild
+from clusters.local.settings import LocalSettings
+
+__all__ = ["GO_BINARIES", "GoBinary", "fill_binaries", "placeholders", "resolve_binary"]
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+STAMP = "stamp.json"
+
+
+@dataclass(frozen=True)
+class GoBinary:
+    """A driver command built from a Go module."""
+
+    name: str
+    """The binary's name (the last element of :attr:`package`), as ``{bin:NAME}`` names it."""
+    module: str
+    """The Go module."""
+    package: str
+    """The ``main`` package's import path."""
+
+    def version(self, settings: LocalSettings) -> str:
+        """The module version to use (the pin, or its override)."""
+        return settings.example_driver_version
+
+    def prebuilt(self, settings: LocalSettings) -> Path | None:
+        """A binary given by flag or env, if any."""
+        return settings.example_driver_bin
+
+    def cache_dir(self, settings: LocalSettings) -> Path:
+        """Where the cache keeps the binary of the version in use."""
+        return settings.drivers_cache_root / self.module.rsplit("/", 1)[-1] / self.version(settings)
+
+
+GO_BINARIES: Mapping[str, GoBinary] = {
+    "dra-example-kubeletplugin": GoBinary(
+        "dra-example-kubeletplugin",
+        "sigs.k8s.io/dra-example-driver",
+        "sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin",
+    ),
+}
+"""The Go binaries ``{bin:NAME}`` knows, by name."""
+
+_PLACEHOLDER = re.compile(r"\{bin:([A-Za-z0-9._-]+)\}")
+
+
+def placeholders(command: Sequence[str]) -> list[str]:
+    """The ``{bin:NAME}`` names a command uses, in order, each once."""
+    names: list[str] = []
+    for word in command:
+        for name in _PLACEHOLDER.findall(word):
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def _log_progress(message: str) -> None:
+    log.info("%s", message)
+
+
+def _usable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def resolve_binary(name: str, settings: LocalSettings, progress: Progress = _log_progress) -> Path:
+    """The path of the Go binary ``name``: prebuilt, cached, or built now (see the module docstring)."""
+    binary = GO_BINARIES.get(name)
+    if binary is None:
+        known = ", ".join(sorted(GO_BINARIES))
+        raise BinariesError(f"{{bin:{name}}} names no known Go binary; known: {known}")
+    prebuilt = binary.prebuilt(settings)
+    if prebuilt is not None:
+        if not _usable(prebuilt):
+            raise BinariesError(
+                f"the prebuilt {name} {prebuilt} is not an executable file; fix the path given by "
+                "--example-driver-bin / DRAC_EXAMPLE_DRIVER_BIN, or unset it to build one"
+            )
+        return prebuilt
+    version = binary.version(settings)
+    entry = binary.cache_dir(settings)
+    target = entry / name
+    if _usable(target) and (entry / STAMP).is_file():
+        return target
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(entry.parent / f".{version}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        progress(f"waiting for another process that is building {name} {version} into {entry}")
+        lock.acquire()
+    try:
+        if _usable(target) and (entry / STAMP).is_file():  # built while we waited
+            return target
+        if not settings.binaries.build:
+            raise BinariesError(
+                f"no {name} {version} in the cache ({entry}) and Go builds are off (DRAC_NO_BUILD); "
+                "pass --example-driver-bin PATH (or set DRAC_EXAMPLE_DRIVER_BIN)"
+            )
+        if shutil.which("go") is None:
+            raise BinariesError(
+                f"no {name} {version} in the cache ({entry}) and 'go' is not on PATH to build it; "
+                "install Go 1.24+ (https://go.dev/doc/install) or pass --example-driver-bin PATH "
+                "(or set DRAC_EXAMPLE_DRIVER_BIN)"
+            )
+        tmp = Path(tempfile.mkdtemp(prefix=f".{version}.tmp-", dir=entry.parent))
+        try:
+            start = time.monotonic()
+            try:
+                gobuild.build_go_command(binary.module, version, binary.package, tmp, progress)
+            except OSError as e:
+                raise GoBuildError(f"building {binary.package} {version}: {e}") from e
+            seconds = time.monotonic() - start
+            stamp = {
+                "module": binary.module,
+                "version": version,
+                "package": binary.package,
+                "source": "build",
+                "seconds": round(seconds, 1),
+                "created": time.time(),
+            }
+            (tmp / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+            if entry.exists():  # an incomplete leftover (no stamp): we hold the lock
+                shutil.rmtree(entry)
+            os.replace(tmp, entry)
+            progress(f"{name} {version} (build, {seconds:.0f} s) in {entry}")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return target
+    finally:
+        lock.release()
+
+
+def fill_binaries(
+    command: Sequence[str], settings: LocalSettings, progress: Progress = _log_progress
+) -> list[str]:
+    """``command`` with every ``{bin:NAME}`` replaced by the binary's path (resolved or built)."""
+    paths = {name: str(resolve_binary(name, settings, progress)) for name in placeholders(command)}
+    return [_PLACEHOLDER.sub(lambda m: paths[m.group(1)], word) for word in command]
