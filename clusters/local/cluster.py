@@ -1,8 +1,10 @@
 """``LocalCluster``: the local control plane plus N fake nodes, each with a node agent and a driver.
 
-Layout under one short temp root (unix socket paths must stay under 108 bytes)::
+Layout under one short temp root (unix socket paths must stay under 108 bytes, and a driver
+started with a pod UID for rolling updates names its registration socket
+``<driver>-<uid>-reg.sock``, 37 bytes longer)::
 
-    /tmp/drac-XXXX/
+    /tmp/dXXXX/
         cp/                         control plane: pki, kubeconfig, etcd data, logs
         n0/                         node root of node-0 (the agent's --root), laid out as
                                     nodeagent.layout.NodeLayout says (kubelet dirs, cdi/, agent/)
@@ -17,9 +19,10 @@ this module never imports it. The node agent too is only started as a process
 from __future__ import annotations
 
 import logging
+import secrets
 import shutil
+import string
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -34,6 +37,7 @@ from clusters.local.driverproc import (
     create_objects,
     default_driver_command,
     device_class_manifests,
+    driver_sockets,
     expand_command,
     manifests_from_file,
 )
@@ -53,6 +57,38 @@ LOCAL_CAPABILITIES = frozenset({"grpc", "view", "restart-driver", "restart-kubel
 
 _SOCKET_PATH_MAX = 107
 """Longest unix socket path Linux accepts (``sun_path`` is 108 bytes with the NUL)."""
+
+_POD_UID = "00000000-0000-0000-0000-000000000000"
+"""As long as any pod UID: what a driver run with ``--pod-uid`` puts into its socket names."""
+
+_ROOT_PREFIX = "d"
+_ROOT_RANDOM = 4
+"""The cluster root is ``<work_dir>/d`` and 4 random characters: ``/tmp/dXXXX/n0`` leaves room for
+``kubelet/plugins_registry/gpu.dra-conformance.io-<pod uid>-reg.sock`` (mkdtemp's 8 would not)."""
+
+
+def _socket_paths(node: NodeLayout, driver: str) -> list[str]:
+    """The socket paths a driver may create under ``node``: the conventional names, and those of a
+    rolling update (``kubeletplugin.RollingUpdate``: the pod UID in both names)."""
+    return [
+        str(node.registration_socket(driver)),
+        str(node.dra_socket(driver)),
+        str(node.registry_dir / f"{driver}-{_POD_UID}-reg.sock"),
+        str(node.plugin_dir(driver) / f"dra-{_POD_UID}.sock"),
+    ]
+
+
+def _short_temp_dir(parent: Path) -> Path:
+    """A new private dir ``<parent>/dXXXX`` (like mkdtemp, with a shorter random part)."""
+    letters = string.ascii_lowercase + string.digits
+    for _ in range(1000):
+        path = parent / (_ROOT_PREFIX + "".join(secrets.choice(letters) for _ in range(_ROOT_RANDOM)))
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise ClusterError(f"no free short directory name under {parent} after 1000 tries; clean it up")
 
 
 @dataclass
@@ -144,7 +180,7 @@ class LocalCluster(Cluster):
         n = self._node(node)
         if not n.driver_command:
             raise NodeError(f"node {node} has no driver command to restart")
-        old_socket = _identity(self._reg_socket(n))
+        old_sockets = set(self._driver_sockets(n).values())
         slices = self._slice_uids(n)
         if n.driver is not None and n.driver.alive():
             if crash:
@@ -152,7 +188,7 @@ class LocalCluster(Cluster):
             else:
                 n.driver.stop()
         self._start_driver(n)
-        self._wait_driver_registered(n, old_socket)
+        self._wait_driver_registered(n, old_sockets)
         if slices:  # a driver may keep its slices across a restart, so any slice will do
             self._wait_republished(n, set())
 
@@ -223,7 +259,7 @@ class LocalCluster(Cluster):
             self.binaries = resolve(s.binaries, self.progress)
             self.timings["binaries"] = time.monotonic() - t0
             s.work_dir.mkdir(parents=True, exist_ok=True)
-            self.root = Path(tempfile.mkdtemp(prefix="drac-", dir=s.work_dir))
+            self.root = _short_temp_dir(s.work_dir)
             t = time.monotonic()
             self.progress(f"starting the control plane (Kubernetes {s.k8s_version}) in {self.root}")
             self.control_plane = ControlPlane(
@@ -280,15 +316,15 @@ class LocalCluster(Cluster):
                 f"work dir {work!r} contains whitespace, which 'export KUBECONFIG=...' cannot carry; "
                 "set DRAC_WORK_DIR to a path without spaces"
             )
-        # mkdtemp adds 8 characters; the driver's sockets are the longest paths under a node
-        node = NodeLayout(Path(f"{work}/drac-XXXXXXXX/n{max(s.nodes - 1, 0)}"))
-        longest = max(
-            str(node.registration_socket(s.driver_name)), str(node.dra_socket(s.driver_name)), key=len
-        )
+        # the driver's sockets are the longest paths under a node: with a pod UID (rolling updates,
+        # kubeletplugin.RollingUpdate) they are <driver>-<uid>-reg.sock and dra-<uid>.sock
+        node = NodeLayout(Path(f"{work}/{_ROOT_PREFIX}{'X' * _ROOT_RANDOM}/n{max(s.nodes - 1, 0)}"))
+        longest = max(_socket_paths(node, s.driver_name), key=len)
         if len(longest.encode()) > _SOCKET_PATH_MAX:
             raise ClusterError(
-                f"work dir {work!r} is too deep: unix socket paths under it would be {len(longest.encode())} "
-                f"bytes (at most {_SOCKET_PATH_MAX}); set DRAC_WORK_DIR to a short path such as /tmp"
+                f"work dir {work!r} is too deep for driver {s.driver_name}: unix socket paths under it "
+                f"would be up to {len(longest.encode())} bytes ({longest}; at most {_SOCKET_PATH_MAX}); "
+                "set DRAC_WORK_DIR to a short path such as /tmp"
             )
 
     def _node(self, name: str) -> LocalNode:
@@ -336,8 +372,8 @@ class LocalCluster(Cluster):
         log_path = n.log_files["driver"]
         n.driver = ManagedProcess(f"driver-{n.name}", n.driver_command, log_path).start()
 
-    def _reg_socket(self, n: LocalNode) -> Path:
-        return n.layout.registration_socket(self.settings.driver_name)
+    def _driver_sockets(self, n: LocalNode) -> dict[Path, tuple[int, int]]:
+        return driver_sockets(n.layout.registry_dir, self.settings.driver_name)
 
     def _slice_uids(self, n: LocalNode) -> set[str]:
         from kubernetes import client
@@ -394,16 +430,18 @@ class LocalCluster(Cluster):
         logs = "\n".join(f"--- {p.name} ({p.log_path}):\n{p.tail(15)}" for p in procs)
         raise NodeError(f"timed out after {timeout:.0f} s waiting for {what}\n{logs}")
 
-    def _wait_driver_registered(self, n: LocalNode, old: tuple[int, int] | None = None) -> None:
-        """Wait for the driver's registration socket (a new one, when ``old`` identifies the last)."""
+    def _wait_driver_registered(self, n: LocalNode, old: set[tuple[int, int]] | None = None) -> None:
+        """Wait for a registration socket whose ``GetInfo`` names the driver, whatever its file name
+        (a new one, not among ``old``, after a restart)."""
         assert n.driver is not None
-        sock = self._reg_socket(n)
+        before = old or set()
 
         def fresh() -> bool:
-            now = _identity(sock)
-            return now is not None and now != old
+            return any(ident not in before for ident in self._driver_sockets(n).values())
 
-        self._wait(f"{sock} (driver on {n.name})", fresh, [n.driver], self.settings.ready_timeout)
+        driver = self.settings.driver_name
+        what = f"a registration socket of driver {driver} in {n.layout.registry_dir} ({n.name})"
+        self._wait(what, fresh, [n.driver], self.settings.ready_timeout)
 
     def _wait_nodes_ready(self, nodes: Sequence[LocalNode]) -> None:
         from kubernetes import client
@@ -498,12 +536,3 @@ def find_container_view(node_roots: Iterable[Path], pod: PodRef, container: str)
         f"no container view for {namespace}/{name} container {container!r} on any node "
         f"(looked for {', '.join(map(str, paths))}); is the pod Running?"
     )
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    """(inode, mtime) of a file, or None when it does not exist."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns

@@ -6,7 +6,10 @@ start a vendor's driver, and asks it for its DeviceClasses through ``device-clas
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
+import stat
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -15,6 +18,7 @@ from typing import Any
 
 import yaml
 
+import draproto
 from clusters.errors import ControlPlaneError, NodeError
 from nodeagent.layout import NodeLayout
 
@@ -22,6 +26,7 @@ __all__ = [
     "create_objects",
     "default_driver_command",
     "device_class_manifests",
+    "driver_sockets",
     "expand_command",
     "manifests_from_file",
 ]
@@ -81,6 +86,37 @@ def device_class_manifests(driver_name: str, python: str = sys.executable) -> li
             f"{proc.stderr.strip()[-2000:]}"
         )
     return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def driver_sockets(registry_dir: Path, driver: str, timeout: float = 2.0) -> dict[Path, tuple[int, int]]:
+    """The registration sockets in ``registry_dir`` whose ``GetInfo`` names ``driver``, whatever their
+    file names (``<driver>-reg.sock``, ``<driver>-<pod uid>-reg.sock`` of a rolling update, or any
+    other), each with its (inode, mtime): what the kubelet's plugin watcher would register."""
+    import grpc
+
+    found: dict[Path, tuple[int, int]] = {}
+    try:
+        entries = list(os.scandir(registry_dir))
+    except FileNotFoundError:
+        return found
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISSOCK(st.st_mode) or entry.name.startswith("."):
+            continue
+        channel = grpc.insecure_channel(f"unix://{entry.path}")
+        with contextlib.closing(channel):
+            try:
+                grpc.channel_ready_future(channel).result(timeout=timeout)
+                stub = draproto.registration_pb2_grpc.RegistrationStub(channel)
+                info = stub.GetInfo(draproto.registration_pb2.InfoRequest(), timeout=timeout)
+            except (grpc.RpcError, grpc.FutureTimeoutError):
+                continue  # a stale socket, or one still starting
+        if info.name == driver:
+            found[Path(entry.path)] = (st.st_ino, st.st_mtime_ns)
+    return found
 
 
 def manifests_from_file(path: Path, driver_name: str) -> list[dict[str, Any]]:

@@ -120,7 +120,7 @@ class LocalSettings:
     agent: bool = True
     """Start a node agent per node (off: Node objects only exist if something else makes them)."""
     work_dir: Path = Path("/tmp")
-    """Parent of the short per-cluster root (``<work_dir>/drac-XXXX``)."""
+    """Parent of the short per-cluster root (``<work_dir>/dXXXX``)."""
     ready_timeout: float = 120.0
     """Seconds to wait for each component, node or driver to become ready."""
     slice_timeout: float = 120.0
