@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clusters.errors import ClusterError
-from clusters.local import daemon
+from clusters.local import daemon, gobins
 from clusters.local.settings import LocalSettings
 from conformance import report
 from conformance.catalogue import AREAS, by_id
@@ -185,6 +185,13 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
     settings: LocalSettings | None = None
     if config.cluster == "local":
         settings = _local_settings(config)
+        if settings.driver_command and gobins.placeholders(settings.driver_command):
+            # a driver built from Go modules: found in the cache or built now, with progress
+            try:
+                filled = gobins.fill_binaries(settings.driver_command, settings, say)
+            except ClusterError as e:
+                raise ConformanceError(f"the driver's binary is not available: {e}") from e
+            settings = dataclasses.replace(settings, driver_command=tuple(filled))
         settings.work_dir.mkdir(parents=True, exist_ok=True)
         state_dir = Path(tempfile.mkdtemp(prefix="drac-run-", dir=settings.work_dir))
         say(f"starting a local cluster: Kubernetes {settings.k8s_version}, {settings.nodes} node(s) ...")
