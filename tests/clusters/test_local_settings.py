@@ -85,7 +85,12 @@ def test_container_view_from_agent_json() -> None:
 
 @pytest.mark.parametrize(
     ("work_dir", "message"),
-    [("/tmp/with space", "whitespace"), ("/tmp/" + "deep/" * 20, "too deep: unix socket paths")],
+    [
+        ("/tmp/with space", "whitespace"),
+        ("/tmp/" + "deep/" * 20, "too deep for driver gpu.dra-conformance.io: unix socket paths"),
+        # fine for <driver>-reg.sock, too long for a rolling update's <driver>-<pod uid>-reg.sock
+        ("/tmp/" + "d" * 30, r"-00000000-0000-0000-0000-000000000000-reg\.sock"),
+    ],
 )
 def test_a_work_dir_that_would_break_paths_is_refused_up_front(work_dir: str, message: str) -> None:
     from clusters.errors import ClusterError
@@ -95,6 +100,12 @@ def test_a_work_dir_that_would_break_paths_is_refused_up_front(work_dir: str, me
     with pytest.raises(ClusterError, match=message):
         LocalCluster(settings).start()
     assert not Path(work_dir).exists()
+
+
+def test_the_default_work_dir_leaves_room_for_rolling_update_sockets() -> None:
+    from clusters.local.cluster import LocalCluster
+
+    LocalCluster(dataclasses.replace(LocalSettings(), nodes=10))._check_work_dir()  # /tmp/dXXXX/n9: fits
 
 
 def test_device_class_file_is_read_with_the_driver_name(tmp_path: Path) -> None:
