@@ -128,8 +128,10 @@ def is_socket(path: Path) -> bool:
 
 
 def find_plugin(registry_dir: Path, driver: str, timeout: float = 10.0) -> PluginInfo:
-    """The registration socket in ``registry_dir`` whose ``GetInfo`` names ``driver``."""
+    """The registration socket in ``registry_dir`` whose ``GetInfo`` names ``driver``, whatever its file
+    name; of several (a rolling update: one per pod UID) the newest, which the kubelet uses too."""
     seen = []
+    found: list[tuple[int, PluginInfo]] = []
     for path in sorted(registry_dir.iterdir()) if registry_dir.is_dir() else []:
         if not is_socket(path):
             continue
@@ -139,8 +141,14 @@ def find_plugin(registry_dir: Path, driver: str, timeout: float = 10.0) -> Plugi
             seen.append(f"{path.name} (no answer: {type(e).__name__})")
             continue
         if info.name == driver:
-            return info
+            try:
+                found.append((path.stat().st_mtime_ns, info))
+            except OSError:
+                continue  # gone meanwhile
+            continue
         seen.append(f"{path.name} ({info.name})")
+    if found:
+        return max(found, key=lambda f: f[0])[1]
     raise PluginNotFound(
         f"no registration socket in {registry_dir} answers GetInfo with driver {driver!r}; "
         f"found: {', '.join(seen) or 'none'}"

@@ -34,6 +34,7 @@ class FakePlugin:
         serve: tuple[str, ...] | None = None,
         endpoint: str | None = None,
         plugin_type: str = draproto.DRA_PLUGIN_TYPE,
+        pod_uid: str = "",
     ) -> None:
         self.driver = driver
         self.versions = versions
@@ -42,6 +43,9 @@ class FakePlugin:
         self.plugin_type = plugin_type
         self.reg_socket = NodeLayout(root).registration_socket(driver)
         self.dra_socket = NodeLayout(root).dra_socket(driver)
+        if pod_uid:  # socket names of a rolling update (kubeletplugin.RollingUpdate)
+            self.reg_socket = NodeLayout(root).registry_dir / f"{driver}-{pod_uid}-reg.sock"
+            self.dra_socket = NodeLayout(root).plugin_dir(driver) / f"dra-{pod_uid}.sock"
         self.endpoint = endpoint if endpoint is not None else str(self.dra_socket)
         self.prepare_calls: list[list[tuple[str, str, str]]] = []
         self.unprepare_calls: list[list[tuple[str, str, str]]] = []

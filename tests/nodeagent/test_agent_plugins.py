@@ -127,6 +127,32 @@ def test_a_replaced_socket_is_registered_again(
     assert manager.registered(p2.driver)
 
 
+def test_rolling_update_newest_instance_wins_and_the_old_serves_until_gone(
+    root: Path, manager: PluginManager, plugins: list[FakePlugin]
+) -> None:
+    """With --pod-uid a driver's sockets carry the pod's UID: the agent registers every socket in the
+    registry dir whatever its name, calls the newest instance, and the driver stays registered (its
+    slices kept, nothing unprepared) while the old instance goes away."""
+    old = FakePlugin(root, pod_uid="11111111-1111-1111-1111-111111111111").start()
+    plugins.append(old)
+    assert manager.wait_for(old.driver, 5)
+    new = FakePlugin(root, pod_uid="22222222-2222-2222-2222-222222222222").start()
+    plugins.append(new)
+    until(lambda: new.registration_status == [(True, "")])
+    assert sorted(p.socket.name for p in manager.plugins()) == sorted(
+        [old.reg_socket.name, new.reg_socket.name]
+    )
+    manager.client(old.driver).prepare(_refs("u1"))
+    assert new.prepare_calls == [[("ns", "u1", "claim-u1")]] and not old.prepare_calls
+    old.stop()
+    until(lambda: len(manager.plugins()) == 1)
+    assert manager.registered(new.driver)
+    assert ("down", new.driver) not in manager.events  # type: ignore[attr-defined]
+    manager.client(new.driver).unprepare(_refs("u1"))
+    assert new.unprepare_calls == [[("ns", "u1", "claim-u1")]]
+    assert not old.unprepare_calls
+
+
 def _refs(*uids: str) -> list[ClaimRef]:
     return [ClaimRef("ns", u, f"claim-{u}") for u in uids]
 
