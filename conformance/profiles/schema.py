@@ -138,7 +138,32 @@ class ExampleConfig:
     parameters: Mapping[str, Any]
     """The opaque config object (``config[].opaque.parameters``)."""
     env: Mapping[str, str] = field(default_factory=dict)
-    """Env vars a container of a device with this config sees (a subset check)."""
+    """Env vars a container of a device with this config sees (a subset check). A name may hold
+    ``{device}``: the part a driver fills per device (``GPU_DEVICE_{device}_SHARING_STRATEGY``),
+    matched as letters, digits and ``_``."""
+
+    def missing(self, env: Mapping[str, str]) -> list[str]:
+        """The entries of :attr:`env` that a container's ``env`` does not show (``NAME=value (saw ...)``)."""
+        out = []
+        for key, value in self.env.items():
+            seen = {k: v for k, v in env.items() if _env_name(key).fullmatch(k)}
+            if value not in seen.values():
+                out.append(f"{key}={value} (saw {seen or None!r})")
+        return out
+
+    def shown(self, env: Mapping[str, str]) -> dict[str, str]:
+        """The variables of ``env`` that show one of :attr:`env`'s entries (name and value)."""
+        return {
+            k: v
+            for key, value in self.env.items()
+            for k, v in env.items()
+            if v == value and _env_name(key).fullmatch(k)
+        }
+
+
+def _env_name(key: str) -> re.Pattern[str]:
+    """An env name of a config, ``{device}`` matching the per-device part."""
+    return re.compile(re.escape(key).replace(re.escape("{device}"), "[A-Za-z0-9_]+"))
 
 
 @dataclass(frozen=True)

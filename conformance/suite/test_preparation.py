@@ -84,11 +84,6 @@ def _config_class(dra: Harness, config: Mapping[str, Any]) -> str:
     return name
 
 
-def _shows(env: Mapping[str, str], expected: Mapping[str, str]) -> list[str]:
-    """What of ``expected`` the env does not show."""
-    return [f"{k}={v} (saw {env.get(k)!r})" for k, v in expected.items() if env.get(k) != v]
-
-
 @rule("PREP-CDI-IDS")
 @exclusive
 def test_cdi_ids_resolve(dra: Harness) -> None:
@@ -224,7 +219,7 @@ def test_class_config(dra: Harness) -> None:
     [(name, config)] = _configs(dra, 1)
     device_class = _config_class(dra, config.parameters)
     pod, _ = dra.run_pod({"device_class": device_class})
-    missing = _shows(dra.view(meta(pod)["name"]).env, config.env)
+    missing = config.missing(dra.view(meta(pod)["name"]).env)
     assert not missing, f"the class's config {name!r} does not show in the container: {missing}"
 
 
@@ -235,7 +230,7 @@ def test_claim_config_wins(dra: Harness) -> None:
     device_class = _config_class(dra, class_config.parameters)
     config = [manifests.opaque_config(dra.driver, claim_config.parameters)]
     pod, _ = dra.run_pod({"device_class": device_class, "config": config})
-    missing = _shows(dra.view(meta(pod)["name"]).env, claim_config.env)
+    missing = claim_config.missing(dra.view(meta(pod)["name"]).env)
     assert not missing, f"the claim's config {name!r} did not win over the class's: {missing}"
 
 
@@ -257,9 +252,9 @@ def test_config_scoped_to_request(dra: Harness) -> None:
     dra.wait_running(meta(pod)["name"])
     scoped = dra.view(meta(pod)["name"], "with").env
     other = dra.view(meta(pod)["name"], "without").env
-    missing = _shows(scoped, config.env)
+    missing = config.missing(scoped)
     assert not missing, f"config {name!r} does not reach the devices of its request: {missing}"
-    leaked = {k: v for k, v in config.env.items() if other.get(k) == v}
+    leaked = config.shown(other)
     assert not leaked, f"config {name!r} for request 'with' reached request 'without': {leaked}"
 
 

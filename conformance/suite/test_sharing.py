@@ -239,7 +239,7 @@ def test_sharing_configs(dra: Harness) -> None:
     for name, pod in pods.items():
         dra.wait_running(pod)
         env = dra.view(pod).env
-        wrong = [f"{k}={v} (saw {env.get(k)!r})" for k, v in configs[name].env.items() if env.get(k) != v]
+        wrong = configs[name].missing(env)
         if wrong:
             problems[name] = wrong
     assert not problems, f"sharing configs that do not show in the container: {problems}"

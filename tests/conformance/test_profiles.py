@@ -21,7 +21,15 @@ def _good() -> dict[str, Any]:
 
 
 def test_shipped_profiles_load() -> None:
-    assert shipped() == ["reference-gpu", "reference-l4", "reference-mig", "reference-mixed"]
+    assert shipped() == [
+        "example-cpu",
+        "example-gpu",
+        "example-net",
+        "reference-gpu",
+        "reference-l4",
+        "reference-mig",
+        "reference-mixed",
+    ]
     for name in shipped():
         profile = load(name)
         assert profile.name == name
@@ -123,3 +131,18 @@ def test_unknown_name_lists_the_shipped_ones(tmp_path: Path) -> None:
     broken.write_text("name: [unclosed\n")
     with pytest.raises(ProfileError, match=r"broken.yaml: not valid YAML at line 2"):
         load(broken)
+
+
+def test_config_env_names_may_hold_the_per_device_part() -> None:
+    from conformance.profiles.schema import ExampleConfig
+
+    config = ExampleConfig({}, {"GPU_DEVICE_{device}_SHARING_STRATEGY": "TimeSlicing", "PLAIN": "1"})
+    env = {"GPU_DEVICE_3_SHARING_STRATEGY": "TimeSlicing", "PLAIN": "1", "GPU_DEVICE_3": "gpu-3"}
+    assert config.missing(env) == []
+    assert config.shown(env) == {"GPU_DEVICE_3_SHARING_STRATEGY": "TimeSlicing", "PLAIN": "1"}
+    wrong = {"GPU_DEVICE_3_SHARING_STRATEGY": "MPS", "XGPU_DEVICE_3_SHARING_STRATEGY": "TimeSlicing"}
+    assert [m.split(" ")[0] for m in config.missing(wrong)] == [
+        "GPU_DEVICE_{device}_SHARING_STRATEGY=TimeSlicing",
+        "PLAIN=1",
+    ]
+    assert config.shown(wrong) == {}
