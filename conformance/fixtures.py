@@ -120,6 +120,8 @@ def dra(request: pytest.FixtureRequest) -> Iterator[Harness]:
             properties=request.node.user_properties,
         )
         request.node.stash[HARNESS_KEY] = harness
+        if "grpc" in dra_env.cluster_capabilities:
+            harness.cdi_before = frozenset(harness.cdi_devices(node))
         if exclusive:
             until(
                 f"the devices of {node} to be free of other tests' claims",

@@ -11,7 +11,7 @@ import itertools
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +97,8 @@ class Harness:
         self._cleanups: list[Callable[[], object]] = []
         self._tainted_before: dict[str, set[str]] = {}
         self._heals: set[tuple[str, ...]] = set()
+        self.cdi_before: frozenset[str] = frozenset()
+        """The CDI devices defined on :attr:`node` as the test began (when the suite can read them)."""
 
     def on_cleanup(self, undo: Callable[[], object]) -> None:
         """Run ``undo`` when the test ends (newest first, before its objects are deleted)."""
@@ -530,6 +532,13 @@ class Harness:
                 if isinstance(device, dict):
                     found[f"{spec.get('kind')}={device.get('name')}"] = path
         return found
+
+    def claim_cdi_ids(self, ids: Iterable[str]) -> list[str]:
+        """Of ``ids`` (CDI devices answered for a claim of this test), those its preparation brought:
+        without devices already defined on the node before the test began. A driver may add one
+        node-wide device (node env, say) to every claim's answer; it is not the claim's to remove
+        (PREP-CDI-UNIQUE is the rule that judges such sharing)."""
+        return [i for i in ids if i not in self.cdi_before]
 
     def plugin_info(self, node: str | None = None) -> PluginInfo:
         """``GetInfo`` of the driver's registration socket on ``node``."""

@@ -51,7 +51,9 @@ def _prepared_ids(dra: Harness) -> list[str]:
 
 
 def _wait_undefined(dra: Harness, ids: list[str], what: str) -> None:
-    """Wait until no CDI spec on the node defines any of ``ids`` (the driver unprepared them)."""
+    """Wait until no CDI spec on the node defines any of ``ids`` (the driver unprepared them); devices
+    defined on the node before the test began are not the claim's (:meth:`Harness.claim_cdi_ids`)."""
+    ids = dra.claim_cdi_ids(ids)
     until(
         f"{what} to be removed",
         lambda: not set(ids) & set(dra.cdi_devices()),

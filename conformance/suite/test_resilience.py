@@ -243,7 +243,7 @@ def test_driver_crash(dra: Harness) -> None:
         unprepared = client.unprepare(claims)
         errors = {c.name: unprepared[c.uid].error for c in claims if unprepared[c.uid].error}
         assert not errors, f"unprepare after the crash failed: {errors}"
-        left = sorted(set(ids) & set(dra.cdi_devices()))
+        left = sorted(set(dra.claim_cdi_ids(ids)) & set(dra.cdi_devices()))
         assert not left, f"CDI devices still defined on {dra.node} after every claim was unprepared: {left}"
         leaked = sorted(str(p) for p in set(dra.cdi_specs()) - specs_before)
         assert not leaked, f"CDI specs left on {dra.node} after every claim was unprepared: {leaked}"
@@ -260,7 +260,7 @@ def test_unprepare_after_restart(dra: Harness) -> None:
     """a pod deleted after a driver restart is unprepared cleanly"""
     pod, _ = dra.run_pod(dra.widest())
     name = meta(pod)["name"]
-    ids = _cdi_ids(dra, name)
+    ids = dra.claim_cdi_ids(_cdi_ids(dra, name))
     with _drivers_restarted_on_failure(dra, [dra.node]):
         dra.cluster.restart_driver(dra.node)
         dra.remove_pod(name)
@@ -285,7 +285,7 @@ def test_kubelet_restart(dra: Harness) -> None:
     _pool_restored_after(dra, "the kubelet restarted")
     pod, _ = dra.run_pod()
     name = meta(pod)["name"]
-    ids = _cdi_ids(dra, name)
+    ids = dra.claim_cdi_ids(_cdi_ids(dra, name))
     with _drivers_restarted_on_failure(dra, [dra.node]):
         dra.cluster.restart_kubelet(dra.node)
         again, _ = dra.run_pod()  # the driver registered again

@@ -82,7 +82,9 @@ def _check_defined(dra: Harness, ids: Sequence[str], what: str) -> None:
 
 
 def _wait_undefined(dra: Harness, ids: Sequence[str], what: str) -> None:
-    """Wait until no CDI spec on the node defines any of ``ids`` (the driver unprepared them)."""
+    """Wait until no CDI spec on the node defines any of ``ids`` (the driver unprepared them); devices
+    defined on the node before the test began are not the claim's (:meth:`Harness.claim_cdi_ids`)."""
+    ids = dra.claim_cdi_ids(ids)
     until(
         f"{what} to be removed",
         lambda: not set(ids) & set(dra.cdi_devices()),
@@ -173,7 +175,7 @@ def test_container_sees_only_its_request(dra: Harness) -> None:
     pod = _name(dra.pod(claims={"gpu": _name(claim)}, containers=containers))
     dra.wait_running(pod)
     first, second = _ids_of(dra, pod, "first"), _ids_of(dra, pod, "second")
-    both = sorted(set(first) & set(second))
+    both = sorted(set(dra.claim_cdi_ids(first)) & set(second))  # a node-wide device is no request's
     assert not both, f"containers of different requests both got CDI devices {both}"
     for request in ("first", "second"):  # each container is named after its request
         _check_env_devices(dra, pod, request, _expected(dra, [claim], request))
