@@ -1,0 +1,93 @@
+"""The suite against a driver no one here wrote: dra-example-driver (Go, upstream), profile example-gpu.
+
+Its kubelet plugin is built from Go modules once and cached beside the Kubernetes binaries
+(``dra-conformance cluster binaries --example-driver`` does it up front in ``nox -s tests``). A clean
+run fails only the rules the profile lists as known failures (each an expected failure with its
+reason) and skips only for the capabilities the driver lacks; a known failure that starts passing
+shows as an unexpected pass and fails here too, so the list stays true.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+
+from clusters.errors import BinariesError
+from clusters.local import gobins
+from clusters.local.binaries import Binaries
+from clusters.local.settings import LocalSettings
+from conformance.profiles import load
+from tests.conformance.suitekit import quick_profile, run_suite
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+EXAMPLE_GPU_SKIPS = frozenset(
+    {
+        # no DRAResourceHealth service, no taints, no fault injection
+        "HEALTH-SERVICE",
+        "HEALTH-STREAM-FAULT",
+        "HEALTH-POD-STATUS",
+        "HEALTH-TAINT",
+        "HEALTH-NO-ALLOC-TAINTED",
+        "HEALTH-RECOVER",
+        "HEALTH-IGNORED",
+        # capabilities --device-profile gpu does not have as started (no --gpu-partitions,
+        # --gpu-allow-multiple-allocations, --gpu-device-status, extended resource, net)
+        "SLICE-COUNTERS",
+        "ALLOC-PARTITION",
+        "ALLOC-CONSUMABLE",
+        "ALLOC-EXTENDED",
+        "ALLOC-STATUS-DEVICES",
+        "PREP-NETDEV",
+    }
+)
+"""The rules a clean example-gpu run skips (each for the reason its record states)."""
+
+
+@pytest.fixture(scope="session")
+def example_driver(request: pytest.FixtureRequest) -> Path:
+    """dra-example-kubeletplugin: prebuilt, cached, or built now (minutes, once)."""
+    settings = LocalSettings.from_env(os.environ)
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+
+    def say(message: str) -> None:
+        print(f"[dra-conformance] {message}", flush=True)
+
+    try:
+        if capture is None:
+            return gobins.resolve_binary("dra-example-kubeletplugin", settings, say)
+        with capture.global_and_fixture_disabled():
+            return gobins.resolve_binary("dra-example-kubeletplugin", settings, say)
+    except BinariesError as e:
+        pytest.skip(f"dra-example-kubeletplugin is not available: {e}")
+
+
+def _profile(name: str, directory: Path, binary: Path) -> Path:
+    """The shipped profile with short timeouts and the binary's path in its command (pytester moves
+    HOME, and with it the cache the placeholder would be resolved from)."""
+    loaded = load(name)
+    assert loaded.local is not None
+    command = loaded.local.command.replace("{bin:dra-example-kubeletplugin}", shlex.quote(str(binary)))
+    local = dataclasses.asdict(loaded.local) | {"command": command}
+    return quick_profile(name, directory, local=local)
+
+
+def test_example_gpu_fails_only_its_known_failures(
+    pytester: pytest.Pytester, local_binaries: Binaries, example_driver: Path, tmp_path: Path
+) -> None:
+    profile = _profile("example-gpu", tmp_path, example_driver)
+    run = run_suite(pytester, local_binaries, profile, workers=2)
+    known = set(load("example-gpu").known_failures)
+    assert not run.failed, run.explain()
+    assert not run.having("unexpected-pass"), run.explain()
+    assert run.having("expected-failure") == known, run.explain()
+    skipped = run.having("skipped")
+    for result in run.report.rules:
+        if result.outcome == "skipped":
+            assert result.reason, f"{result.rule.id} skipped without a reason"
+    assert skipped == EXAMPLE_GPU_SKIPS, run.explain()
+    assert run.having("passed"), run.explain()
