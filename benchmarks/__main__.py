@@ -17,6 +17,7 @@ from pathlib import Path
 ENTRIES: list[str] = [
     "fakegpu_calls",
     "driver_prepare",
+    "prepare_compare",
     "driver_slices",
     "cluster_boot",
     "cluster_scale",

@@ -1,0 +1,188 @@
+"""NodePrepareResources latency: the reference driver against dra-example-driver, same node, one run.
+
+A local cluster of one node runs both drivers as processes: the reference driver (Python, fakegpu
+DGX H100) and dra-example-driver (Go, ``--device-profile gpu``, its kubelet plugin built from Go
+modules and cached; API client limits lifted with ``--kube-api-qps``/``--kube-api-burst``, the
+reference driver's Python client has none). For each driver, pods with one-device claims run, so
+the scheduler allocates the claims and the node agent prepares them; then, on the driver's own
+socket (direct gRPC, v1), each claim is unprepared and measured ``ROUNDS`` times:
+
+- ``fresh``: the first ``NodePrepareResources`` of the claim (the driver reads the claim from the
+  API, writes its CDI spec and checkpoint);
+- ``repeated``: ``REPEATS`` more prepares of the prepared claim (idempotent answers);
+
+then unprepared again (not timed). Figures are p50 / p99 / max in ms per driver. The claims end
+prepared, as the agent left them, before the cluster stops.
+
+Env: ``DRAC_BENCH_CLAIMS`` (claims per driver, default 4), ``DRAC_BENCH_ROUNDS`` (default 25),
+``DRAC_EXAMPLE_DRIVER_BIN`` (a prebuilt plugin; else the cache, else a Go build).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from draproto import dra_v1_pb2, dra_v1_pb2_grpc, registration_pb2, registration_pb2_grpc
+
+REFERENCE = "gpu.dra-conformance.io"
+EXAMPLE = "gpu.example.com"
+REPEATS = 3
+
+
+def _quantiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    q = statistics.quantiles(ordered, n=100, method="inclusive")
+    return {
+        "n": len(ordered),
+        "p50_ms": round(q[49] * 1000, 2),
+        "p99_ms": round(q[98] * 1000, 2),
+        "max_ms": round(ordered[-1] * 1000, 2),
+    }
+
+
+def _endpoint(registry: Path, driver: str) -> str:
+    """The DRAPlugin endpoint of ``driver``, from ``GetInfo`` on its registration socket."""
+    from clusters.local.driverproc import driver_sockets
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        for path in driver_sockets(registry, driver):
+            with grpc.insecure_channel(f"unix://{path}") as channel:
+                stub = registration_pb2_grpc.RegistrationStub(channel)
+                return str(stub.GetInfo(registration_pb2.InfoRequest(), timeout=10).endpoint)
+        time.sleep(0.2)
+    raise RuntimeError(f"driver {driver} did not register in {registry}")
+
+
+def _run_pods(api: Any, namespace: str, device_class: str, count: int) -> list[Any]:
+    """``count`` pods, each with its own one-device claim of ``device_class``; waits until they run."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    for i in range(count):
+        claim = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": f"c{i}"},
+            "spec": {
+                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}
+            },
+        }
+        custom.create_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims", claim)
+        pod: Any = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"p{i}"},
+            "spec": {
+                "containers": [{"name": "c", "image": "none", "resources": {"claims": [{"name": "g"}]}}],
+                "resourceClaims": [{"name": "g", "resourceClaimName": f"c{i}"}],
+            },
+        }
+        core.create_namespaced_pod(namespace, pod)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        pods = core.list_namespaced_pod(namespace).items
+        if len(pods) == count and all(p.status.phase == "Running" for p in pods):
+            break
+        time.sleep(0.2)
+    else:
+        raise RuntimeError(f"pods of {device_class} did not all run within 180 s")
+    claims = custom.list_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims")
+    return [
+        dra_v1_pb2.Claim(namespace=namespace, uid=c["metadata"]["uid"], name=c["metadata"]["name"])
+        for c in claims["items"]
+    ]
+
+
+def _measure(endpoint: str, claims: list[Any], rounds: int) -> dict[str, Any]:
+    fresh: list[float] = []
+    repeated: list[float] = []
+    with grpc.insecure_channel(f"unix://{endpoint}") as channel:
+        stub = dra_v1_pb2_grpc.DRAPluginStub(channel)
+
+        def prepare(claim: Any) -> float:
+            started = time.perf_counter()
+            response = stub.NodePrepareResources(
+                dra_v1_pb2.NodePrepareResourcesRequest(claims=[claim]), timeout=45
+            )
+            took = time.perf_counter() - started
+            if response.claims[claim.uid].error:
+                raise RuntimeError(f"prepare of {claim.name}: {response.claims[claim.uid].error}")
+            return took
+
+        def unprepare(claim: Any) -> None:
+            response = stub.NodeUnprepareResources(
+                dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[claim]), timeout=45
+            )
+            if response.claims[claim.uid].error:
+                raise RuntimeError(f"unprepare of {claim.name}: {response.claims[claim.uid].error}")
+
+        for claim in claims:  # warm-up: one cycle each (connections, caches)
+            unprepare(claim)
+            prepare(claim)
+        for _ in range(rounds):
+            for claim in claims:
+                unprepare(claim)
+                fresh.append(prepare(claim))
+                repeated.extend(prepare(claim) for _ in range(REPEATS))
+    return {"fresh": _quantiles(fresh), "repeated": _quantiles(repeated)}
+
+
+def run() -> dict[str, Any]:
+    """Both drivers on one node: fresh and repeated prepare latency, p50/p99."""
+    from kubernetes import client
+
+    from clusters.local.cluster import LocalCluster
+    from clusters.local.driverproc import create_objects, manifests_from_file
+    from clusters.local.gobins import fill_binaries
+    from clusters.local.processes import ManagedProcess
+    from clusters.local.settings import LocalSettings
+    from conformance.profiles import SHIPPED_DIR, load
+
+    claims_per_driver = int(os.environ.get("DRAC_BENCH_CLAIMS", "4"))
+    rounds = int(os.environ.get("DRAC_BENCH_ROUNDS", "25"))
+    settings = dataclasses.replace(LocalSettings.from_env(os.environ), nodes=1)
+    example = load("example-gpu")
+    assert example.local is not None
+    words = [*shlex.split(example.local.command), "--kube-api-qps", "1000", "--kube-api-burst", "1000"]
+    words = fill_binaries(words, settings, lambda m: print(m, file=sys.stderr, flush=True))
+    result: dict[str, Any] = {"claims_per_driver": claims_per_driver, "rounds": rounds, "repeats": REPEATS}
+    with LocalCluster(settings).start() as cluster:
+        node = cluster.nodes()[0]
+        values = {**cluster.node_values(node), "driver": EXAMPLE, "python": sys.executable}
+        argv = list(words)
+        for key, value in values.items():
+            argv = [a.replace("{" + key + "}", value) for a in argv]
+        root = Path(values["root"])
+        proc = ManagedProcess("example-driver", argv, root / "logs" / "example-driver.log").start()
+        try:
+            api = cluster.api_client()
+            create_objects(api, manifests_from_file(SHIPPED_DIR / "example-gpu-classes.yaml", EXAMPLE))
+            registry = root / "kubelet" / "plugins_registry"
+            endpoints = {REFERENCE: _endpoint(registry, REFERENCE), EXAMPLE: _endpoint(registry, EXAMPLE)}
+            core = client.CoreV1Api(api)
+            for driver in (REFERENCE, EXAMPLE):
+                namespace = "b-" + driver.split(".")[1].replace("dra-", "")
+                core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+                while True:  # pods are refused until the default service account exists
+                    try:
+                        core.read_namespaced_service_account("default", namespace)
+                        break
+                    except client.exceptions.ApiException:
+                        time.sleep(0.05)
+                claims = _run_pods(api, namespace, driver, claims_per_driver)
+                result[driver] = _measure(endpoints[driver], claims, rounds)
+        finally:
+            proc.stop()
+    result["cpus"] = os.cpu_count()
+    return result
