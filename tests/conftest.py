@@ -21,3 +21,28 @@ def control_plane(local_binaries: Binaries) -> Iterator[ControlPlane]:
             yield cp.start()
         finally:
             cp.stop()
+
+
+@pytest.fixture(scope="session")
+def example_driver(request: pytest.FixtureRequest) -> Path:
+    """dra-example-kubeletplugin (sigs.k8s.io/dra-example-driver): prebuilt, cached, or built now
+    (minutes, once; ``nox -s tests`` builds it up front). Skips, saying why, where it cannot be had."""
+    import os
+
+    from clusters.errors import BinariesError
+    from clusters.local import gobins
+    from clusters.local.settings import LocalSettings
+
+    settings = LocalSettings.from_env(os.environ)
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+
+    def say(message: str) -> None:
+        print(f"[dra-conformance] {message}", flush=True)
+
+    try:
+        if capture is None:
+            return gobins.resolve_binary("dra-example-kubeletplugin", settings, say)
+        with capture.global_and_fixture_disabled():
+            return gobins.resolve_binary("dra-example-kubeletplugin", settings, say)
+    except BinariesError as e:
+        pytest.skip(f"dra-example-kubeletplugin is not available: {e}")

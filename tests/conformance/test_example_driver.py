@@ -10,16 +10,12 @@ shows as an unexpected pass and fails here too, so the list stays true.
 from __future__ import annotations
 
 import dataclasses
-import os
 import shlex
 from pathlib import Path
 
 import pytest
 
-from clusters.errors import BinariesError
-from clusters.local import gobins
 from clusters.local.binaries import Binaries
-from clusters.local.settings import LocalSettings
 from conformance.profiles import load
 from tests.conformance.suitekit import quick_profile, run_suite
 
@@ -46,24 +42,6 @@ EXAMPLE_GPU_SKIPS = frozenset(
     }
 )
 """The rules a clean example-gpu run skips (each for the reason its record states)."""
-
-
-@pytest.fixture(scope="session")
-def example_driver(request: pytest.FixtureRequest) -> Path:
-    """dra-example-kubeletplugin: prebuilt, cached, or built now (minutes, once)."""
-    settings = LocalSettings.from_env(os.environ)
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-
-    def say(message: str) -> None:
-        print(f"[dra-conformance] {message}", flush=True)
-
-    try:
-        if capture is None:
-            return gobins.resolve_binary("dra-example-kubeletplugin", settings, say)
-        with capture.global_and_fixture_disabled():
-            return gobins.resolve_binary("dra-example-kubeletplugin", settings, say)
-    except BinariesError as e:
-        pytest.skip(f"dra-example-kubeletplugin is not available: {e}")
 
 
 def _profile(name: str, directory: Path, binary: Path) -> Path:
