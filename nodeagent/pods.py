@@ -274,14 +274,14 @@ class PodManager:
         now = time.time()
         for ref in claims.container_claim_refs(pod):
             name = f"claim:{ref.pod_claim}" + (f"/{ref.request}" if ref.request else "")
-            resources = [
-                {
-                    "resourceID": f"{d.driver}/{d.pool}/{d.device}",
-                    "health": self.health.get(d.driver, d.pool, d.device, now),
-                }
-                for d in run.devices.get(ref.pod_claim, [])
-                if d.serves(ref.request)
-            ]
+            resources: list[Obj] = []
+            for d in run.devices.get(ref.pod_claim, []):
+                resource_id = f"{d.driver}/{d.pool}/{d.device}"
+                # one device may serve several results (shares of a multi-allocatable device, one per
+                # request): listed once, as the kubelet does (the API refuses duplicate resourceIDs)
+                if d.serves(ref.request) and all(r["resourceID"] != resource_id for r in resources):
+                    health = self.health.get(d.driver, d.pool, d.device, now)
+                    resources.append({"resourceID": resource_id, "health": health})
             if resources:
                 out[ref.container].append({"name": name, "resources": resources})
         return out

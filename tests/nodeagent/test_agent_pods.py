@@ -396,3 +396,22 @@ def test_a_deletion_seen_during_a_status_write_is_not_forgotten(env: Env) -> Non
     env.kube.update_pod_status = write  # type: ignore[method-assign]
     assert env.pods.sync("pod-1") is None
     assert env.kube.deleted_pods == [("default", "p1", "pod-1")]
+
+
+def test_a_device_shared_by_two_requests_is_listed_once_in_the_pod_status(env: Env) -> None:
+    """Two requests of one claim can get shares of one multi-allocatable device (dra-example-driver's
+    NICs): the API refuses duplicate resourceIDs, so the device is listed once, as the kubelet does."""
+    env.kube.add_claim(make_claim("c1", "u1", requests=("a", "b"), reserved_for=("pod-1",)))
+    env.plugin.results["u1"] = [
+        {"request_names": ["a"], "pool": "pool-a", "device": "nic-0", "cdi": ["example.com/gpu=s1"]},
+        {"request_names": ["b"], "pool": "pool-a", "device": "nic-0", "cdi": ["example.com/gpu=s2"]},
+    ]
+    env.spec("s1", "s2")
+    env.kube.add_pod(make_pod("p1", "pod-1", claims={"nics": "c1"}, containers={"c": [("nics", None)]}))
+    env.sync()
+    pod = env.kube.pod_now("default", "p1")
+    assert pod is not None and pod["status"]["phase"] == "Running"
+    assert env.view("p1", "c")["cdi_devices"] == ["example.com/gpu=s1", "example.com/gpu=s2"]
+    [entry] = pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"]
+    assert entry["name"] == "claim:nics"
+    assert [r["resourceID"] for r in entry["resources"]] == [f"{DRIVER}/pool-a/nic-0"]
