@@ -55,6 +55,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--nodes", type=int, help="nodes of the local cluster (default: the profile's, else 2)")
     r.add_argument("--k8s-version", help="Kubernetes version of the local cluster (e.g. 1.36)")
     r.add_argument("--bin-dir", type=Path, help="directory with etcd and the kube-* binaries")
+    r.add_argument(
+        "--example-driver-bin",
+        type=Path,
+        help="a prebuilt dra-example-kubeletplugin for the example-* profiles (env DRAC_EXAMPLE_DRIVER_BIN; "
+        "default: the cache, else a build from Go modules)",
+    )
     r.add_argument("--reports-dir", default="reports", help="where run directories go (default ./reports)")
     r.add_argument("--keep-cluster", action="store_true", help="leave the local cluster running afterwards")
     r.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments")
@@ -81,6 +87,7 @@ def _run(args: argparse.Namespace) -> int:
         k8s_version=args.k8s_version,
         bin_dir=args.bin_dir,
         pytest_args=args.pytest_args,
+        example_driver_bin=args.example_driver_bin,
     )
     result = run(config, progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(report.summary_table(result))

@@ -59,6 +59,9 @@ class SuiteConfig:
     """Kubernetes version of a local cluster (default: the local tier's)."""
     bin_dir: Path | None = None
     """Control-plane binaries of a local cluster."""
+    example_driver_bin: Path | None = None
+    """A prebuilt ``dra-example-kubeletplugin`` for ``{bin:dra-example-kubeletplugin}`` (else the cache,
+    else a Go build)."""
     pytest_args: tuple[str, ...] = ()
     """Extra pytest arguments."""
 
@@ -109,6 +112,7 @@ class SuiteConfig:
         k8s_version: str | None = None,
         bin_dir: str | Path | None = None,
         pytest_args: Sequence[str] = (),
+        example_driver_bin: str | Path | None = None,
     ) -> SuiteConfig:
         """Validate the options and build the config; :class:`UsageError` names a bad one."""
         loaded = profile if isinstance(profile, DriverProfile) else load(profile)
@@ -154,6 +158,7 @@ class SuiteConfig:
             k8s_version=k8s_version,
             bin_dir=Path(bin_dir) if bin_dir else None,
             pytest_args=tuple(pytest_args),
+            example_driver_bin=Path(example_driver_bin) if example_driver_bin else None,
         )
         if run_id:
             config = dataclasses.replace(config, run_id=run_id)

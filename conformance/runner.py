@@ -88,6 +88,7 @@ def _local_settings(config: SuiteConfig) -> LocalSettings:
         nodes=config.local_nodes,
         driver_name=config.profile.driver,
         driver_command=config.local_command,
+        example_driver_bin=config.example_driver_bin,
     )
     # whether the driver publishes slices is for preflight (PRE-SLICES) to judge, not for the start
     return dataclasses.replace(settings, wait_slices=False)
