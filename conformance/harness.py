@@ -40,7 +40,7 @@ from conformance.status import (
     reserved_for,
     unschedulable,
 )
-from conformance.waiting import Objects, WaitTimeout, watch_until
+from conformance.waiting import Objects, WaitTimeout, until, watch_until
 
 __all__ = ["MEASURE_PREFIX", "TEST_TAINT_KEY", "Harness"]
 
@@ -530,6 +530,15 @@ class Harness:
                 if isinstance(device, dict):
                     found[f"{spec.get('kind')}={device.get('name')}"] = path
         return found
+
+    def wait_undefined(self, ids: Sequence[str], what: str) -> None:
+        """Wait until no CDI spec on the test's node defines any of ``ids`` (the driver unprepared them)."""
+        until(
+            f"{what} to be removed",
+            lambda: not set(ids) & set(self.cdi_devices()),
+            self.profile.timeouts.unprepare,
+            describe=lambda: f"still defined: {sorted(set(ids) & set(self.cdi_devices()))}",
+        )
 
     def plugin_info(self, node: str | None = None) -> PluginInfo:
         """``GetInfo`` of the driver's registration socket on ``node``."""
