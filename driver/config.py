@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Context, Decimal
 from typing import Any
 
+from driver._names import shown as _shown
 from driver.errors import ConfigError
 
 __all__ = [
@@ -161,14 +162,6 @@ QUANTITY_MAX = 2**63 - 1
 QUANTITY_MAX_CHARS = 64
 """Longer quantity strings are refused before any arithmetic (a valid int64 needs 20 characters)."""
 _DECIMAL = Context(prec=QUANTITY_MAX_CHARS + 20, Emax=10**6, Emin=-(10**6), traps=[])
-
-
-def _shown(value: Any, limit: int = 40) -> str:
-    """``repr(value)`` cut to ``limit`` characters, for messages about hostile input."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
-        return f"an integer of {value.bit_length()} bits"  # repr() of a huge int is slow, or refused
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def parse_quantity(value: Any, field: str) -> int:

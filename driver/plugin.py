@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
@@ -35,6 +36,7 @@ from draproto import (
     registration_pb2,
     registration_pb2_grpc,
 )
+from driver._files import PRIVATE_DIR_MODE, private_dir
 from driver.checkpoint import PreparedDevice
 from driver.errors import PrepareError
 from driver.healthstream import HealthSource, services
@@ -46,6 +48,7 @@ __all__ = ["PluginServer", "supported_versions"]
 log = logging.getLogger(__name__)
 
 WRONG_POOL_SUFFIX = "-wrong"
+SOCKET_MODE = 0o600
 
 
 def supported_versions(settings: Settings) -> list[str]:
@@ -111,10 +114,24 @@ class _DRAPlugin:
     def _each_claim(
         self, request: Any, response: Any, verb: str, handle: Callable[[ClaimRef, Any], None]
     ) -> Any:
-        """Run ``handle(ref, entry)`` per claim; a failure goes in that claim's ``error`` only."""
+        """Run ``handle(ref, entry)`` per claim; a failure goes in that claim's ``error`` only.
+
+        A UID named twice for the same claim is handled once; named for two different claims,
+        neither is handled and the UID's answer says why.
+        """
+        refs: dict[str, ClaimRef] = {}
+        twice: set[str] = set()
         for claim in self._batch(request.claims):
             ref = ClaimRef(namespace=claim.namespace, uid=claim.uid, name=claim.name)
-            entry = response.claims[claim.uid]
+            if refs.setdefault(claim.uid, ref) != ref:
+                twice.add(claim.uid)
+                response.claims[
+                    claim.uid
+                ].error = f"claim {refs[claim.uid]}: its UID appears twice in the request, also for {ref}"
+        for uid, ref in refs.items():
+            if uid in twice:
+                continue
+            entry = response.claims[uid]
             try:
                 handle(ref, entry)
             except PrepareError as e:
@@ -178,15 +195,23 @@ class PluginServer:
         self._reg: grpc.Server | None = None
 
     def _server(self, path: Path) -> grpc.Server:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
         _unlink(path)  # a stale socket of a previous run would make bind fail
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="grpc"))
-        server.add_insecure_port(f"unix://{path.absolute()}")
+        # Only root (the kubelet) may call the driver, whatever umask it was started with: the
+        # socket is bound under a strict umask (no moment of a wider mode), then set to 0600.
+        old_umask = os.umask(0o077)
+        try:
+            server.add_insecure_port(f"unix://{path.absolute()}")
+        finally:
+            os.umask(old_umask)
+        os.chmod(path, SOCKET_MODE)
         return server
 
     def start(self) -> None:
         """Serve the DRA socket, then the registration socket (readiness)."""
         settings = self.settings
+        private_dir(settings.kubelet.plugin_dir)
         dra = self._server(settings.dra_socket)
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAPluginV1(self.state, settings), dra)
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAPluginV1beta1(self.state, settings), dra)

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Protocol
 
 from driver import devnodes, partitions
-from driver._files import atomic_write
+from driver._files import atomic_write, private_dir
+from driver._names import check_uid, shown, within
 from driver.cdi import CDIDevice, SpecStore
 from driver.checkpoint import (
     PREPARE_COMPLETED,
@@ -67,7 +68,17 @@ class ClaimRef:
     name: str
 
     def __str__(self) -> str:
-        return f"{self.namespace}/{self.name} ({self.uid})"
+        text = f"{self.namespace}/{self.name} ({self.uid})"
+        if len(text) <= 300 and text.isprintable():
+            return text
+        return f"{shown(self.namespace)}/{shown(self.name)} ({shown(self.uid)})"
+
+    def check(self) -> None:
+        """Raise ``PrepareError`` naming the claim unless its UID is safe to use in paths."""
+        try:
+            check_uid(self.uid)
+        except PrepareError as e:
+            raise PrepareError(f"claim {self}: {e}") from None
 
 
 class Partitioner(Protocol):
@@ -121,6 +132,8 @@ class DeviceState:
             nvml=self.nvml,
             broken=settings.breaks("invalid-cdi-spec"),
         )
+        private_dir(settings.claims_dir)  # also the plugin dir, its parent
+        private_dir(settings.kubelet.plugin_dir)
         self.store = CheckpointStore(settings.checkpoint_path)
         self._checkpoint = Checkpoint() if settings.breaks("forget-checkpoint") else self.store.load()
         self._rebooted = self._checkpoint.boot_id != self.boot_id
@@ -183,6 +196,7 @@ class DeviceState:
 
     def prepare(self, ref: ClaimRef) -> list[PreparedDevice]:
         """Prepare one claim; idempotent. Raises ``PrepareError`` naming claim, device and reason."""
+        ref.check()
         with self._claim_lock(ref.uid):
             with self._lock:
                 record = self._checkpoint.claims.get(ref.uid)
@@ -236,6 +250,7 @@ class DeviceState:
 
     def unprepare(self, ref: ClaimRef) -> None:
         """Undo a prepare; an unknown claim succeeds. Raises ``PrepareError`` when undoing fails."""
+        ref.check()
         with self._claim_lock(ref.uid):
             with self._lock:
                 record = self._checkpoint.claims.get(ref.uid)
@@ -329,6 +344,11 @@ class DeviceState:
             except ConfigError as e:
                 raise PrepareError(f"claim {ref}: device {name}: invalid config: {e}") from e
             share_id = result.get("shareID") or None
+            if share_id is not None:
+                try:
+                    check_uid(str(share_id), "shareID")
+                except PrepareError as e:
+                    raise ClaimError(f"claim {ref}: device {name}: {e}") from None
             key = (name, share_id)
             answered = request if self.settings.breaks("subrequest-name") else _parent_request(request)
             if self.settings.breaks("qualified-request-names"):
@@ -374,7 +394,7 @@ class DeviceState:
                     )
 
     def _claim_dir(self, uid: str) -> Path:
-        return self.settings.claims_dir / uid
+        return within(self.settings.claims_dir, self.settings.claims_dir / uid)
 
     def _materialize(self, record: ClaimRecord, *, recreate_partitions: bool) -> None:
         """Create partitions (if asked), device-info files and the CDI spec of a claim."""
@@ -432,7 +452,8 @@ class DeviceState:
             "config": None if config is None else config.to_dict(),
             "env": {} if config is None else config.env(device.uuid),
         }
-        path = self._claim_dir(record.uid) / f"{self._cdi_device_name(device)}.json"
+        claim_dir = self._claim_dir(record.uid)
+        path = within(claim_dir, claim_dir / f"{self._cdi_device_name(device)}.json")
         # rebuilt with the CDI spec after a reboot: atomic, but no need to fsync
         atomic_write(path, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), durable=False)
         return path
