@@ -140,8 +140,8 @@ class SpecStore:
         return self.path(claim_uid).exists()
 
     def remove(self, claim_uid: str) -> None:
-        """Delete a claim's spec; a missing one is fine."""
-        with contextlib.suppress(FileNotFoundError):
+        """Delete a claim's spec; a missing one is fine (also when the CDI dir is not a directory)."""
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             self.path(claim_uid).unlink()
 
     def claim_uids(self) -> set[str]:
