@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import os
 import stat
+import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from draproto import dra_v1_pb2, dra_v1_pb2_grpc
-from tests.driver.drvkit import DRIVER, Node, make_claim, prepare, result, unprepare
+from tests.driver.drvkit import DRIVER, Node, make_claim, opaque, prepare, result, unprepare
+
+MPS_BASE = {"apiVersion": "gpu.dra-conformance.io/v1", "kind": "GpuConfig"}
+PINNED = "defaultPinnedDeviceMemoryLimit"
 
 
 def _raw(node: Node, verb: str, *uids: str, name: str = "c") -> Any:
@@ -115,3 +122,75 @@ def test_sockets_and_dirs_are_private_whatever_the_umask(node: Node) -> None:
     for directory in (settings.kubelet.plugin_dir, settings.claims_dir):
         assert stat.S_IMODE(directory.stat().st_mode) & 0o027 == 0, directory
     assert stat.S_IMODE(settings.checkpoint_path.stat().st_mode) == 0o600
+
+
+_NAMES = st.text(st.characters(codec="utf-8"), max_size=30)
+_UIDS = st.one_of(
+    st.uuids().map(str),
+    st.sampled_from(["", ".", "..", "/", "../../victim", "../../victim/sub", "/tmp", "a/b", "x\x00y", "-"]),
+    _NAMES,
+    st.text(st.characters(codec="utf-8"), min_size=100, max_size=3000),
+)
+_QUANTITIES = st.one_of(
+    st.sampled_from(["1e1000000", "1e10000000", "1e5000", "9" * 5000, "8Ei", "1Gi", "-1", "0.0001m"]),
+    st.from_regex(r"\A[+-]?[0-9]{0,12}(\.[0-9]{0,8})?([eE][+-]?[0-9]{1,9}|Ki|Gi|Ei|m|k|E)?\Z"),
+    st.integers(min_value=-(2**70), max_value=2**70),
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    uids=st.lists(_UIDS, max_size=40),
+    limits=st.lists(_QUANTITIES, max_size=4),
+    repeat=st.booleans(),
+)
+def test_hostile_requests_change_nothing_outside_and_answer_fast(
+    node: Node, uids: list[str], limits: list[object], repeat: bool
+) -> None:
+    if not node.servers:
+        node.serve()
+        (node.root / "victim" / "sub").mkdir(parents=True)
+        (node.root / "victim" / "sub" / "file").write_text("precious")
+    victim = _tree(node.root / "victim")
+    configured = [
+        node.put(
+            make_claim(
+                f"q{i}",
+                [result("gpu", f"gpu-{i % 4}", shareID=str(uuid.uuid4()))],
+                [opaque({**MPS_BASE, "sharing": {"strategy": "MPS", "mpsConfig": {PINNED: limit}}})],
+            )
+        )
+        for i, limit in enumerate(limits)
+    ]
+    raw = uids + uids if repeat else uids
+    for verb in ("prepare", "unprepare"):
+        started = time.monotonic()
+        response = _raw(node, verb, *raw)
+        assert time.monotonic() - started < 1.0, f"{verb} of {len(raw)} hostile claims took too long"
+        assert set(response.claims) == set(raw)
+        for uid in raw:
+            assert "internal driver error" not in response.claims[uid].error
+        started = time.monotonic()
+        answer = prepare(node, *configured) if verb == "prepare" else unprepare(node, *configured)
+        assert time.monotonic() - started < 1.0, f"{verb} of hostile quantities took too long"
+        for claim in configured:
+            error = answer.claims[claim["metadata"]["uid"]].error
+            assert "internal driver error" not in error
+            assert len(error) < 1000
+    assert _tree(node.root / "victim") == victim
+    assert {p.name for p in node.root.iterdir()} <= {"reg", "plugin", "cdi", "victim"}
+    assert node.state().prepared() == {}  # everything was unprepared again, nothing half done
+
+
+def test_a_huge_batch_of_unknown_claims_is_answered_in_time(node: Node) -> None:
+    node.serve()
+    uids = [str(uuid.uuid4()) for _ in range(2000)]
+    for verb in ("prepare", "unprepare"):
+        started = time.monotonic()
+        response = _raw(node, verb, *uids)
+        assert time.monotonic() - started < 2.0
+        assert len(response.claims) == len(uids)
