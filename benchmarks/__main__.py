@@ -18,6 +18,7 @@ ENTRIES: list[str] = [
     "fakegpu_calls",
     "driver_prepare",
     "driver_slices",
+    "driver_chaos",
     "cluster_boot",
     "cluster_scale",
     "conformance_suite",
