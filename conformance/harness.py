@@ -394,9 +394,12 @@ class Harness:
         }
 
     def free_devices(self, node: str | None = None) -> list[str]:
-        """Devices of ``node`` that no claim holds, sorted by name."""
-        busy = self.allocated(node)
-        return sorted(d for d in self.devices(node) if d not in busy)
+        """Devices of ``node`` that no claim holds and that can be allocated together, sorted by name:
+        where devices share counters (a GPU and its partitions) only those that fit beside the
+        allocated ones and each other, as the scheduler would allocate them."""
+        slices = self.slices(node)
+        found = {d["name"]: d for s in slices for d in (s.get("spec") or {}).get("devices") or []}
+        return slicedevices.takeable(found, self.allocated(node), slicedevices.counter_sets(slices))
 
     def pool_of(self, node: str | None = None) -> str:
         """The pool name of the driver's slices on ``node``."""
