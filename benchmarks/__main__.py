@@ -19,6 +19,7 @@ ENTRIES: list[str] = [
     "driver_prepare",
     "prepare_compare",
     "driver_slices",
+    "driver_chaos",
     "cluster_boot",
     "cluster_scale",
     "conformance_suite",

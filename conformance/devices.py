@@ -23,6 +23,7 @@ __all__ = [
     "match_cel",
     "quantity",
     "scalar_attributes",
+    "takeable",
     "twins",
     "varying_attribute",
     "who_overlaps",
@@ -166,6 +167,31 @@ def who_overlaps(devices: Iterable[Obj], sets: Drawn) -> tuple[str, str, str] | 
         if counter:
             return a, b, counter
     return None
+
+
+def takeable(devices: Mapping[str, Obj], busy: Iterable[str], sets: Drawn) -> list[str]:
+    """Devices (by name, in name order) that can be allocated together beside the ``busy`` ones:
+    not busy, and what each draws fits the counters the busy ones and those before it left (a whole
+    GPU and its partitions draw on the same counters: only one of them is taken)."""
+    left = {name: dict(counters) for name, counters in sets.items()}
+
+    def draw(drawn: Drawn) -> None:
+        for name, counters in drawn.items():
+            for counter, amount in counters.items():
+                if name in left:
+                    left[name][counter] = left[name].get(counter, Decimal(0)) - amount
+
+    taken = set(busy)
+    for name in taken:
+        if name in devices:
+            draw(consumption(devices[name]))
+    chosen = []
+    for name in sorted(devices):
+        drawn = consumption(devices[name])
+        if name not in taken and _fits({k: v for k, v in drawn.items() if k in left}, left):
+            draw(drawn)
+            chosen.append(name)
+    return chosen
 
 
 def attribute_value(device: Mapping[str, Any], name: str, driver: str) -> Any:

@@ -40,7 +40,7 @@ from conformance.status import (
     reserved_for,
     unschedulable,
 )
-from conformance.waiting import Objects, WaitTimeout, watch_until
+from conformance.waiting import Objects, WaitTimeout, until, watch_until
 
 __all__ = ["MEASURE_PREFIX", "TEST_TAINT_KEY", "Harness"]
 
@@ -396,9 +396,12 @@ class Harness:
         }
 
     def free_devices(self, node: str | None = None) -> list[str]:
-        """Devices of ``node`` that no claim holds, sorted by name."""
-        busy = self.allocated(node)
-        return sorted(d for d in self.devices(node) if d not in busy)
+        """Devices of ``node`` that no claim holds and that can be allocated together, sorted by name:
+        where devices share counters (a GPU and its partitions) only those that fit beside the
+        allocated ones and each other, as the scheduler would allocate them."""
+        slices = self.slices(node)
+        found = {d["name"]: d for s in slices for d in (s.get("spec") or {}).get("devices") or []}
+        return slicedevices.takeable(found, self.allocated(node), slicedevices.counter_sets(slices))
 
     def pool_of(self, node: str | None = None) -> str:
         """The pool name of the driver's slices on ``node``."""
@@ -539,6 +542,17 @@ class Harness:
         node-wide device (node env, say) to every claim's answer; it is not the claim's to remove
         (PREP-CDI-UNIQUE is the rule that judges such sharing)."""
         return [i for i in ids if i not in self.cdi_before]
+
+    def wait_undefined(self, ids: Sequence[str], what: str) -> None:
+        """Wait until no CDI spec on the test's node defines any of ``ids`` (the driver unprepared them);
+        devices defined on the node before the test began are not the claim's (:meth:`claim_cdi_ids`)."""
+        ids = self.claim_cdi_ids(ids)
+        until(
+            f"{what} to be removed",
+            lambda: not set(ids) & set(self.cdi_devices()),
+            self.profile.timeouts.unprepare,
+            describe=lambda: f"still defined: {sorted(set(ids) & set(self.cdi_devices()))}",
+        )
 
     def plugin_info(self, node: str | None = None) -> PluginInfo:
         """``GetInfo`` of the driver's registration socket on ``node``."""

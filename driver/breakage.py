@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from driver.errors import SettingsError
 
-__all__ = ["RULES", "parse_rules"]
+__all__ = ["CRASH_POINTS", "RULES", "parse_crash_points", "parse_rules"]
 
 RULES: dict[str, str] = {
     "non-idempotent-prepare": "a second NodePrepareResources for an already prepared claim fails",
@@ -64,3 +64,25 @@ def parse_rules(values: Iterable[str]) -> frozenset[str]:
                 raise SettingsError(f"unknown --testing-break-rule {name!r}; known rules: {', '.join(RULES)}")
             rules.add(name)
     return frozenset(rules)
+
+
+CRASH_POINTS: dict[str, str] = {
+    "prepare-started": "PrepareStarted is written for the batch",
+    "prepare-partition": "a MIG partition is created",
+    "prepare-materialized": "the batch's partitions, info files and CDI specs are written",
+    "prepare-completed": "PrepareCompleted is written, before the answer",
+    "unprepare-started": "UnprepareStarted is written for the batch",
+    "unprepare-spec-removed": "a claim's CDI spec is removed",
+    "unprepare-partition": "a MIG partition is destroyed",
+    "unprepare-undone": "the batch's specs, files and partitions are gone, before the claims are dropped",
+}
+"""Where ``--testing-crash-at STEP`` kills the driver (SIGKILL, right after the step): crash tests."""
+
+
+def parse_crash_points(values: Iterable[str]) -> frozenset[str]:
+    """Turn flag values and comma lists into a set of known crash points (``SettingsError`` otherwise)."""
+    points = {part.strip() for value in values for part in value.split(",") if part.strip()}
+    unknown = sorted(points - set(CRASH_POINTS))
+    if unknown:
+        raise SettingsError(f"unknown --testing-crash-at {unknown}; known steps: {', '.join(CRASH_POINTS)}")
+    return frozenset(points)

@@ -26,6 +26,7 @@ from typing import Any
 
 from draproto import cdi as cdi_rules
 from driver._files import atomic_write
+from driver._names import within
 from driver.errors import CDIError
 
 __all__ = [
@@ -84,8 +85,8 @@ class SpecStore:
         """Write specs that break the rules (``--testing-break-rule invalid-cdi-spec``)."""
 
     def path(self, claim_uid: str) -> Path:
-        """The spec file of a claim."""
-        return self.cdi_dir / f"{self.driver_name}-{claim_uid}.json"
+        """The spec file of a claim; ``PrepareError`` for a UID that would lead out of the CDI dir."""
+        return within(self.cdi_dir, self.cdi_dir / f"{self.driver_name}-{claim_uid}.json")
 
     def cdi_name(self, claim_uid: str, device_name: str) -> str:
         """The CDI device name: claim UID and device name, unique across claims."""
@@ -130,7 +131,8 @@ class SpecStore:
         every spec from its (fsynced) checkpoint.
         """
         path = self.path(claim_uid)
-        atomic_write(path, (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode(), durable=False)
+        data = (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode()
+        atomic_write(path, data, durable=False, dir_mode=0o755)  # a CDI dir is read by the runtime
         return path
 
     def exists(self, claim_uid: str) -> bool:
@@ -138,8 +140,8 @@ class SpecStore:
         return self.path(claim_uid).exists()
 
     def remove(self, claim_uid: str) -> None:
-        """Delete a claim's spec; a missing one is fine."""
-        with contextlib.suppress(FileNotFoundError):
+        """Delete a claim's spec; a missing one is fine (also when the CDI dir is not a directory)."""
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             self.path(claim_uid).unlink()
 
     def claim_uids(self) -> set[str]:

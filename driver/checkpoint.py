@@ -5,8 +5,11 @@ This is the plugin's side of the DRA protocol: the node agent keeps a checkpoint
 
 Unprepare gets only a claim's namespace, UID and name, so everything needed to undo a
 prepare is recorded here. A claim goes ``PrepareStarted`` (written before any side effect)
--> ``PrepareCompleted`` (written after the CDI spec); a restart finding ``PrepareStarted``
-undoes the partial work. The file carries the boot id: on a new boot the CDI directory (a
+-> ``PrepareCompleted`` (written after the CDI spec) -> ``UnprepareStarted`` (written before
+anything is destroyed) -> gone; a restart finding a claim ``PrepareStarted`` or
+``UnprepareStarted`` undoes what is left of it. A file that is not a valid checkpoint is set
+aside (``checkpoint.json.corrupt-<time>``) by ``load_or_set_aside``, so the driver can start and
+remove what no claim owns. The file carries the boot id: on a new boot the CDI directory (a
 tmpfs) is empty and MIG partitions are gone, so completed claims are restored.
 
 Writes are atomic (temp file, fsync, rename) and the content carries a checksum, so a
@@ -17,6 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +35,7 @@ from driver.errors import CheckpointError, ConfigError
 __all__ = [
     "PREPARE_COMPLETED",
     "PREPARE_STARTED",
+    "UNPREPARE_STARTED",
     "BootId",
     "Checkpoint",
     "CheckpointStore",
@@ -39,9 +46,12 @@ __all__ = [
 
 PREPARE_STARTED = "PrepareStarted"
 PREPARE_COMPLETED = "PrepareCompleted"
+UNPREPARE_STARTED = "UnprepareStarted"
 VERSION = 1
 BootId = str
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+
+log = logging.getLogger(__name__)
 
 
 def read_boot_id(path: Path = BOOT_ID_PATH) -> BootId:
@@ -124,19 +134,48 @@ class CheckpointStore:
     def load(self) -> Checkpoint:
         """The saved checkpoint, or an empty one when there is no file.
 
-        Raises ``CheckpointError`` for a file that is not a valid checkpoint.
+        Raises ``CheckpointError`` for a file that cannot be read or is not a valid checkpoint.
         """
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
+        raw = self._read()
+        return Checkpoint() if raw is None else self._decode(raw)
+
+    def load_or_set_aside(self) -> Checkpoint:
+        """Like :meth:`load`, but a file that is not a valid checkpoint is renamed
+        ``<name>.corrupt-<UTC time>`` (kept for a person to look at) and an empty checkpoint
+        returned. A file that cannot be read at all still raises ``CheckpointError``."""
+        raw = self._read()
+        if raw is None:
             return Checkpoint()
+        try:
+            return self._decode(raw)
+        except CheckpointError as e:
+            aside = self.path.with_name(
+                f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+            )
+            try:
+                os.replace(self.path, aside)
+            except OSError as moved:
+                raise CheckpointError(f"{e}; and it cannot be set aside as {aside}: {moved}") from moved
+            log.error(
+                "checkpoint is not valid: set aside, starting empty; what no claim owns is removed",
+                extra={"error": str(e), "set_aside": str(aside)},
+            )
+            return Checkpoint()
+
+    def _read(self) -> bytes | None:
+        try:
+            return self.path.read_bytes()
+        except FileNotFoundError:
+            return None
         except OSError as e:
             raise CheckpointError(f"cannot read checkpoint {self.path}: {e}") from e
+
+    def _decode(self, raw: bytes) -> Checkpoint:
         try:
             data = json.loads(raw)
             body = data["data"]
             if data.get("checksum") != _checksum(body):
-                raise CheckpointError(f"checkpoint {self.path} fails its checksum; remove it to start over")
+                raise CheckpointError(f"checkpoint {self.path} fails its checksum")
             if body.get("version") != VERSION:
                 raise CheckpointError(
                     f"checkpoint {self.path} has version {body.get('version')}, want {VERSION}"
@@ -149,9 +188,7 @@ class CheckpointStore:
         except CheckpointError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError, ConfigError) as e:
-            raise CheckpointError(
-                f"checkpoint {self.path} is corrupt ({e!r}); remove it to start over"
-            ) from e
+            raise CheckpointError(f"checkpoint {self.path} is corrupt ({e!r})") from e
 
     def save(self, checkpoint: Checkpoint) -> None:
         """Write the checkpoint atomically."""

@@ -24,9 +24,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Context, Decimal
 from typing import Any
 
+from driver._names import shown as _shown
 from driver.errors import ConfigError
 
 __all__ = [
@@ -124,7 +125,7 @@ class DeviceConfig:
 
 def _mapping(value: Any, field: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ConfigError(field, f"must be an object, got {type(value).__name__} {value!r}")
+        raise ConfigError(field, f"must be an object, got {type(value).__name__} {_shown(value)}")
     return value
 
 
@@ -135,39 +136,73 @@ def _known(obj: Mapping[str, Any], allowed: Sequence[str], prefix: str) -> None:
             raise ConfigError(where, f"unknown field; allowed here: {', '.join(allowed)}")
 
 
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)|[eE]([0-9]+))?$")
-_SUFFIX = {
-    None: 1,
-    "Ki": 1024,
-    "Mi": 1024**2,
-    "Gi": 1024**3,
-    "Ti": 1024**4,
-    "Pi": 1024**5,
-    "Ei": 1024**6,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
+# Kubernetes' quantity grammar (k8s.io/apimachinery/pkg/api/resource): a signed decimal, then a
+# binary or decimal SI suffix or a decimal exponent.
+_QUANTITY = re.compile(
+    r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)|[eE]([+-]?[0-9]+))?$"
+)
+_SUFFIX_EXPONENT: dict[str | None, tuple[int, int]] = {
+    None: (10, 0),
+    "Ki": (2, 10),
+    "Mi": (2, 20),
+    "Gi": (2, 30),
+    "Ti": (2, 40),
+    "Pi": (2, 50),
+    "Ei": (2, 60),
+    "m": (10, -3),
+    "k": (10, 3),
+    "M": (10, 6),
+    "G": (10, 9),
+    "T": (10, 12),
+    "P": (10, 15),
+    "E": (10, 18),
 }
+QUANTITY_MAX = 2**63 - 1
+"""The largest quantity Kubernetes represents (an int64); more is refused, not capped."""
+QUANTITY_MAX_CHARS = 64
+"""Longer quantity strings are refused before any arithmetic (a valid int64 needs 20 characters)."""
+_DECIMAL = Context(prec=QUANTITY_MAX_CHARS + 20, Emax=10**6, Emin=-(10**6), traps=[])
 
 
 def parse_quantity(value: Any, field: str) -> int:
-    """A Kubernetes quantity of bytes (``10Gi``, ``512M``, ``1e9``, ``1024``) as an int."""
+    """A Kubernetes quantity of bytes (``10Gi``, ``512M``, ``1e9``, ``1024``) as an int.
+
+    Bounded in time and size whatever the input: the string is at most 64 characters, the
+    magnitude is checked from the exponent before any big number is made, and values above
+    2^63-1 (Kubernetes' limit) are refused with the field named. Fractions of a byte round up.
+    """
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ConfigError(field, f"must be a quantity such as 10Gi, got {value!r}")
-    match = _QUANTITY.match(str(value).strip())
+        raise ConfigError(field, f"must be a quantity such as 10Gi, got {_shown(value)}")
+    if isinstance(value, int):
+        if not 0 < value <= QUANTITY_MAX:
+            raise ConfigError(field, f"{_shown(value)} is out of range; use 1 to {QUANTITY_MAX}")
+        return value
+    text = value.strip()
+    if len(text) > QUANTITY_MAX_CHARS:
+        raise ConfigError(field, f"{_shown(value)} is too long for a quantity (at most {QUANTITY_MAX_CHARS})")
+    match = _QUANTITY.match(text)
     if not match:
-        raise ConfigError(field, f"{value!r} is not a quantity (examples: 512Mi, 10Gi, 1e9)")
-    number, suffix, exponent = match.groups()
-    try:
-        amount = Decimal(number) * (10 ** int(exponent) if exponent else _SUFFIX[suffix])
-    except InvalidOperation as e:  # pragma: no cover - the regex admits only valid decimals
-        raise ConfigError(field, f"{value!r} is not a quantity") from e
-    if amount <= 0:
-        raise ConfigError(field, f"{value!r} must be greater than zero")
-    return int(amount.to_integral_value(rounding="ROUND_CEILING"))
+        raise ConfigError(field, f"{_shown(value)} is not a quantity (examples: 512Mi, 10Gi, 1e9)")
+    number_text, suffix, exponent_text = match.groups()
+    number = Decimal(number_text)
+    if number <= 0:
+        raise ConfigError(field, f"{_shown(value)} must be greater than zero")
+    base, exponent = _SUFFIX_EXPONENT[suffix]
+    if exponent_text is not None:
+        exponent = int(exponent_text)  # at most 64 digits: cheap, and never used as a power below
+    # number < 10**(adjusted+1), and 2**60 < 10**19: decide "too big" before computing anything big
+    magnitude = number.adjusted() + 1 + (exponent if base == 10 else 19 * exponent // 60 + 1)
+    if magnitude > 25:  # a loose gate; the exact limit is checked below
+        raise ConfigError(field, f"{_shown(value)} is out of range; at most {QUANTITY_MAX} bytes")
+    if magnitude < -30:
+        return 1  # a positive amount far below one byte
+    scaled = (
+        number.scaleb(exponent, _DECIMAL) if base == 10 else _DECIMAL.multiply(number, Decimal(2**exponent))
+    )
+    amount = int(scaled.to_integral_value(rounding=ROUND_CEILING, context=_DECIMAL))
+    if amount > QUANTITY_MAX:
+        raise ConfigError(field, f"{_shown(value)} is out of range; at most {QUANTITY_MAX} bytes")
+    return amount
 
 
 def _parse_mps(raw: Any, field: str) -> MpsConfig:
@@ -177,9 +212,9 @@ def _parse_mps(raw: Any, field: str) -> MpsConfig:
     if percentage is not None:
         name = f"{field}.defaultActiveThreadPercentage"
         if isinstance(percentage, bool) or not isinstance(percentage, int):
-            raise ConfigError(name, f"must be an integer 1-100, got {percentage!r}")
+            raise ConfigError(name, f"must be an integer 1-100, got {_shown(percentage)}")
         if not 1 <= percentage <= 100:
-            raise ConfigError(name, f"{percentage} is out of range; use 1-100")
+            raise ConfigError(name, f"{_shown(percentage)} is out of range; use 1-100")
     limit = obj.get("defaultPinnedDeviceMemoryLimit")
     return MpsConfig(
         default_active_thread_percentage=percentage,
@@ -194,7 +229,7 @@ def _parse_sharing(raw: Any, kind: str) -> Sharing:
     _known(obj, ("strategy", "timeSlicingConfig", "mpsConfig"), "sharing")
     strategy = obj.get("strategy")
     if strategy not in STRATEGIES:
-        raise ConfigError("sharing.strategy", f"{strategy!r} is not one of {', '.join(STRATEGIES)}")
+        raise ConfigError("sharing.strategy", f"{_shown(strategy)} is not one of {', '.join(STRATEGIES)}")
     time_slicing = obj.get("timeSlicingConfig")
     mps = obj.get("mpsConfig")
     if strategy == "TimeSlicing":
@@ -210,9 +245,8 @@ def _parse_sharing(raw: Any, kind: str) -> Sharing:
         _known(ts, ("interval",), "sharing.timeSlicingConfig")
         interval = ts.get("interval", "Default")
         if interval not in INTERVALS:
-            raise ConfigError(
-                "sharing.timeSlicingConfig.interval", f"{interval!r} is not one of {', '.join(INTERVALS)}"
-            )
+            field = "sharing.timeSlicingConfig.interval"
+            raise ConfigError(field, f"{_shown(interval)} is not one of {', '.join(INTERVALS)}")
         return Sharing(strategy=strategy, interval=interval)
     if time_slicing is not None:
         raise ConfigError("sharing.timeSlicingConfig", "is only allowed with strategy TimeSlicing")
@@ -227,10 +261,11 @@ def parse(parameters: Any) -> DeviceConfig:
     """
     obj = _mapping(parameters, "parameters")
     if obj.get("apiVersion") != API_VERSION:
-        raise ConfigError("apiVersion", f"{obj.get('apiVersion')!r} is not supported; use {API_VERSION}")
+        shown = _shown(obj.get("apiVersion"))
+        raise ConfigError("apiVersion", f"{shown} is not supported; use {API_VERSION}")
     kind = obj.get("kind")
     if kind not in (GPU_CONFIG, MIG_DEVICE_CONFIG):
-        raise ConfigError("kind", f"{kind!r} is not one of {GPU_CONFIG}, {MIG_DEVICE_CONFIG}")
+        raise ConfigError("kind", f"{_shown(kind)} is not one of {GPU_CONFIG}, {MIG_DEVICE_CONFIG}")
     _known(obj, ("apiVersion", "kind", "sharing"), "")
     sharing = obj.get("sharing")
     return DeviceConfig(kind=kind, sharing=None if sharing is None else _parse_sharing(sharing, kind))

@@ -134,6 +134,18 @@ class DeviceInfo:
         assert gpu is not None, f"device {self.name} has no GPU UUID"
         return gpu
 
+    def overlaps(self, other: DeviceInfo) -> bool:
+        """Whether the two devices use the same hardware: the same GPU, and the whole GPU on
+        either side or MIG placements that share a memory slice (``gpu-0`` overlaps
+        ``gpu-0-part-7g80gb-0``, which overlaps ``gpu-0-part-3g40gb-4``)."""
+        if self.name == other.name:
+            return True
+        if self.gpu_uuid != other.gpu_uuid:
+            return False
+        if self.placement is None or other.placement is None:
+            return True
+        return bool(set(self.placement.slices) & set(other.placement.slices))
+
 
 @dataclass(frozen=True)
 class Inventory:

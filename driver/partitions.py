@@ -18,7 +18,7 @@ from driver._nvml import MIG_LOCK, nvml, text
 from driver.errors import DeviceError
 from driver.inventory import DeviceInfo, MigProfile, Placement
 
-__all__ = ["prepare_partition", "unprepare_partition"]
+__all__ = ["partition_uuid", "prepare_partition", "unprepare_partition"]
 
 log = logging.getLogger(__name__)
 
@@ -168,3 +168,21 @@ def unprepare_partition(info: DeviceInfo) -> None:
                 f"on GPU {info.gpu_uuid} ({info.name}): {e}; is a process still using it?"
             ) from e
     log.info("partition destroyed", extra=ctx)
+
+
+def partition_uuid(info: DeviceInfo) -> str | None:
+    """The UUID of the partition's MIG device if its GPU and compute instance exist, else None."""
+    profile, placement, _ = _partition_parts(info)
+    with MIG_LOCK, nvml():
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(info.gpu_uuid)
+            gi = _find_gpu_instance(handle, profile, placement)
+            if gi is None:
+                return None
+            cis = _compute_instances(gi)
+            if not cis:
+                return None
+            gi_id = int(pynvml.nvmlGpuInstanceGetInfo(gi).id)
+            return _mig_uuid(handle, gi_id, int(pynvml.nvmlComputeInstanceGetInfo(cis[0]).id))
+        except pynvml.NVMLError as e:
+            raise DeviceError(f"cannot look up MIG partition {info.name} on GPU {info.gpu_uuid}: {e}") from e

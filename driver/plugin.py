@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent import futures
 from pathlib import Path
 from types import ModuleType
@@ -35,6 +36,7 @@ from draproto import (
     registration_pb2,
     registration_pb2_grpc,
 )
+from driver._files import PRIVATE_DIR_MODE, private_dir
 from driver.checkpoint import PreparedDevice
 from driver.errors import PrepareError
 from driver.healthstream import HealthSource, services
@@ -46,6 +48,7 @@ __all__ = ["PluginServer", "supported_versions"]
 log = logging.getLogger(__name__)
 
 WRONG_POOL_SUFFIX = "-wrong"
+SOCKET_MODE = 0o600
 
 
 def supported_versions(settings: Settings) -> list[str]:
@@ -108,38 +111,60 @@ class _DRAPlugin:
             fields["share_id"] = device.share_id
         return self._pb2.Device(**fields)
 
-    def _each_claim(
-        self, request: Any, response: Any, verb: str, handle: Callable[[ClaimRef, Any], None]
-    ) -> Any:
-        """Run ``handle(ref, entry)`` per claim; a failure goes in that claim's ``error`` only."""
+    def _refs(self, request: Any, response: Any) -> list[ClaimRef]:
+        """The request's claims, each UID once.
+
+        A UID named twice for the same claim is handled once; named for two different claims,
+        neither is handled and the UID's answer says why.
+        """
+        refs: dict[str, ClaimRef] = {}
+        twice: set[str] = set()
         for claim in self._batch(request.claims):
             ref = ClaimRef(namespace=claim.namespace, uid=claim.uid, name=claim.name)
-            entry = response.claims[claim.uid]
-            try:
-                handle(ref, entry)
-            except PrepareError as e:
-                log.warning("claim failed", extra={"call": verb, "claim": ref.uid, "error": str(e)})
-                entry.error = str(e)
-            except Exception as e:
-                log.exception("claim failed unexpectedly", extra={"call": verb, "claim": ref.uid})
-                entry.error = f"claim {ref}: internal driver error: {e!r}"
-        return response
+            if refs.setdefault(claim.uid, ref) != ref:
+                twice.add(claim.uid)
+                response.claims[
+                    claim.uid
+                ].error = f"claim {refs[claim.uid]}: its UID appears twice in the request, also for {ref}"
+        return [ref for uid, ref in refs.items() if uid not in twice]
+
+    @staticmethod
+    def _fail(entry: Any, ref: ClaimRef, verb: str, error: Exception) -> None:
+        """A claim's failure goes in its ``error`` only; what is not a ``PrepareError`` is a bug."""
+        if isinstance(error, PrepareError):
+            log.warning("claim failed", extra={"call": verb, "claim": ref.uid, "error": str(error)})
+            entry.error = str(error)
+        else:
+            log.error("claim failed unexpectedly", extra={"call": verb, "claim": ref.uid}, exc_info=error)
+            entry.error = f"claim {ref}: internal driver error: {error!r}"
 
     def NodePrepareResources(self, request: Any, context: Any) -> Any:
         if self._settings.breaks("forget-unbatched-claims"):  # as if each call named every claim
             for uid in set(self._state.prepared()) - {c.uid for c in request.claims}:
                 self._state.specs.remove(uid)
-
-        def prepare(ref: ClaimRef, entry: Any) -> None:
-            entry.devices.extend(self._device(d) for d in self._state.prepare(ref))
-
-        return self._each_claim(request, self._pb2.NodePrepareResourcesResponse(), "prepare", prepare)
+        response = self._pb2.NodePrepareResourcesResponse()
+        refs = self._refs(request, response)
+        outcomes = self._state.prepare_batch(refs)
+        for ref in refs:
+            outcome = outcomes[ref.uid]
+            entry = response.claims[ref.uid]
+            if isinstance(outcome, Exception):
+                self._fail(entry, ref, "prepare", outcome)
+            else:
+                entry.devices.extend(self._device(d) for d in outcome)
+        return response
 
     def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
-        def unprepare(ref: ClaimRef, entry: Any) -> None:
-            self._state.unprepare(ref)
-
-        return self._each_claim(request, self._pb2.NodeUnprepareResourcesResponse(), "unprepare", unprepare)
+        response = self._pb2.NodeUnprepareResourcesResponse()
+        refs = self._refs(request, response)
+        errors = self._state.unprepare_batch(refs)
+        for ref in refs:
+            error = errors[ref.uid]
+            if error is not None:
+                self._fail(response.claims[ref.uid], ref, "unprepare", error)
+            else:
+                response.claims[ref.uid].error = ""  # the claim is in the answer, without an error
+        return response
 
 
 class _DRAPluginV1(_DRAPlugin, dra_v1_pb2_grpc.DRAPluginServicer):
@@ -178,15 +203,23 @@ class PluginServer:
         self._reg: grpc.Server | None = None
 
     def _server(self, path: Path) -> grpc.Server:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
         _unlink(path)  # a stale socket of a previous run would make bind fail
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="grpc"))
-        server.add_insecure_port(f"unix://{path.absolute()}")
+        # Only root (the kubelet) may call the driver, whatever umask it was started with: the
+        # socket is bound under a strict umask (no moment of a wider mode), then set to 0600.
+        old_umask = os.umask(0o077)
+        try:
+            server.add_insecure_port(f"unix://{path.absolute()}")
+        finally:
+            os.umask(old_umask)
+        os.chmod(path, SOCKET_MODE)
         return server
 
     def start(self) -> None:
         """Serve the DRA socket, then the registration socket (readiness)."""
         settings = self.settings
+        private_dir(settings.kubelet.plugin_dir)
         dra = self._server(settings.dra_socket)
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAPluginV1(self.state, settings), dra)
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAPluginV1beta1(self.state, settings), dra)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from draproto.logs import LOG_FORMATS
-from driver.breakage import RULES, parse_rules
+from driver.breakage import CRASH_POINTS, RULES, parse_crash_points, parse_rules
 from driver.errors import SettingsError
 from driver.faults import DEFAULT_IGNORED_XIDS
 from driver.inventory import DEVICE_KINDS
@@ -36,6 +36,7 @@ DEFAULT_DRIVER_NAME = "gpu.dra-conformance.io"
 
 ENV_PREFIX = "DRA_GPU_"
 BREAK_RULES_ENV = "DRA_GPU_TESTING_BREAK_RULES"
+CRASH_AT_ENV = "DRA_GPU_TESTING_CRASH_AT"
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ class Settings:
     """Leave the node's ResourceSlices in place on shutdown."""
     break_rules: frozenset[str] = frozenset()
     """Rules broken on purpose (tests of the conformance suite only); see ``driver.breakage``."""
+    crash_points: frozenset[str] = frozenset()
+    """Steps where the driver kills itself (crash tests only); see ``driver.breakage.CRASH_POINTS``."""
 
     def breaks(self, rule: str) -> bool:
         """Whether the rule-breaking switch ``rule`` is on."""
@@ -233,6 +236,17 @@ def build_parser() -> argparse.ArgumentParser:
             + "; ".join(f"{name}: {what}" for name, what in RULES.items())
         ),
     )
+    parser.add_argument(
+        "--testing-crash-at",
+        action="append",
+        default=None,
+        metavar="STEP",
+        help=(
+            "FOR CRASH TESTS ONLY: the driver kills itself (SIGKILL) right after STEP; repeatable "
+            f"(env {CRASH_AT_ENV}, comma list). Steps: "
+            + "; ".join(f"{name}: after {what}" for name, what in CRASH_POINTS.items())
+        ),
+    )
     return parser
 
 
@@ -295,6 +309,7 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
         rules = parse_rules(args.testing_break_rule)
     else:
         rules = parse_rules([env.get(BREAK_RULES_ENV, ""), env.get("DRA_GPU_TESTING_BREAK_RULE", "")])
+    crash_points = parse_crash_points(args.testing_crash_at or [env.get(CRASH_AT_ENV, "")])
 
     return Settings(
         driver_name=driver_name,
@@ -316,6 +331,7 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
         log_format=log_format,
         keep_slices=keep_slices,
         break_rules=rules,
+        crash_points=crash_points,
     )
 
 

@@ -50,18 +50,6 @@ def _prepared_ids(dra: Harness) -> list[str]:
     return _cdi_ids(dra, meta(pod)["name"], claim)
 
 
-def _wait_undefined(dra: Harness, ids: list[str], what: str) -> None:
-    """Wait until no CDI spec on the node defines any of ``ids`` (the driver unprepared them); devices
-    defined on the node before the test began are not the claim's (:meth:`Harness.claim_cdi_ids`)."""
-    ids = dra.claim_cdi_ids(ids)
-    until(
-        f"{what} to be removed",
-        lambda: not set(ids) & set(dra.cdi_devices()),
-        dra.profile.timeouts.unprepare,
-        describe=lambda: f"still defined: {sorted(set(ids) & set(dra.cdi_devices()))}",
-    )
-
-
 def _configs(dra: Harness, count: int) -> list[tuple[str, ExampleConfig]]:
     valid = list(dra.profile.configs.valid.items())
     if len(valid) < count:
@@ -302,7 +290,7 @@ def test_unprepare_on_delete(dra: Harness) -> None:
     dra.delete("Pod", name)
     dra.wait_gone("Pod", name)
     if "grpc" in dra.env.cluster_capabilities:
-        _wait_undefined(dra, ids, "the claim's CDI devices")
+        dra.wait_undefined(ids, "the claim's CDI devices")
 
 
 @rule("PREP-FORCE-DELETE")
@@ -316,7 +304,7 @@ def test_force_deleted_pod_is_unprepared(dra: Harness) -> None:
     dra.delete("ResourceClaim", claim_name)
     dra.wait_gone("ResourceClaim", claim_name)
     if "grpc" in dra.env.cluster_capabilities:
-        _wait_undefined(dra, ids, "the force-deleted pod's CDI devices")
+        dra.wait_undefined(ids, "the force-deleted pod's CDI devices")
     again, _ = dra.run_pod(dra.widest())  # its devices can be prepared again
     assert meta(again)["name"]
 

@@ -22,7 +22,9 @@ from conformance.kube import meta
 from conformance.plugin_client import ClaimRef
 from conformance.rules import exclusive, exclusive_cluster, rule
 from conformance.status import allocated_devices, pod_phase
-from conformance.waiting import Objects, until, watch_until
+from conformance.suite.test_slices import describe as describe_slices
+from conformance.suite.test_slices import node_selector
+from conformance.waiting import Objects, watch_until
 
 Obj = dict[str, Any]
 
@@ -81,19 +83,6 @@ def _allocated(dra: Harness, claim: ClaimRef) -> set[tuple[str, str]]:
     return {(d.pool, d.device) for d in allocated_devices(found)}
 
 
-def _node_slices(dra: Harness) -> str:
-    return f"spec.driver={dra.driver},spec.nodeName={dra.node}"
-
-
-def _describe_slices(objs: Objects) -> str:
-    rows = [
-        f"{meta(s).get('name')} (uid {meta(s).get('uid')}, "
-        f"{len((s.get('spec') or {}).get('devices') or [])} devices)"
-        for s in objs.values()
-    ]
-    return "; ".join(sorted(rows)) or "no slices"
-
-
 def _wait_pool(dra: Harness, wanted: set[str], what: str) -> None:
     """Wait until the node's slices hold every device of ``wanted`` again, each pool at one generation."""
 
@@ -112,8 +101,8 @@ def _wait_pool(dra: Harness, wanted: set[str], what: str) -> None:
         f"{what} on {dra.node}",
         check,
         dra.profile.timeouts.slices,
-        fields=_node_slices(dra),
-        describe=_describe_slices,
+        fields=node_selector(dra),
+        describe=describe_slices,
     )
 
 
@@ -267,12 +256,7 @@ def test_unprepare_after_restart(dra: Harness) -> None:
         failed = _warnings(dra, FAILED_UNPREPARE)
         assert not failed, f"unprepare after the driver restarted failed: {failed}"
         if "grpc" in dra.env.cluster_capabilities:
-            until(
-                "the deleted pod's CDI devices to be removed",
-                lambda: not set(ids) & set(dra.cdi_devices()),
-                dra.profile.timeouts.unprepare,
-                describe=lambda: f"still defined: {sorted(set(ids) & set(dra.cdi_devices()))}",
-            )
+            dra.wait_undefined(ids, "the deleted pod's CDI devices")
         again, _ = dra.run_pod(dra.widest())  # its devices prepare again: nothing is still held
         assert meta(again)["name"]
 

@@ -20,7 +20,6 @@ from conformance.kube import meta
 from conformance.manifests import Container
 from conformance.rules import rule
 from conformance.status import pod_phase, ref
-from conformance.waiting import until
 
 FAILED_PREPARE = "FailedPrepareDynamicResources"
 FAILED_UNPREPARE = "FailedUnprepareDynamicResources"
@@ -81,18 +80,6 @@ def _check_defined(dra: Harness, ids: Sequence[str], what: str) -> None:
     assert not gone, f"{what}: CDI devices no longer defined on {dra.node}: {gone}"
 
 
-def _wait_undefined(dra: Harness, ids: Sequence[str], what: str) -> None:
-    """Wait until no CDI spec on the node defines any of ``ids`` (the driver unprepared them); devices
-    defined on the node before the test began are not the claim's (:meth:`Harness.claim_cdi_ids`)."""
-    ids = dra.claim_cdi_ids(ids)
-    until(
-        f"{what} to be removed",
-        lambda: not set(ids) & set(dra.cdi_devices()),
-        dra.profile.timeouts.unprepare,
-        describe=lambda: f"still defined: {sorted(set(ids) & set(dra.cdi_devices()))}",
-    )
-
-
 def _warnings(dra: Harness) -> list[str]:
     return [
         f"{e.get('reason')} ({(e.get('involvedObject') or {}).get('name')}): {e.get('message')}"
@@ -146,7 +133,7 @@ def test_pods_share_a_claim(dra: Harness) -> None:
         assert sorted(_ids_of(dra, second)) == sorted(ids), f"pod {second} lost devices when {first} went"
     dra.remove_pod(second)
     if _has(dra, "grpc"):
-        _wait_undefined(dra, ids, f"the claim's CDI devices after its last pod {second} went away")
+        dra.wait_undefined(ids, f"the claim's CDI devices after its last pod {second} went away")
 
 
 @rule("SHARE-INIT")
@@ -267,7 +254,7 @@ def test_many_pods_share_a_claim_over_rounds(dra: Harness) -> None:
         for pod in pods:
             dra.wait_gone("Pod", pod)
         if _has(dra, "grpc"):
-            _wait_undefined(dra, ids, f"round {round_}: the claim's CDI devices after its {len(pods)} pods")
+            dra.wait_undefined(ids, f"round {round_}: the claim's CDI devices after its {len(pods)} pods")
         dra.wait_deallocated(_name(claim))
     warnings = _warnings(dra)
     assert not warnings, f"sharing one claim gave warnings: {warnings}"

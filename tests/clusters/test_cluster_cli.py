@@ -20,6 +20,7 @@ from clusters.local.binaries import Binaries
 from tests import kube
 from tests.clusters.e2e import run_pod, running, still_running
 from tests.manifests import GPU_POD_CONTAINER
+from tests.procs import interruptible
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -147,22 +148,23 @@ def _processes_mentioning(text: str) -> list[int]:
 
 def test_ctrl_c_during_up_leaves_nothing(tmp_path: Path, local_binaries: Binaries) -> None:
     state = tmp_path / "state"
-    up = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "clusters.cli",
-            "cluster",
-            "up",
-            "--state-dir",
-            str(state),
-            "--bin-dir",
-            str(local_binaries.directory),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    with interruptible():
+        up = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "clusters.cli",
+                "cluster",
+                "up",
+                "--state-dir",
+                str(state),
+                "--bin-dir",
+                str(local_binaries.directory),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     try:
         log = state / "daemon.log"
         deadline = time.monotonic() + 60

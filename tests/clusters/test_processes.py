@@ -14,6 +14,7 @@ import pytest
 
 from clusters.local.processes import ManagedProcess
 from tests.clusters.e2e import running, still_running
+from tests.procs import interruptible
 
 PARENT = textwrap.dedent(
     """
@@ -50,7 +51,8 @@ def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_children_die_with_the_parent(tmp_path: Path, sig: signal.Signals) -> None:
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)])
+    with interruptible():
+        parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)])
     try:
         deadline = time.monotonic() + 30
         pids: list[int] = []

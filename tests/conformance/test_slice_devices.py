@@ -12,6 +12,7 @@ from conformance.devices import (
     exact_cel,
     quantity,
     scalar_attributes,
+    takeable,
     twins,
     varying_attribute,
     who_overlaps,
@@ -104,6 +105,24 @@ def test_counters_and_overlapping_pair() -> None:
     too_big = device("huge", {"slices": "9"})
     plain = device("plain")
     assert who_overlaps([*small, whole, too_big, plain], sets) == ("gpu-0", "p0", "gpu-0-set/mem")
+
+
+def test_takeable_devices_fit_the_counters_together() -> None:
+    sets = {"gpu-0-set": {"slices": Decimal(7), "mem": Decimal(8)}}
+    found = {
+        d["name"]: d
+        for d in [
+            device("gpu-0", {"slices": "7", "mem": "8"}),
+            *(device(f"gpu-0-p{i}", {"slices": "1", "mem": "1"}) for i in range(3)),
+            device("plain"),
+        ]
+    }
+    # the whole GPU comes first by name and leaves nothing for its partitions
+    assert takeable(found, [], sets) == ["gpu-0", "plain"]
+    # a partition in use: the whole GPU no longer fits, the other partitions do
+    assert takeable(found, ["gpu-0-p1"], sets) == ["gpu-0-p0", "gpu-0-p2", "plain"]
+    assert takeable(found, ["gpu-0", "plain"], sets) == []
+    assert takeable({"plain": device("plain")}, [], {}) == ["plain"]
 
 
 def test_attribute_values_and_their_selectors() -> None:

@@ -72,6 +72,9 @@ class FakePartitioner:
     def unprepare(self, info: DeviceInfo) -> None:
         self.live.pop(info.name, None)
 
+    def exists(self, info: DeviceInfo) -> str | None:
+        return self.live.get(info.name)
+
 
 def result(request: str, device: str, **extra: Any) -> dict[str, Any]:
     """One allocation result for this driver on this node's pool."""

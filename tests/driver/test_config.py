@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -182,3 +184,39 @@ def test_any_input_parses_or_fails_with_a_config_error(sharing: object, kind: st
         assert e.field
         return
     assert parse(config.to_dict()) == config
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("100m", 1), ("+1Ki", 1024), ("1e-3", 1), ("12e+2", 1200), ("9223372036854775807", 2**63 - 1)],
+)
+def test_kubernetes_quantity_grammar(text: str, value: int) -> None:
+    assert parse_quantity(text, "f") == value
+
+
+@pytest.mark.parametrize(
+    "text", ["1e1000000", "1e10000000", "1e5000", "9223372036854775808", "8Ei", "1" * 200, "1e" + "9" * 60]
+)
+def test_hostile_quantities_fail_fast_naming_the_field(text: str) -> None:
+    started = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        parse_quantity(text, "sharing.mpsConfig.defaultPinnedDeviceMemoryLimit")
+    assert time.perf_counter() - started < 0.05
+    message = str(err.value)
+    assert message.startswith("sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: ")
+    assert len(message) < 300  # the value is shown cut short, never as thousands of digits
+
+
+@settings(max_examples=300, deadline=200)
+@given(
+    st.from_regex(
+        r"\A[+-]?[0-9]{0,30}(\.[0-9]{0,30})?([eE][+-]?[0-9]{1,12}|Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?\Z"
+    )
+)
+def test_any_quantity_parses_in_range_or_fails_with_a_config_error(text: str) -> None:
+    try:
+        value = parse_quantity(text, "f")
+    except ConfigError as e:
+        assert e.field == "f" and len(str(e)) < 300
+        return
+    assert 0 < value <= 2**63 - 1

@@ -145,20 +145,19 @@ def test_optional_objects_can_be_left_out() -> None:
     assert kinds == {"ServiceAccount", "DaemonSet", "ClusterRole", "ClusterRoleBinding"}
 
 
-def test_daemonset_is_privileged_with_the_kubelet_and_cdi_host_paths() -> None:
+def test_daemonset_mounts_only_the_registry_its_own_plugin_dir_and_the_cdi_dir() -> None:
     objects = render()
     pod = only(objects, "DaemonSet")["spec"]["template"]["spec"]
     driver = container(objects)
-    assert driver["securityContext"]["privileged"] is True
     assert pod["serviceAccountName"] == only(objects, "ServiceAccount")["metadata"]["name"]
 
-    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     mounts = {m["name"]: m["mountPath"] for m in driver["volumeMounts"]}
     # Each host path is mounted at the same path, where the driver's defaults look.
-    assert mounts == host_paths
+    assert {name: mounts[name] for name in host_paths} == host_paths
     assert set(host_paths.values()) == {
         "/var/lib/kubelet/plugins_registry",
-        "/var/lib/kubelet/plugins",
+        f"/var/lib/kubelet/plugins/{DRIVER}",  # its own dir only, not every plugin's
         "/var/run/cdi",
         "/var/lib/dra-gpu-driver/fakegpu",
     }
@@ -167,6 +166,24 @@ def test_daemonset_is_privileged_with_the_kubelet_and_cdi_host_paths() -> None:
         "-S",
         f"/var/lib/kubelet/plugins_registry/{DRIVER}-reg.sock",
     ]
+
+
+def test_fake_backend_runs_unprivileged_with_no_capabilities_and_a_read_only_root() -> None:
+    driver = container(render())
+    security = driver["securityContext"]
+    assert security.get("privileged", False) is False
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    writable = {m["mountPath"] for m in driver["volumeMounts"] if not m.get("readOnly")}
+    assert "/tmp" in writable  # the one scratch dir a read-only root leaves
+
+
+def test_nvml_backend_alone_is_privileged() -> None:
+    driver = container(render(NVML_VALUES))
+    assert driver["securityContext"]["privileged"] is True  # MIG instances, /dev/nvidia*
+    assert driver["securityContext"]["readOnlyRootFilesystem"] is True
 
 
 def test_daemonset_passes_the_node_name_and_settings_the_driver_documents() -> None:
@@ -234,7 +251,8 @@ def test_nvml_backend_has_no_fake_machine() -> None:
     env = env_of(objects)
     assert env["DRA_GPU_BACKEND"] == "nvml"
     assert not [name for name in env if name.startswith("DRA_GPU_FAKE_")]
-    assert "/var/lib/dra-gpu-driver/fakegpu" not in {v["hostPath"]["path"] for v in pod["volumes"]}
+    host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert "/var/lib/dra-gpu-driver/fakegpu" not in host_paths
     assert env["DRA_GPU_DEVICE_KINDS"] == "gpu,mig,partitionable-mig"
     assert container(objects)["args"] == ["--no-health"]
     assert pod["runtimeClassName"] == "nvidia"

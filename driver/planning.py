@@ -1,0 +1,166 @@
+"""What a claim asks of this node: read it, check it, apply its configs, check it against others.
+
+No side effects here: ``plan`` turns the kubelet's ``ClaimRef`` into the devices to prepare,
+``check_conflicts`` refuses devices other claims hold. ``driver.state`` does the preparing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from driver._names import check_uid, shown
+from driver.checkpoint import ClaimRecord, PreparedDevice
+from driver.claims import ClaimSource
+from driver.config import entries_from_allocation, select
+from driver.errors import ClaimError, ConfigError, DeviceConflict, PrepareError
+from driver.inventory import Inventory
+from driver.settings import Settings
+
+__all__ = ["ClaimRef", "check_conflicts", "plan"]
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    """What the kubelet tells about a claim: namespace, UID, name."""
+
+    namespace: str
+    uid: str
+    name: str
+
+    def __str__(self) -> str:
+        text = f"{self.namespace}/{self.name} ({self.uid})"
+        if len(text) <= 300 and text.isprintable():
+            return text
+        return f"{shown(self.namespace)}/{shown(self.name)} ({shown(self.uid)})"
+
+    @classmethod
+    def of(cls, record: ClaimRecord) -> ClaimRef:
+        """The claim a checkpoint record is of."""
+        return cls(namespace=record.namespace, uid=record.uid, name=record.name)
+
+    def check(self) -> None:
+        """Raise ``PrepareError`` naming the claim unless its UID is safe to use in paths."""
+        try:
+            check_uid(self.uid)
+        except PrepareError as e:
+            raise PrepareError(f"claim {self}: {e}") from None
+
+
+def _parent_request(request: str) -> str:
+    """Containers reference the parent request: ``gpu/sub0`` -> ``gpu``."""
+    return request.split("/", 1)[0]
+
+
+def plan(
+    ref: ClaimRef, claims: ClaimSource, settings: Settings, inventory: Inventory
+) -> list[PreparedDevice]:
+    """Read the claim and decide what to prepare; no side effects.
+
+    Raises ``PrepareError`` (``ClaimError`` for the claim itself) naming claim, device and reason.
+    """
+    claim = claims.get_claim(ref.namespace, ref.name)
+    if claim is None:
+        raise ClaimError(f"claim {ref}: ResourceClaim not found")
+    uid = (claim.get("metadata") or {}).get("uid")
+    if uid != ref.uid:
+        raise ClaimError(f"claim {ref}: the ResourceClaim with this name has UID {uid}; it was re-created")
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not allocation:
+        raise ClaimError(f"claim {ref}: not allocated")
+    results = [
+        r
+        for r in (allocation.get("devices") or {}).get("results") or []
+        if r.get("driver") == settings.driver_name
+    ]
+    if not results:
+        raise ClaimError(f"claim {ref}: no device of driver {settings.driver_name} is allocated")
+    entries = []
+    if not settings.breaks("ignore-config"):
+        try:
+            entries = entries_from_allocation(
+                (allocation.get("devices") or {}).get("config") or [], settings.driver_name
+            )
+        except ConfigError as e:
+            raise PrepareError(f"claim {ref}: {e}") from e
+    planned: dict[tuple[str, str | None], PreparedDevice] = {}
+    for result in results:
+        name = str(result.get("device", ""))
+        pool = str(result.get("pool", ""))
+        request = str(result.get("request", ""))
+        if pool != settings.pool_name:
+            raise ClaimError(
+                f"claim {ref}: device {name}: allocated from pool {pool!r}, "
+                f"but this node's pool is {settings.pool_name!r}"
+            )
+        info = inventory.get(name)
+        if info is None:
+            raise ClaimError(f"claim {ref}: device {name}: no such device on node {settings.node_name}")
+        try:
+            config = select(entries, request, info.kind)
+        except ConfigError as e:
+            raise PrepareError(f"claim {ref}: device {name}: invalid config: {e}") from e
+        share_id = result.get("shareID") or None
+        if share_id is not None:
+            try:
+                check_uid(str(share_id), "shareID")
+            except PrepareError as e:
+                raise ClaimError(f"claim {ref}: device {name}: {e}") from None
+        key = (name, share_id)
+        answered = request if settings.breaks("subrequest-name") else _parent_request(request)
+        if settings.breaks("qualified-request-names"):
+            answered = f"{ref.name}/{answered}"
+        if key in planned:
+            planned[key].request_names = sorted({*planned[key].request_names, answered})
+            continue
+        planned[key] = PreparedDevice(
+            request_names=[answered],
+            pool=pool,
+            device=name,
+            cdi_ids=[],
+            kind=info.kind,
+            uuid=info.uuid or "",
+            share_id=share_id,
+            shareable=bool(share_id) or bool(config and config.shareable),
+            admin_access=bool(result.get("adminAccess")),
+            config=config,
+        )
+    return list(planned.values())
+
+
+def check_conflicts(
+    ref: ClaimRef,
+    planned: Iterable[PreparedDevice],
+    others: Iterable[ClaimRecord],
+    inventory: Inventory,
+    *,
+    admin_exempt: bool = True,
+) -> None:
+    """Refuse devices another claim holds, unless both sides allow sharing.
+
+    What counts is the hardware: a whole GPU and a partition of it overlap, as do two
+    partitions on the same memory slices, though their names differ; sharing is for one
+    device only. Admin access is the exception: it exists to reach devices that are in use.
+    """
+    planned = list(planned)
+    for other in others:
+        if other.uid == ref.uid:
+            continue
+        for theirs in other.devices:
+            their_info = inventory.get(theirs.device)
+            for device in planned:
+                if admin_exempt and (device.admin_access or theirs.admin_access):
+                    continue
+                if device.device == theirs.device:
+                    if not (device.shareable and theirs.shareable):
+                        raise DeviceConflict(
+                            f"claim {ref}: device {device.device}: already prepared for claim {other.ref} "
+                            "and not shareable (neither claim has a sharing config or a share id)"
+                        )
+                    continue
+                info = inventory.get(device.device)
+                if info is not None and their_info is not None and info.overlaps(their_info):
+                    raise DeviceConflict(
+                        f"claim {ref}: device {device.device}: uses the same hardware as {theirs.device}, "
+                        f"already prepared for claim {other.ref}"
+                    )
