@@ -87,11 +87,12 @@ class Cluster(abc.ABC):
     backend: ClassVar[str] = "abstract"
     """Short backend name (``local``, ``kind``, ``k3s``, ``external``) used in messages."""
 
-    capabilities: ClassVar[frozenset[str]] = frozenset()
+    capabilities: frozenset[str] = frozenset()
     """What this backend can do beyond the API: ``grpc`` (reach a driver's sockets and CDI specs
     on a node), ``view`` (:meth:`container_view`), ``restart-driver``, ``restart-kubelet``,
     ``restart-apiserver``. A method whose capability is missing raises
-    :class:`~clusters.errors.CapabilityMissing`."""
+    :class:`~clusters.errors.CapabilityMissing`. Fixed per backend, except for an external
+    cluster, whose profile's commands add them."""
 
     _api_client: Any = None
 
@@ -120,6 +121,12 @@ class Cluster(abc.ABC):
         (the local tier: ``root``, the node's root dir). A template that needs a value the backend
         leaves out cannot run there."""
         return {"node": node, "kubeconfig": str(self.kubeconfig)}
+
+    def on_node(self, node: str, argv: Sequence[str]) -> list[str]:
+        """The argv that runs ``argv`` where ``node``'s commands run: here (the default, for nodes
+        on this machine or commands that reach the node themselves), or inside the node (kind and
+        k3s: in the driver pod, whose ``{root}`` and ``{python}`` :meth:`node_values` gives)."""
+        return list(argv)
 
     def stop_driver(self, node: str) -> None:
         """Stop the driver on ``node`` (gracefully) until :meth:`restart_driver` starts it again."""

@@ -9,7 +9,10 @@ The hierarchy::
     │   └── GoBuildError          ``go`` failed building them from Go modules
     ├── ControlPlaneError         a component failed to start or did not become ready
     ├── NodeError                 a node agent or driver process failed
-    └── ClusterStateError         no running cluster where one was expected (CLI, fixtures)
+    ├── ClusterStateError         no running cluster where one was expected (CLI, fixtures)
+    ├── ToolError                 an outside tool (kind, docker, helm, kubectl) is missing or failed
+    ├── ClusterUnfit              the cluster answers but cannot run DRA (resource.k8s.io/v1 not served)
+    └── DriverDeployError         the driver under test did not come up (chart failed, no slices)
 
 Every message names the offending value and, where there is one, what to do.
 """
@@ -22,9 +25,12 @@ __all__ = [
     "ChecksumMismatch",
     "ClusterError",
     "ClusterStateError",
+    "ClusterUnfit",
     "ControlPlaneError",
+    "DriverDeployError",
     "GoBuildError",
     "NodeError",
+    "ToolError",
 ]
 
 
@@ -65,3 +71,16 @@ class NodeError(ClusterError):
 
 class ClusterStateError(ClusterError):
     """No running cluster was found where one was expected (state dir missing or stale)."""
+
+
+class ToolError(ClusterError):
+    """An outside tool (``kind``, ``docker``, ``helm``, ``kubectl``) is missing, has no engine to talk
+    to, or failed; the message holds the command and the tail of its output."""
+
+
+class ClusterUnfit(ClusterError):
+    """The cluster answers but cannot run the suite: no DRA API (``resource.k8s.io/v1``)."""
+
+
+class DriverDeployError(ClusterError):
+    """The driver under test did not come up: its chart failed, or it never published slices."""

@@ -1,6 +1,6 @@
 """``dra-conformance``: certify a DRA driver, and the local clusters it runs on.
 
-    dra-conformance run --profile NAME|PATH [--cluster local|external] [--kubeconfig K]
+    dra-conformance run --profile NAME|PATH [--cluster local|kind|k3s|external] [--kubeconfig K]
                         [--driver-command '...'] [--rules ID,ID] [-m AREA] [-n N]
                         [--keep-cluster] [-- PYTEST ARGS]
     dra-conformance rules [-m AREA]          the rule catalogue
@@ -42,7 +42,13 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--profile", required=True, help=f"driver profile: a YAML file or one of {profiles.shipped()}"
     )
-    r.add_argument("--cluster", default="local", choices=CLUSTER_KINDS, help="where to run (default local)")
+    r.add_argument(
+        "--cluster",
+        default="local",
+        choices=CLUSTER_KINDS,
+        help="where to run (default local): local processes; kind or k3s, made in Docker with the reference "
+        "driver's chart; external, the cluster of --kubeconfig with the driver already installed",
+    )
     r.add_argument("--kubeconfig", help="the cluster of --cluster external (the driver is already installed)")
     r.add_argument(
         "--driver-command",
@@ -52,7 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--rules", default="", help="comma list of rule ids (default: all)")
     r.add_argument("-m", dest="areas", action="append", default=[], help="an area (id or marker); repeatable")
     r.add_argument("-n", dest="workers", default="auto", help="parallel workers: a number, auto, or 0")
-    r.add_argument("--nodes", type=int, help="nodes of the local cluster (default: the profile's, else 2)")
+    r.add_argument(
+        "--nodes",
+        type=int,
+        help="nodes of the local cluster, workers of kind (default: the profile's, else 2)",
+    )
     r.add_argument("--k8s-version", help="Kubernetes version of the local cluster (e.g. 1.36)")
     r.add_argument("--bin-dir", type=Path, help="directory with etcd and the kube-* binaries")
     r.add_argument(
@@ -62,7 +72,9 @@ def _parser() -> argparse.ArgumentParser:
         "default: the cache, else a build from Go modules)",
     )
     r.add_argument("--reports-dir", default="reports", help="where run directories go (default ./reports)")
-    r.add_argument("--keep-cluster", action="store_true", help="leave the local cluster running afterwards")
+    r.add_argument(
+        "--keep-cluster", action="store_true", help="leave the local or kind cluster running afterwards"
+    )
     r.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments")
     rules = top.add_parser("rules", help="list the rule catalogue")
     rules.add_argument("-m", dest="areas", action="append", default=[], help="only this area; repeatable")

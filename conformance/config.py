@@ -13,14 +13,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clusters.incluster import DriverRelease
 from conformance import catalogue
 from conformance.errors import UsageError
 from conformance.profiles import DriverProfile, load
 
-__all__ = ["CLUSTER_KINDS", "SuiteConfig", "new_run_id"]
+__all__ = ["CLUSTER_KINDS", "IN_CLUSTER", "SuiteConfig", "new_run_id"]
 
-CLUSTER_KINDS = ("local", "external")
+CLUSTER_KINDS = ("local", "kind", "k3s", "external")
 """Cluster backends ``--cluster`` accepts."""
+
+IN_CLUSTER = ("kind", "k3s")
+"""Backends that make a cluster and install the reference driver's chart in it."""
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -36,9 +40,13 @@ class SuiteConfig:
     profile: DriverProfile
     """The driver under test."""
     cluster: str = "local"
-    """``local`` (start a local cluster and the driver as processes) or ``external`` (a kubeconfig)."""
+    """``local`` (start a local cluster and the driver as processes), ``kind`` or ``k3s`` (make one
+    in Docker and install the reference driver's chart), or ``external`` (a kubeconfig)."""
     kubeconfig: Path | None = None
-    """The cluster for ``external``."""
+    """The cluster for ``external`` (and, once made, for ``kind`` and ``k3s``)."""
+    cluster_info: Path | None = None
+    """For ``kind`` and ``k3s``: the JSON file of the cluster the run made, which the pytest
+    processes attach to."""
     driver_command: str | None = None
     """Overrides the profile's local start command (placeholders as in the profile)."""
     nodes: int | None = None
@@ -88,6 +96,26 @@ class SuiteConfig:
         return self.profile.local.command
 
     @property
+    def release(self) -> DriverRelease:
+        """The chart values of the reference driver for ``kind`` and ``k3s``: its fake machine and
+        device kinds, read from the profile's local command (``--fake-profile``, ``--device-kinds``)."""
+        words = shlex.split(self.local_command)
+        if not ({"-m", "driver"} <= set(words) or any(w.endswith("dra-gpu-driver") for w in words)):
+            raise UsageError(
+                f"--cluster {self.cluster} installs the reference driver's chart, but profile "
+                f"{self.profile.name!r} is for another driver ({self.profile.driver}): install that driver "
+                "in a cluster yourself and run with --cluster external --kubeconfig K"
+            )
+
+        def flag(name: str, default: str) -> str:
+            return words[words.index(name) + 1] if name in words[:-1] else default
+
+        kinds = tuple(k for k in flag("--device-kinds", "gpu").split(",") if k)
+        return DriverRelease(
+            driver=self.profile.driver, fake_profile=flag("--fake-profile", "dgx-h100"), device_kinds=kinds
+        )
+
+    @property
     def local_nodes(self) -> int:
         """Nodes of a local cluster."""
         if self.nodes is not None:
@@ -113,6 +141,7 @@ class SuiteConfig:
         bin_dir: str | Path | None = None,
         pytest_args: Sequence[str] = (),
         example_driver_bin: str | Path | None = None,
+        cluster_info: str | Path | None = None,
     ) -> SuiteConfig:
         """Validate the options and build the config; :class:`UsageError` names a bad one."""
         loaded = profile if isinstance(profile, DriverProfile) else load(profile)
@@ -159,11 +188,14 @@ class SuiteConfig:
             bin_dir=Path(bin_dir) if bin_dir else None,
             pytest_args=tuple(pytest_args),
             example_driver_bin=Path(example_driver_bin) if example_driver_bin else None,
+            cluster_info=Path(cluster_info) if cluster_info else None,
         )
         if run_id:
             config = dataclasses.replace(config, run_id=run_id)
         if cluster == "local":
             config.local_command  # noqa: B018 - refuses a profile that cannot run locally, now
+        if cluster in IN_CLUSTER:
+            config.release  # noqa: B018 - refuses a profile of another driver, now
         return config
 
 

@@ -8,9 +8,10 @@ backend knows the node's (:meth:`clusters.Cluster.node_values`: ``node``, ``kube
 filled first, then takes the place of ``{fault}`` as shell words; every other value replaces its
 placeholder inside one word, so a value with spaces stays one argument.
 
-Commands run here, on the machine that runs the suite, without a shell: the local tier's nodes
-are on it, and on a remote cluster the command itself reaches the node (``{node}``,
-``{kubeconfig}``). A command that fails or hangs raises :class:`FaultCommandFailed` with its
+Commands run without a shell where the backend says (:meth:`clusters.Cluster.on_node`): here,
+on the machine that runs the suite, for the local tier's nodes and for a remote cluster whose
+command reaches the node itself (``{node}``, ``{kubeconfig}``); in the node's driver pod on kind
+and k3s. A command that fails or hangs raises :class:`FaultCommandFailed` with its
 output; a template that needs a value the backend cannot give raises
 :class:`~clusters.errors.CapabilityMissing` (the test skips with that reason).
 """
@@ -55,7 +56,9 @@ class FaultCommands:
         self.node = node
         """The node whose devices they address."""
         self._backend = cluster.backend
-        self._values = {**cluster.node_values(node), "driver": profile.driver, "python": sys.executable}
+        self._cluster = cluster
+        # a backend whose node commands run elsewhere (in a driver pod) names its own {python}
+        self._values = {"python": sys.executable, **cluster.node_values(node), "driver": profile.driver}
 
     def values(self, device: Mapping[str, Any]) -> dict[str, str]:
         """The placeholder values for ``device`` (a slice device), ``{attr:NAME}`` aside."""
@@ -99,7 +102,7 @@ class FaultCommands:
             raise FaultCommandFailed(f"profile {self.profile.name} has no faults.{which} command")
         values = self.values(device)
         words = shlex.split(template.replace("{fault}", self.fault(fault, device)) if fault else template)
-        return [self._fill(word, device, values, which) for word in words]
+        return self._cluster.on_node(self.node, [self._fill(word, device, values, which) for word in words])
 
     def run(self, argv: Sequence[str], timeout: float = COMMAND_TIMEOUT) -> float:
         """Run a filled-in command; the seconds it took. Raises :class:`FaultCommandFailed`."""

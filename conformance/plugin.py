@@ -21,20 +21,22 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from clusters import CapabilityMissing
+from clusters import CapabilityMissing, Cluster
 from clusters.external import ExternalCluster
+from clusters.k3s import K3sCluster
+from clusters.kind import KindCluster
 from clusters.pytest_plugin import ClusterSession, cluster_session
 from conformance import preflight, report
 from conformance._files import write_atomic
 from conformance.catalogue import AREAS, RULES
-from conformance.config import SuiteConfig
+from conformance.config import IN_CLUSTER, SuiteConfig
 from conformance.diagnostics import collect
 from conformance.errors import UsageError
 from conformance.fixtures import HARNESS_KEY, RUN_KEY, dra, dra_env, dra_pre, dra_preflight
@@ -54,9 +56,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--dra-cluster",
         default="local",
-        help="local (start a cluster and the driver) or external (--dra-kubeconfig)",
+        help="local (start a cluster and the driver), kind or k3s (attach to the cluster of "
+        "--dra-cluster-info), or external (--dra-kubeconfig)",
     )
     group.addoption("--dra-kubeconfig", default=None, help="kubeconfig of an external cluster")
+    group.addoption(
+        "--dra-cluster-info",
+        default=None,
+        help="kind/k3s: the cluster.json of the cluster 'dra-conformance run --cluster kind|k3s' made",
+    )
     group.addoption("--dra-driver-command", default=None, help="overrides the profile's local start command")
     group.addoption("--dra-nodes", type=int, default=None, help="nodes of the local cluster")
     group.addoption("--dra-rules", default="", help="comma list of rule ids to run (default: all)")
@@ -89,6 +97,7 @@ def pytest_configure(config: pytest.Config) -> None:
             profile,
             cluster=config.getoption("dra_cluster"),
             kubeconfig=config.getoption("dra_kubeconfig"),
+            cluster_info=config.getoption("dra_cluster_info"),
             driver_command=config.getoption("dra_driver_command"),
             nodes=config.getoption("dra_nodes"),
             rules=config.getoption("dra_rules"),
@@ -109,6 +118,19 @@ def pytest_configure(config: pytest.Config) -> None:
     run = ConformanceRun(config, suite, run_dir, controller=workerinput is None)
     config.stash[RUN_KEY] = run
     config.pluginmanager.register(run, "dra-conformance-run")
+
+
+def _attach_factory(suite: SuiteConfig) -> Callable[[], Cluster]:
+    """Attaches to the kind or k3s cluster the run made (its ``cluster.json``)."""
+    if suite.cluster_info is None or not suite.cluster_info.is_file():
+        raise pytest.UsageError(
+            f"--dra-cluster {suite.cluster} needs --dra-cluster-info PATH, the cluster.json of a cluster "
+            f"'dra-conformance run --cluster {suite.cluster}' made (that command passes it)"
+        )
+    info = json.loads(suite.cluster_info.read_text())
+    if suite.cluster == "kind":
+        return lambda: KindCluster.attach(info)
+    return lambda: K3sCluster.attach(info)
 
 
 class ConformanceRun:
@@ -144,7 +166,10 @@ class ConformanceRun:
         if suite.cluster == "external":
             assert suite.kubeconfig is not None
             kubeconfig = suite.kubeconfig
-            cs.factory = lambda: ExternalCluster(kubeconfig, driver=suite.profile.driver)
+            commands = suite.profile.external.given()
+            cs.factory = lambda: ExternalCluster(kubeconfig, driver=suite.profile.driver, commands=commands)
+        elif suite.cluster in IN_CLUSTER:
+            cs.factory = _attach_factory(suite)
         elif cs.external is None:
             settings = cs.settings.with_options(
                 driver_name=suite.profile.driver,

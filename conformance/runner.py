@@ -1,11 +1,13 @@
 """``conformance.run(config) -> Report``: one conformance run from start to report.
 
 1. start the cluster (``local``: control plane, node agents and the driver as processes, in the
-   background with progress; ``external``: the given kubeconfig, nothing started);
+   background with progress; ``kind``/``k3s``: a cluster in Docker with the reference driver's
+   chart; ``external``: the given kubeconfig, checked to answer and serve DRA, nothing started);
 2. preflight (``-m preflight``) on its own: when it fails, the run stops with its one message;
 3. the selected rules, in parallel (pytest-xdist), in a pytest process of their own, with a live
    count and a line per area as it finishes;
-4. stop the cluster (unless kept), and return the report the plugin wrote to
+4. stop the cluster (unless kept; a kind or k3s cluster's logs go to ``cluster-logs/`` when a
+   rule failed), and return the report the plugin wrote to
    ``<reports>/<run-id>/`` (``reports/latest`` points there).
 
 pytest runs as a child process, so a run does not depend on (or disturb) the caller's pytest
@@ -25,12 +27,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from clusters import apicheck
 from clusters.errors import ClusterError
+from clusters.k3s import K3sCluster, K3sSettings
+from clusters.kind import KindCluster, KindSettings
 from clusters.local import daemon, gobins
 from clusters.local.settings import LocalSettings
 from conformance import report
 from conformance.catalogue import AREAS, by_id
-from conformance.config import SuiteConfig
+from conformance.config import IN_CLUSTER, SuiteConfig
 from conformance.errors import ConformanceError
 from conformance.results import read_records
 
@@ -67,6 +72,8 @@ def pytest_command(
         cmd += [f"--dra-started={started}"]
     if config.kubeconfig is not None:
         cmd += [f"--dra-kubeconfig={config.kubeconfig}"]
+    if config.cluster_info is not None:
+        cmd += [f"--dra-cluster-info={config.cluster_info.resolve()}"]
     if state_dir is not None:
         cmd += [f"--cluster-state-dir={state_dir}"]
     if config.rules:
@@ -169,6 +176,42 @@ def _phase(config: SuiteConfig, cmd: list[str], watcher: _Watcher) -> int:
     return proc.returncode
 
 
+def _check_api(config: SuiteConfig, say: Progress) -> None:
+    """Stops a run on a cluster that does not answer or serves no DRA, before pytest starts."""
+    assert config.kubeconfig is not None
+    try:
+        version = apicheck.check(config.kubeconfig)
+    except ClusterError as e:
+        raise ConformanceError(str(e)) from e
+    say(f"cluster of {config.kubeconfig}: Kubernetes {version}, serving {apicheck.DRA_GROUP_VERSION}")
+
+
+def _start_in_cluster(config: SuiteConfig, say: Progress) -> tuple[KindCluster | K3sCluster, SuiteConfig]:
+    """Make the kind or k3s cluster of a run, with the reference driver; the config that points the
+    pytest processes at it."""
+    release = config.release
+    cluster: KindCluster | K3sCluster
+    if config.cluster == "kind":
+        kind = KindSettings.from_env(os.environ).with_options(
+            k8s_version=config.k8s_version, workers=config.local_nodes, release=release
+        )
+        if config.keep_cluster:
+            kind = dataclasses.replace(kind, keep=True)
+        cluster = KindCluster(kind, progress=say)
+    else:
+        k3s = K3sSettings.from_env(os.environ)
+        if config.k8s_version:
+            k3s = dataclasses.replace(k3s, k8s_version=config.k8s_version)
+        cluster = K3sCluster(dataclasses.replace(k3s, release=release), progress=say)
+    try:
+        cluster.start()
+    except ClusterError as e:
+        raise ConformanceError(f"the {config.cluster} cluster did not come up: {e}") from e
+    info = config.run_dir.resolve() / "cluster.json"
+    info.write_text(json.dumps(cluster.info(), indent=2) + "\n")
+    return cluster, dataclasses.replace(config, cluster_info=info, kubeconfig=cluster.kubeconfig)
+
+
 def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
     """Run the suite as ``config`` says and return its report.
 
@@ -184,6 +227,11 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
     say(f"dra-conformance run {config.run_id}: driver {profile.driver}, profile {profile.name}")
     state_dir: Path | None = None
     settings: LocalSettings | None = None
+    made: KindCluster | K3sCluster | None = None
+    if config.cluster == "external":
+        _check_api(config, say)
+    elif config.cluster in IN_CLUSTER:
+        made, config = _start_in_cluster(config, say)
     if config.cluster == "local":
         settings = _local_settings(config)
         if settings.driver_command and gobins.placeholders(settings.driver_command):
@@ -208,6 +256,7 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
             raise ConformanceError(f"the local cluster did not start: {e}") from e
         say(f"cluster ready in {time.monotonic() - started:.1f} s: nodes {', '.join(state['nodes'])}")
     watcher = _Watcher(run_dir, say, live)  # one for both phases: an area is announced once
+    result: report.Report | None = None
     try:
         say("preflight ...")
         code = _phase(
@@ -227,8 +276,16 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
         code = _phase(config, pytest_command(config, state_dir=state_dir, started=began), watcher)
         if code not in (0, 1):
             say(f"pytest exited with {code}; see {run_dir / 'pytest.log'}")
-        return _report(config)
+        result = _report(config)
+        return result
     finally:
+        if made is not None:
+            if result is None or not result.ok:
+                logs = run_dir / "cluster-logs"
+                say(f"collecting the {config.cluster} cluster's logs into {logs} ...")
+                with contextlib.suppress(ClusterError, OSError):
+                    made.collect_logs(logs)
+            made.stop()
         if state_dir is not None:
             if config.keep_cluster:
                 found = daemon.read_state(state_dir)

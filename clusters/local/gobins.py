@@ -33,7 +33,7 @@ from clusters.errors import BinariesError, GoBuildError
 from clusters.local import gobuild
 from clusters.local.settings import LocalSettings
 
-__all__ = ["GO_BINARIES", "GoBinary", "fill_binaries", "placeholders", "resolve_binary"]
+__all__ = ["GO_BINARIES", "GoBinary", "cached_build", "fill_binaries", "placeholders", "resolve_binary"]
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +110,30 @@ def resolve_binary(name: str, settings: LocalSettings, progress: Progress = _log
                 "--example-driver-bin / DRAC_EXAMPLE_DRIVER_BIN, or unset it to build one"
             )
         return prebuilt
-    version = binary.version(settings)
-    entry = binary.cache_dir(settings)
+    return cached_build(
+        binary,
+        binary.version(settings),
+        binary.cache_dir(settings),
+        build=settings.binaries.build,
+        progress=progress,
+        instead="pass --example-driver-bin PATH (or set DRAC_EXAMPLE_DRIVER_BIN)",
+    )
+
+
+def cached_build(
+    binary: GoBinary,
+    version: str,
+    entry: Path,
+    *,
+    build: bool = True,
+    progress: Progress = _log_progress,
+    instead: str = "",
+) -> Path:
+    """The binary of ``binary`` at ``version`` in the cache entry ``entry`` (with its ``stamp.json``),
+    built there from Go modules first when it is missing (under a file lock: a second process waits
+    and then finds it). ``build``: whether a build is allowed; ``instead``: what the error of a
+    refused or impossible build suggests."""
+    name = binary.name
     target = entry / name
     if _usable(target) and (entry / STAMP).is_file():
         return target
@@ -125,16 +147,15 @@ def resolve_binary(name: str, settings: LocalSettings, progress: Progress = _log
     try:
         if _usable(target) and (entry / STAMP).is_file():  # built while we waited
             return target
-        if not settings.binaries.build:
+        suffix = f"; {instead}" if instead else ""
+        if not build:
             raise BinariesError(
-                f"no {name} {version} in the cache ({entry}) and Go builds are off (DRAC_NO_BUILD); "
-                "pass --example-driver-bin PATH (or set DRAC_EXAMPLE_DRIVER_BIN)"
+                f"no {name} {version} in the cache ({entry}) and Go builds are off (DRAC_NO_BUILD){suffix}"
             )
         if shutil.which("go") is None:
             raise BinariesError(
                 f"no {name} {version} in the cache ({entry}) and 'go' is not on PATH to build it; "
-                "install Go 1.24+ (https://go.dev/doc/install) or pass --example-driver-bin PATH "
-                "(or set DRAC_EXAMPLE_DRIVER_BIN)"
+                f"install Go 1.24+ (https://go.dev/doc/install){suffix}"
             )
         tmp = Path(tempfile.mkdtemp(prefix=f".{version}.tmp-", dir=entry.parent))
         try:

@@ -12,22 +12,26 @@ import yaml
 
 from conformance.errors import ProfileError
 from conformance.profiles.schema import (
+    EXTERNAL_PLACEHOLDERS,
     FAULT_PLACEHOLDERS,
     PROFILE_CAPABILITIES,
     AttributeMatch,
     DriverProfile,
     ExampleConfig,
+    ExternalCommands,
     Faults,
     parse,
 )
 
 __all__ = [
+    "EXTERNAL_PLACEHOLDERS",
     "FAULT_PLACEHOLDERS",
     "PROFILE_CAPABILITIES",
     "SHIPPED_DIR",
     "AttributeMatch",
     "DriverProfile",
     "ExampleConfig",
+    "ExternalCommands",
     "Faults",
     "load",
     "parse",

@@ -11,6 +11,7 @@ allowed.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from conformance.errors import ProfileError
 
 __all__ = [
     "ATTRIBUTE_TYPES",
+    "EXTERNAL_PLACEHOLDERS",
     "FAULT_PLACEHOLDERS",
     "PROFILE_CAPABILITIES",
     "AttributeMatch",
@@ -30,6 +32,7 @@ __all__ = [
     "Devices",
     "DriverProfile",
     "ExampleConfig",
+    "ExternalCommands",
     "Faults",
     "InvalidConfig",
     "LocalDriver",
@@ -225,6 +228,40 @@ class Faults:
     """The taint effect a fault leads to (``NoSchedule`` or ``NoExecute``)."""
 
 
+EXTERNAL_PLACEHOLDERS: Mapping[str, str] = {
+    "node": "the node",
+    "kubeconfig": "an admin kubeconfig",
+    "driver": "the driver name",
+    "mode": "graceful or crash (restart commands): stop gently, or kill as a crash would",
+}
+"""Placeholders of the commands of ``external``, with what each stands for."""
+
+
+@dataclass(frozen=True)
+class ExternalCommands:
+    """What a cluster the suite did not make cannot do by itself, as commands (shell words, run on
+    the machine that runs the suite, without a shell; :data:`EXTERNAL_PLACEHOLDERS`). A missing one
+    makes the rules that need it skip, with the reason."""
+
+    restart_driver: str = ""
+    """Restarts the driver on ``{node}`` (``{mode}``) and returns once it serves again."""
+    restart_kubelet: str = ""
+    """Restarts the kubelet of ``{node}`` (``{mode}``) and returns once the node is Ready."""
+    cdi_specs: str = ""
+    """Prints the CDI spec files of ``{node}`` one after another (e.g. ``kubectl exec`` into a pod
+    of the driver that mounts the CDI dir, running ``cat``); with it, the suite reads what a
+    container sees by ``kubectl exec`` into the test pods."""
+
+    def given(self) -> dict[str, str]:
+        """The commands given, by profile key."""
+        keys = {
+            "restartDriver": self.restart_driver,
+            "restartKubelet": self.restart_kubelet,
+            "cdiSpecs": self.cdi_specs,
+        }
+        return {k: v for k, v in keys.items() if v}
+
+
 @dataclass(frozen=True)
 class Timeouts:
     """Seconds to wait for things to happen."""
@@ -265,6 +302,8 @@ class DriverProfile:
     """Example opaque configs."""
     faults: Faults = field(default_factory=Faults)
     """Fault injection."""
+    external: ExternalCommands = field(default_factory=ExternalCommands)
+    """Commands for what an existing cluster cannot do by itself (``--cluster external``)."""
     timeouts: Timeouts = field(default_factory=Timeouts)
     """Timeouts."""
     known_failures: Mapping[str, str] = field(default_factory=dict)
@@ -441,6 +480,25 @@ def _faults(r: _Reader | None) -> Faults:
     return Faults(inject, heal, kinds, healable, r.strings("benign"), effect)
 
 
+def _external(r: _Reader | None) -> ExternalCommands:
+    if r is None:
+        return ExternalCommands()
+    r.known(["restartDriver", "restartKubelet", "cdiSpecs"])
+    values = {}
+    for key in ("restartDriver", "restartKubelet", "cdiSpecs"):
+        text = r.get(key, str, "")
+        try:
+            shlex.split(text)
+        except ValueError as e:
+            r.fail(text, f"shell words ({e})", key)
+        for name in _PLACEHOLDER.findall(text):
+            if name not in EXTERNAL_PLACEHOLDERS or (name == "mode" and key == "cdiSpecs"):
+                allowed = [f"{{{p}}}" for p in EXTERNAL_PLACEHOLDERS if key != "cdiSpecs" or p != "mode"]
+                r.fail(text, f"placeholders among {', '.join(allowed)}; {{{name}}} is not one", key)
+        values[key] = text
+    return ExternalCommands(values["restartDriver"], values["restartKubelet"], values["cdiSpecs"])
+
+
 def _check_placeholders(r: _Reader, key: str, text: str, fault_allowed: bool) -> None:
     for name in _PLACEHOLDER.findall(text):
         known = name in FAULT_PLACEHOLDERS and name != "attr:NAME" and (fault_allowed or name != "fault")
@@ -464,6 +522,7 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
             "container",
             "configs",
             "faults",
+            "external",
             "timeouts",
             "knownFailures",
             "idempotentPrepares",
@@ -528,6 +587,7 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
         container=container,
         configs=_configs(r.sub("configs")),
         faults=_faults(r.sub("faults")),
+        external=_external(r.sub("external")),
         timeouts=timeouts,
         known_failures=dict(known),
         idempotent_prepares=repeats,

@@ -1,0 +1,398 @@
+"""A driver deployed in the cluster (a DaemonSet from a Helm chart), driven with ``kubectl`` and ``helm``.
+
+What the kind and k3s backends share: install the reference driver's chart, wait until every
+node publishes slices, find the driver pod of a node, restart it (delete the pod; its DaemonSet
+makes a new one), run a command in it (the ``fakegpu`` CLI for faults), and read what a real
+container sees (``kubectl exec`` of ``env``, ``ls -l /dev`` and ``cat /proc/mounts``).
+
+A real container cannot list the CDI devices it was given, so :func:`parse_view` infers them from
+the node's CDI specs: a device counts as injected when every env var and device node of its
+edits shows in the container (and at least one of them does).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from clusters import tools
+from clusters.base import ContainerView, PodRef, pod_key
+from clusters.errors import DriverDeployError, ToolError
+
+__all__ = [
+    "CHART_DIR",
+    "DriverRelease",
+    "InCluster",
+    "parse_view",
+    "wait_slices",
+]
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+CHART_DIR = Path(__file__).resolve().parent.parent / "driver" / "deploy" / "helm" / "dra-gpu-driver"
+"""The reference driver's Helm chart."""
+DOCKERFILE = CHART_DIR.parent.parent / "Dockerfile"
+"""The reference driver's image recipe (built from the repository root)."""
+
+FAKE_ROOT = "/var/lib/dra-gpu-driver"
+"""``{root}`` of a node on kind and k3s: the fake machine's state is ``{root}/gpus`` in the driver
+pod (the chart's ``fakeStateDir``), so the reference profiles' fault commands run there as is."""
+
+
+@dataclass(frozen=True)
+class DriverRelease:
+    """The reference driver installed from its chart."""
+
+    image: str = "dra-gpu-driver:0.1.0"
+    """Image (``repository:tag``) built from ``driver/deploy/Dockerfile`` and loaded into the nodes."""
+    driver: str = "gpu.dra-conformance.io"
+    """DRA driver name."""
+    fake_profile: str = "dgx-h100"
+    """fakegpu machine of every node."""
+    device_kinds: tuple[str, ...] = ("gpu",)
+    """The chart's ``deviceKinds``."""
+    namespace: str = "dra-gpu-driver"
+    """Namespace of the release."""
+    release: str = "dra-gpu-driver"
+    """Helm release name."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """More chart values (override the above)."""
+
+    def values(self) -> dict[str, Any]:
+        """The chart values of this release."""
+        repository, _, tag = self.image.rpartition(":")
+        values: dict[str, Any] = {
+            "driverName": self.driver,
+            "backend": "fake",
+            "fakeProfile": self.fake_profile,
+            "fakeStateDir": f"{FAKE_ROOT}/gpus",
+            "deviceKinds": list(self.device_kinds),
+            "logFormat": "json",
+            # loaded into the nodes, never pulled
+            "image": {"repository": repository or self.image, "tag": tag, "pullPolicy": "Never"},
+        }
+        values.update(self.extra)
+        return values
+
+    @property
+    def selector(self) -> str:
+        """Label selector of the driver pods."""
+        return f"app.kubernetes.io/instance={self.release}"
+
+
+class InCluster:
+    """``kubectl`` and ``helm`` on one cluster (its admin kubeconfig)."""
+
+    def __init__(
+        self, kubeconfig: Path, release: DriverRelease, *, kubectl: Path, helm: Path | None = None
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        """Admin kubeconfig."""
+        self.release = release
+        """The driver release."""
+        self.kubectl_bin = kubectl
+        self.helm_bin = helm
+
+    def kubectl(self, *args: str, timeout: float = 120.0, check: bool = True) -> str:
+        """Run ``kubectl --kubeconfig K ARGS``; its stdout."""
+        argv: list[str | Path] = [self.kubectl_bin, "--kubeconfig", str(self.kubeconfig), *args]
+        return tools.run(argv, timeout=timeout, check=check).stdout
+
+    def install(self, progress: Progress, timeout: float = 300.0) -> None:
+        """``helm upgrade --install`` the chart with :meth:`DriverRelease.values`."""
+        if self.helm_bin is None:
+            raise ToolError("installing the driver's chart needs helm")
+        r = self.release
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="drac-values-", delete=False) as f:
+            yaml.safe_dump(r.values(), f, sort_keys=True)
+        values_file = Path(f.name)
+        progress(f"installing chart {CHART_DIR.name} as {r.release} in namespace {r.namespace} ...")
+        try:
+            tools.run(
+                [
+                    self.helm_bin,
+                    "upgrade",
+                    "--install",
+                    r.release,
+                    CHART_DIR,
+                    "--namespace",
+                    r.namespace,
+                    "--create-namespace",
+                    "--kubeconfig",
+                    self.kubeconfig,
+                    "--values",
+                    values_file,
+                    "--wait",
+                    "--timeout",
+                    f"{int(timeout)}s",
+                ],
+                timeout=timeout + 60,
+            )
+        except ToolError as e:
+            raise DriverDeployError(f"the driver's chart did not install: {e}\n{self.pods_report()}") from e
+        finally:
+            values_file.unlink(missing_ok=True)
+
+    def pods_report(self) -> str:
+        """``kubectl get pods -o wide`` of the driver's namespace (for error messages)."""
+        try:
+            return self.kubectl("get", "pods", "-n", self.release.namespace, "-o", "wide", timeout=30)
+        except ToolError as e:
+            return f"(cannot list the driver pods: {e})"
+
+    def driver_pod(self, node: str) -> str:
+        """The running driver pod on ``node``. Raises :class:`DriverDeployError` when there is none."""
+        pods = self._pods(node)
+        running = [name for name, phase, _ in pods if phase == "Running"]
+        if not running:
+            raise DriverDeployError(
+                f"no running driver pod ({self.release.selector}) on node {node}: {pods or 'none'}"
+            )
+        return running[0]
+
+    def _pods(self, node: str) -> list[tuple[str, str, str]]:
+        out = self.kubectl(
+            "get",
+            "pods",
+            "-n",
+            self.release.namespace,
+            "-l",
+            self.release.selector,
+            "--field-selector",
+            f"spec.nodeName={node}",
+            "-o",
+            "json",
+        )
+        items = json.loads(out or "{}").get("items") or []
+        return [
+            (
+                str(p["metadata"]["name"]),
+                str((p.get("status") or {}).get("phase", "")),
+                str(p["metadata"].get("uid", "")),
+            )
+            for p in items
+            if not p["metadata"].get("deletionTimestamp")
+        ]
+
+    def restart_driver(self, node: str, *, crash: bool = False, timeout: float = 120.0) -> None:
+        """Delete the driver pod of ``node`` (``crash``: at once, no grace) and wait for its successor
+        to run and be ready."""
+        old = self.driver_pod(node)
+        grace = ["--grace-period=0", "--force"] if crash else []
+        self.kubectl("delete", "pod", "-n", self.release.namespace, old, "--wait=false", *grace)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            fresh = [name for name, phase, _ in self._pods(node) if name != old and phase == "Running"]
+            if fresh:
+                self.kubectl(
+                    "wait",
+                    "-n",
+                    self.release.namespace,
+                    "--for=condition=Ready",
+                    f"pod/{fresh[0]}",
+                    "--timeout=90s",
+                    timeout=120,
+                )
+                return
+            time.sleep(1.0)
+        raise DriverDeployError(
+            f"no new driver pod ran on {node} within {timeout:.0f} s of deleting {old}\n{self.pods_report()}"
+        )
+
+    def exec_driver(self, node: str, argv: Sequence[str]) -> list[str]:
+        """The argv that runs ``argv`` in the driver container on ``node``."""
+        pod = self.driver_pod(node)
+        return [
+            str(self.kubectl_bin),
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "exec",
+            "-n",
+            self.release.namespace,
+            pod,
+            "-c",
+            "driver",
+            "--",
+            *argv,
+        ]
+
+    def container_view(
+        self, pod: PodRef, container: str, specs: Iterable[Mapping[str, Any]]
+    ) -> ContainerView:
+        """What ``container`` of ``pod`` sees: its env, its device nodes, its mounts, and the CDI
+        devices of ``specs`` (the node's CDI specs) whose edits all show."""
+        namespace, name = pod_key(pod)
+
+        def run(*cmd: str) -> str:
+            return self.kubectl("exec", "-n", namespace, name, "-c", container, "--", *cmd, timeout=60)
+
+        return parse_view(run("env"), run("ls", "-l", "/dev"), run("cat", "/proc/mounts"), specs)
+
+    def logs(self, dest: Path) -> list[Path]:
+        """Write each driver pod's log (and the previous one, after a restart) into ``dest``."""
+        dest.mkdir(parents=True, exist_ok=True)
+        written = []
+        try:
+            out = self.kubectl(
+                "get", "pods", "-n", self.release.namespace, "-l", self.release.selector, "-o", "name"
+            )
+        except ToolError as e:
+            (dest / "driver-pods.txt").write_text(f"cannot list the driver pods: {e}\n")
+            return [dest / "driver-pods.txt"]
+        for ref in out.split():
+            name = ref.rpartition("/")[2]
+            for previous in (False, True):
+                flag = ["--previous"] if previous else []
+                text = self.kubectl(
+                    "logs", "-n", self.release.namespace, name, "--all-containers", *flag, check=False
+                )
+                if text:
+                    path = dest / f"{name}{'.previous' if previous else ''}.log"
+                    path.write_text(text)
+                    written.append(path)
+        return written
+
+
+def wait_slices(
+    kubectl: Callable[..., str],
+    driver: str,
+    nodes: Sequence[str],
+    *,
+    timeout: float,
+    progress: Progress,
+    report: Callable[[], str] = lambda: "",
+) -> None:
+    """Wait until every node of ``nodes`` has a ResourceSlice of ``driver``; raises
+    :class:`DriverDeployError` naming the nodes without one."""
+    progress(f"waiting for ResourceSlices of {driver} on {', '.join(nodes)} ...")
+    deadline = time.monotonic() + timeout
+    missing = list(nodes)
+    while True:
+        out = kubectl("get", "resourceslices.resource.k8s.io", "-o", "json", check=False)
+        try:
+            items = json.loads(out or "{}").get("items") or []
+        except ValueError:
+            items = []
+        have = {
+            (s.get("spec") or {}).get("nodeName")
+            for s in items
+            if (s.get("spec") or {}).get("driver") == driver
+        }
+        missing = [n for n in nodes if n not in have]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise DriverDeployError(
+                f"driver {driver} published no ResourceSlice for node(s) {', '.join(missing)} within "
+                f"{timeout:.0f} s: check its pods and logs\n{report()}"
+            )
+        time.sleep(1.0)
+
+
+def parse_view(env: str, dev: str, mounts: str, specs: Iterable[Mapping[str, Any]]) -> ContainerView:
+    """A :class:`ContainerView` from the output of ``env``, ``ls -l /dev`` and ``cat /proc/mounts`` in a
+    container, with the CDI devices of ``specs`` whose edits the container shows."""
+    env_map: dict[str, str] = {}
+    for line in env.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key and " " not in key:
+            env_map[key] = value
+    nodes = []
+    for line in dev.splitlines():
+        parts = line.split()
+        if len(parts) < 10 or parts[0][:1] not in ("c", "b"):
+            continue
+        major, minor = parts[4].rstrip(","), parts[5]
+        entry: dict[str, Any] = {"path": f"/dev/{parts[-1]}", "type": parts[0][0]}
+        if major.isdigit() and minor.isdigit():
+            entry.update(major=int(major), minor=int(minor))
+        nodes.append(entry)
+    mount_list = []
+    for line in mounts.splitlines():
+        parts = line.split()
+        if len(parts) >= 4:
+            mount_list.append(
+                {
+                    "hostPath": parts[0],
+                    "containerPath": parts[1],
+                    "type": parts[2],
+                    "options": parts[3].split(","),
+                }
+            )
+    paths = {n["path"] for n in nodes}
+    injected = []
+    for spec in specs:
+        kind = spec.get("kind")
+        for device in spec.get("devices") or []:
+            if not isinstance(device, Mapping):
+                continue
+            edits = device.get("containerEdits") or {}
+            wanted_env = [str(e) for e in edits.get("env") or []]
+            wanted_nodes = [
+                str(d.get("path")) for d in edits.get("deviceNodes") or [] if isinstance(d, Mapping)
+            ]
+            if not wanted_env and not wanted_nodes:
+                continue
+            env_ok = all(
+                e.partition("=")[0] in env_map and env_map[e.partition("=")[0]] == e.partition("=")[2]
+                for e in wanted_env
+            )
+            if env_ok and all(p in paths for p in wanted_nodes):
+                injected.append(f"{kind}={device.get('name')}")
+    return ContainerView(env=env_map, device_nodes=nodes, mounts=mount_list, cdi_devices=sorted(injected))
+
+
+def parse_specs(text: str) -> list[dict[str, Any]]:
+    """CDI specs printed one after another, as mappings: files separated by :data:`SPEC_SEPARATOR`
+    (:data:`CAT_SPECS` prints that), JSON objects back to back, or YAML documents (``---``). A file
+    that does not parse is left out (what a runtime would do with it is PREP-CDI's to judge)."""
+    out: list[dict[str, Any]] = []
+    for chunk in _documents(text):
+        out.extend(d for d in _parse_chunk(chunk) if isinstance(d, dict))
+    return out
+
+
+def _parse_chunk(chunk: str) -> list[Any]:
+    decoder = json.JSONDecoder()
+    docs: list[Any] = []
+    at = 0
+    body = chunk.strip()
+    try:
+        while at < len(body):
+            doc, end = decoder.raw_decode(body, at)
+            docs.append(doc)
+            at = end
+            while at < len(body) and body[at].isspace():
+                at += 1
+        return docs
+    except ValueError:
+        pass
+    try:
+        return list(yaml.safe_load_all(body))
+    except yaml.YAMLError:
+        return []
+
+
+SPEC_SEPARATOR = "--- dra-conformance cdi spec ---"
+"""What :data:`CAT_SPECS` prints between two spec files."""
+
+CAT_SPECS = (
+    "for f in /var/run/cdi/*.json /var/run/cdi/*.yaml /etc/cdi/*.json /etc/cdi/*.yaml; do "
+    f'[ -f "$f" ] && {{ echo {shlex.quote(SPEC_SEPARATOR)}; cat "$f"; echo; }}; done; true'
+)
+"""A ``sh -c`` script that prints a node's CDI specs, separated by :data:`SPEC_SEPARATOR`."""
+
+
+def _documents(text: str) -> list[str]:
+    return [c for c in text.split(SPEC_SEPARATOR) if c.strip()]

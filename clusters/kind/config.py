@@ -1,0 +1,85 @@
+"""The kind cluster config for a Kubernetes version: DRA feature gates, CDI in containerd, nodes.
+
+The gates are read as the local tier reads them: from the ``--help`` of that version's own
+binaries (:func:`clusters.local.features.dra_gates`), when the binaries cache holds them; else
+from :data:`KNOWN_GATES`, the same reading done once for the versions listed; else none (DRA
+itself, ``resource.k8s.io/v1``, is on by default from 1.34: only its alpha and beta parts are
+then off, and the rules that need them skip).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from clusters.local import binaries, features
+from clusters.local.controlplane import features_binaries
+
+__all__ = ["CDI_PATCH", "KNOWN_GATES", "dra_gates_for", "render"]
+
+KNOWN_GATES: Mapping[str, tuple[str, ...]] = {
+    "1.37": (
+        "DRAConsumableCapacity",
+        "DRADerivedAttributes",
+        "DRADeviceBindingConditions",
+        "DRADeviceCompatibilityGroups",
+        "DRAFractionalCapacityRange",
+        "DRAListTypeAttributes",
+        "DRANodeAllocatableResources",
+        "DRAOptionalNodeOperations",
+        "DRAPartitionableDevices",
+        "DRAPartitionableDevicesType",
+        "DRAResourceClaimGranularStatusAuthorization",
+        "DRAResourcePoolStatus",
+        "DRASchedulerFilterTimeout",
+        "DRAWorkloadResourceClaims",
+        "ResourceHealthStatus",
+    ),
+}
+"""The DRA gates (alpha or beta) the local tier turns on, per minor, read from the binaries'
+``--help`` (used when the binaries of the version are not in the cache)."""
+
+CDI_PATCH = '[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = true\n'
+"""containerd config patch that turns CDI on (off by default in containerd 1.7; 2.x has it on and
+reads this old key only through its config migration)."""
+
+
+def dra_gates_for(k8s_version: str, cache_root: Path) -> tuple[dict[str, bool], str]:
+    """The DRA gates to turn on for ``k8s_version`` and where they were read (for messages)."""
+    entry = cache_root / k8s_version
+    if binaries.read_stamp(entry) is not None:
+        paths = [entry / name for name in features_binaries()]
+        if all(p.is_file() for p in paths):
+            tables = [features.parse_feature_gates(features.read_help(p)) for p in paths]
+            return features.dra_gates(tables), f"the --help of the {k8s_version} binaries in {entry}"
+    minor = ".".join(k8s_version.split(".")[:2])
+    if minor in KNOWN_GATES:
+        return {g: True for g in KNOWN_GATES[minor]}, f"the table of {minor} gates (KNOWN_GATES)"
+    return {}, f"nothing: no binaries of {k8s_version} cached and no table entry, so only GA DRA is on"
+
+
+def render(
+    *,
+    workers: int,
+    gates: Mapping[str, bool],
+    runtime_config: Sequence[str] = (),
+    image: str = "",
+) -> str:
+    """The kind ``Cluster`` config (YAML): one control plane and ``workers`` workers, the gates on
+    every component, ``runtime_config`` API versions served (only for an older API a run wants),
+    and CDI on in containerd."""
+    node: dict[str, Any] = {"image": image} if image else {}
+    config: dict[str, Any] = {
+        "kind": "Cluster",
+        "apiVersion": "kind.x-k8s.io/v1alpha4",
+        "containerdConfigPatches": [CDI_PATCH],
+        "nodes": [{"role": "control-plane", **node}] + [{"role": "worker", **node} for _ in range(workers)],
+    }
+    if gates:
+        config["featureGates"] = dict(sorted(gates.items()))
+    if runtime_config:
+        config["runtimeConfig"] = {gv: "true" for gv in runtime_config}
+    return yaml.safe_dump(config, sort_keys=False)

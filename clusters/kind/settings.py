@@ -1,0 +1,118 @@
+"""Settings of the kind backend: one frozen object, from defaults, env vars and options.
+
+=============================  ===========================================================
+env var                        what
+=============================  ===========================================================
+``DRAC_KIND_NAME``             cluster name (default ``dra-conformance``)
+``DRAC_KIND_VERSION``          kind version built from Go modules when ``kind`` is not on PATH
+``DRAC_KIND_NODE_IMAGE``       node image (default: :data:`NODE_IMAGES` for the version)
+``DRAC_KIND_KEEP``             ``1``: leave the cluster after the run
+``DRAC_KIND``                  the ``kind`` binary (else PATH, else a Go build)
+``DRAC_K8S_VERSION``           Kubernetes version of the nodes (as the local tier)
+=============================  ===========================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clusters.incluster import DriverRelease
+from clusters.local.settings import DEFAULT_K8S_VERSION, normalize_version
+
+__all__ = ["KIND_VERSION", "NODE_IMAGES", "KindSettings", "node_image"]
+
+KIND_VERSION = "v0.33.0"
+"""kind built from Go modules (``sigs.k8s.io/kind``) when none is on PATH."""
+
+NODE_IMAGES: Mapping[str, str] = {
+    "1.37": "kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5",
+    "1.36": "kindest/node:v1.36.1",
+    "1.35": "kindest/node:v1.35.4",
+    "1.34": "kindest/node:v1.34.4",
+}
+"""Node image per Kubernetes minor. 1.37 is the default image of kind v0.33.0, pinned by digest;
+the others by tag only (pin them with ``DRAC_KIND_NODE_IMAGE=image@sha256:...`` from the
+release notes of your kind version)."""
+
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def node_image(k8s_version: str) -> str:
+    """The node image of :data:`NODE_IMAGES` for ``k8s_version`` (``1.37`` or ``1.37.2``)."""
+    minor = ".".join(normalize_version(k8s_version).split(".")[:2])
+    try:
+        return NODE_IMAGES[minor]
+    except KeyError:
+        known = ", ".join(sorted(NODE_IMAGES))
+        raise ValueError(
+            f"no kind node image known for Kubernetes {k8s_version} (known: {known}); "
+            "set DRAC_KIND_NODE_IMAGE to one"
+        ) from None
+
+
+@dataclass(frozen=True)
+class KindSettings:
+    """What the kind backend makes."""
+
+    name: str = "dra-conformance"
+    """Cluster name (``kind create cluster --name``)."""
+    k8s_version: str = DEFAULT_K8S_VERSION
+    """Kubernetes version (picks the node image and the feature gates)."""
+    workers: int = 2
+    """Worker nodes, where the driver runs (one control-plane node besides)."""
+    image: str = ""
+    """Node image (empty: :func:`node_image` of :attr:`k8s_version`)."""
+    kind_version: str = KIND_VERSION
+    """kind version to build when no ``kind`` is found."""
+    keep: bool = False
+    """Leave the cluster after the run (a run always reuses a cluster of the same name)."""
+    release: DriverRelease = field(default_factory=DriverRelease)
+    """The reference driver's image and chart values."""
+    install_driver: bool = True
+    """Build, load and install the reference driver (off: the driver is installed otherwise)."""
+    work_dir: Path = field(
+        default_factory=lambda: Path.home() / ".local" / "state" / "dra-conformance" / "kind"
+    )
+    """Where the kubeconfig, the cluster config and logs go."""
+    slices_timeout: float = 180.0
+    """Seconds every worker may take to publish its first slice after the chart installed."""
+
+    @property
+    def node_image(self) -> str:
+        """The node image in use."""
+        return self.image or node_image(self.k8s_version)
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The cluster's admin kubeconfig (written by kind)."""
+        return self.work_dir / self.name / "kubeconfig"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> KindSettings:
+        """Defaults, then the env vars of the module docstring."""
+        changes: dict[str, object] = {}
+        if env.get("DRAC_KIND_NAME"):
+            changes["name"] = env["DRAC_KIND_NAME"]
+        if env.get("DRAC_KIND_VERSION"):
+            changes["kind_version"] = env["DRAC_KIND_VERSION"]
+        if env.get("DRAC_KIND_NODE_IMAGE"):
+            changes["image"] = env["DRAC_KIND_NODE_IMAGE"]
+        if env.get("DRAC_K8S_VERSION"):
+            changes["k8s_version"] = normalize_version(env["DRAC_K8S_VERSION"])
+        changes["keep"] = env.get("DRAC_KIND_KEEP", "").lower() in _TRUE
+        if env.get("XDG_STATE_HOME"):
+            changes["work_dir"] = Path(env["XDG_STATE_HOME"]) / "dra-conformance" / "kind"
+        return dataclasses.replace(cls(), **changes)  # type: ignore[arg-type]
+
+    def with_options(self, **options: object) -> KindSettings:
+        """These settings with the options that are not None."""
+        given = {k: v for k, v in options.items() if v is not None}
+        if "k8s_version" in given:
+            given["k8s_version"] = normalize_version(str(given["k8s_version"]))
+        workers = given.get("workers")
+        if isinstance(workers, int) and workers < 1:
+            raise ValueError(f"workers {workers}: give at least 1")
+        return dataclasses.replace(self, **given)  # type: ignore[arg-type]

@@ -1,0 +1,354 @@
+"""The kind backend against recorded fake ``kind``/``docker``/``helm``/``kubectl`` executables: the exact
+commands and files it hands them, its config, and how it stops on bad input. The live run needs a
+Docker engine and skips without one."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clusters import tools
+from clusters.errors import DriverDeployError, ToolError
+from clusters.incluster import CHART_DIR, DOCKERFILE, FAKE_ROOT, DriverRelease
+from clusters.kind import KindCluster, KindSettings
+from clusters.kind.config import CDI_PATCH, KNOWN_GATES, dra_gates_for, render
+from clusters.kind.settings import NODE_IMAGES, node_image
+from tests.clusters.apistub import api_stub, write_kubeconfig
+from tests.clusters.fakebin import FakeBin
+
+WORKERS = ["drac-worker", "drac-worker2"]
+NODES = ["drac-control-plane", *WORKERS]
+
+
+def _slices(nodes: list[str], driver: str = "gpu.dra-conformance.io") -> str:
+    items = [{"spec": {"driver": driver, "nodeName": n, "devices": []}} for n in nodes]
+    return json.dumps({"items": items})
+
+
+@pytest.fixture
+def api() -> Iterator[str]:
+    with api_stub() as url:
+        yield url
+
+
+def _fake(tmp_path: Path, api: str, *, existing: bool = False, slices: list[str] | None = None) -> FakeBin:
+    fake = FakeBin(tmp_path / "bin")
+    kubeconfig = write_kubeconfig(tmp_path / "kc-template", api).read_text()
+    fake.on("docker", "version", stdout="27.3.1\n")
+    fake.on("kind", "get", "clusters", stdout="drac\n" if existing else "other\n")
+    fake.on("kind", "create", "cluster", write_after="--kubeconfig", write=kubeconfig)
+    fake.on("kind", "export", "kubeconfig", write_after="--kubeconfig", write=kubeconfig)
+    fake.on("kind", "get", "nodes", stdout="\n".join(NODES) + "\n")
+    fake.on(
+        "kubectl",
+        "get",
+        "resourceslices.resource.k8s.io",
+        stdout=_slices(WORKERS if slices is None else slices),
+    )
+    return fake
+
+
+def _settings(tmp_path: Path, **changes: object) -> KindSettings:
+    base = KindSettings(name="drac", work_dir=tmp_path / "state", slices_timeout=2.0)
+    return base.with_options(**changes)
+
+
+# --- config ---------------------------------------------------------------------------------
+
+
+def test_the_config_has_the_gates_cdi_and_the_nodes() -> None:
+    text = render(
+        workers=3, gates={"DRAAdminAccess": True}, image="img:1", runtime_config=["resource.k8s.io/v1beta2"]
+    )
+    config = yaml.safe_load(text)
+    assert config["kind"] == "Cluster" and config["apiVersion"] == "kind.x-k8s.io/v1alpha4"
+    assert [n["role"] for n in config["nodes"]] == ["control-plane", "worker", "worker", "worker"]
+    assert all(n["image"] == "img:1" for n in config["nodes"])
+    assert config["featureGates"] == {"DRAAdminAccess": True}
+    assert config["runtimeConfig"] == {"resource.k8s.io/v1beta2": "true"}
+    assert config["containerdConfigPatches"] == [CDI_PATCH]
+    assert "enable_cdi = true" in CDI_PATCH
+
+
+def test_runtime_config_only_when_an_older_api_is_wanted() -> None:
+    config = yaml.safe_load(render(workers=1, gates={}))
+    assert "runtimeConfig" not in config and "featureGates" not in config
+
+
+def test_gates_come_from_the_cached_binaries_else_the_table(tmp_path: Path) -> None:
+    gates, source = dra_gates_for("1.37.2", tmp_path / "empty-cache")
+    assert set(gates) == set(KNOWN_GATES["1.37"]) and "table" in source
+    gates, source = dra_gates_for("1.99.0", tmp_path / "empty-cache")
+    assert gates == {} and "only GA DRA" in source
+
+
+@pytest.mark.cluster
+def test_the_gate_table_matches_what_the_binaries_say(local_binaries: object) -> None:
+    """KNOWN_GATES is the local tier's reading of the 1.37 binaries, written down: keep them equal."""
+    from clusters.local.settings import LocalSettings
+
+    settings = LocalSettings.from_env(os.environ)
+    if not settings.k8s_version.startswith("1.37."):
+        pytest.skip(f"the table is for 1.37; this run uses {settings.k8s_version}")
+    gates, source = dra_gates_for(settings.k8s_version, settings.binaries.cache_root)
+    if "--help" not in source:
+        pytest.skip(f"the 1.37 binaries are not in the cache ({source})")
+    assert sorted(gates) == sorted(KNOWN_GATES["1.37"])
+
+
+def test_node_images_by_minor_and_override() -> None:
+    assert node_image("1.37.2") == NODE_IMAGES["1.37"] and "@sha256:" in NODE_IMAGES["1.37"]
+    with pytest.raises(ValueError, match="DRAC_KIND_NODE_IMAGE"):
+        node_image("1.30.0")
+    settings = KindSettings.from_env({"DRAC_KIND_NODE_IMAGE": "mine:1", "DRAC_KIND_NAME": "x"})
+    assert settings.node_image == "mine:1" and settings.name == "x"
+    with pytest.raises(ValueError, match="at least 1"):
+        KindSettings().with_options(workers=0)
+
+
+# --- lifecycle --------------------------------------------------------------------------------
+
+
+def test_start_creates_loads_installs_and_stop_deletes(tmp_path: Path, api: str) -> None:
+    fake = _fake(tmp_path, api)
+    release = DriverRelease(fake_profile="l4x4", device_kinds=("gpu", "mig"))
+    cluster = KindCluster(_settings(tmp_path, release=release, k8s_version="1.37"), env=fake.env())
+    cluster.start()
+    assert cluster.nodes() == WORKERS
+    kind = fake.argvs("kind")
+    create = next(a for a in kind if a[:2] == ["create", "cluster"])
+    config_file = create[create.index("--config") + 1]
+    assert create[create.index("--name") + 1] == "drac"
+    assert create[create.index("--image") + 1] == NODE_IMAGES["1.37"]
+    assert create[create.index("--kubeconfig") + 1] == str(cluster.kubeconfig)
+    config = yaml.safe_load(next(c for c in fake.calls("kind") if c.argv == create).files[config_file])
+    assert [n["role"] for n in config["nodes"]] == ["control-plane", "worker", "worker"]
+    assert set(config["featureGates"]) == set(KNOWN_GATES["1.37"])
+    docker = fake.argvs("docker")
+    assert docker[0] == ["version", "--format", "{{.Server.Version}}"]
+    assert [
+        "build",
+        "-f",
+        str(DOCKERFILE),
+        "-t",
+        "dra-gpu-driver:0.1.0",
+        str(DOCKERFILE.parents[2]),
+    ] in docker
+    imports = [c for c in fake.calls("docker") if c.argv[:2] == ["exec", "-i"]]
+    assert [c.argv[2] for c in imports] == NODES  # every node, the control plane too
+    assert all(c.argv[3:] == ["ctr", "-n", "k8s.io", "images", "import", "-"] for c in imports)
+    saves = [a for a in docker if a[0] == "save"]
+    assert saves == [["save", "dra-gpu-driver:0.1.0"]] * len(NODES)
+    (helm,) = fake.calls("helm")
+    assert helm.argv[:4] == ["upgrade", "--install", "dra-gpu-driver", str(CHART_DIR)]
+    assert helm.argv[helm.argv.index("--namespace") + 1] == "dra-gpu-driver"
+    assert "--create-namespace" in helm.argv and "--wait" in helm.argv
+    values = yaml.safe_load(helm.files[helm.argv[helm.argv.index("--values") + 1]])
+    assert values["backend"] == "fake" and values["fakeProfile"] == "l4x4"
+    assert values["deviceKinds"] == ["gpu", "mig"] and values["fakeStateDir"] == f"{FAKE_ROOT}/gpus"
+    assert values["image"] == {"repository": "dra-gpu-driver", "tag": "0.1.0", "pullPolicy": "Never"}
+    cluster.stop()
+    assert fake.argvs("kind")[-1] == ["delete", "cluster", "--name", "drac"]
+    assert not cluster.kubeconfig.exists()
+
+
+def test_an_existing_cluster_is_reused_and_left_running(tmp_path: Path, api: str) -> None:
+    fake = _fake(tmp_path, api, existing=True)
+    cluster = KindCluster(_settings(tmp_path), env=fake.env()).start()
+    kind = fake.argvs("kind")
+    assert not [a for a in kind if a[:2] == ["create", "cluster"]]
+    assert ["export", "kubeconfig", "--name", "drac", "--kubeconfig", str(cluster.kubeconfig)] in kind
+    cluster.stop()
+    assert not [a for a in fake.argvs("kind") if a[0] == "delete"]
+
+
+def test_keep_leaves_a_new_cluster(tmp_path: Path, api: str) -> None:
+    fake = _fake(tmp_path, api)
+    KindCluster(_settings(tmp_path, keep=True), env=fake.env()).start().stop()
+    assert not [a for a in fake.argvs("kind") if a[0] == "delete"]
+
+
+def test_no_docker_engine_stops_before_anything_is_made(tmp_path: Path) -> None:
+    fake = FakeBin(tmp_path / "bin")
+    fake.on(
+        "docker",
+        "version",
+        rc=1,
+        stderr="Cannot connect to the Docker daemon at unix:///var/run/docker.sock\n",
+    )
+    with pytest.raises(ToolError) as e:
+        KindCluster(_settings(tmp_path), env=fake.env()).start()
+    assert "no Docker engine answers" in str(e.value) and "Cannot connect" in str(e.value)
+    assert fake.argvs("kind") == [] and fake.argvs("helm") == []
+
+
+@pytest.mark.parametrize("missing", ["docker", "kubectl", "helm"])
+def test_a_missing_tool_is_named(tmp_path: Path, missing: str) -> None:
+    fake = FakeBin(tmp_path / "bin", tools=[t for t in ("kind", "docker", "helm", "kubectl") if t != missing])
+    fake.on("docker", "version", stdout="27\n")
+    with pytest.raises(ToolError, match=f"{missing} is not on PATH"):
+        KindCluster(_settings(tmp_path), env=fake.env()).start()
+    assert fake.argvs("kind") == []
+
+
+def test_no_kind_and_no_build_names_the_fix(tmp_path: Path) -> None:
+    fake = FakeBin(tmp_path / "bin", tools=["docker", "helm", "kubectl"])
+    fake.on("docker", "version", stdout="27\n")
+    env = fake.env(DRAC_NO_BUILD="1", XDG_CACHE_HOME=str(tmp_path / "cache"))
+    with pytest.raises(ToolError) as e:
+        KindCluster(_settings(tmp_path), env=env).start()
+    assert "kind is not on PATH" in str(e.value) and "DRAC_KIND" in str(e.value)
+
+
+def test_a_driver_without_slices_stops_the_run_and_nothing_is_left(tmp_path: Path, api: str) -> None:
+    fake = _fake(tmp_path, api, slices=["drac-worker"])
+    fake.on("kubectl", "get", "pods", stdout="dra-gpu-driver-abc 0/1 CrashLoopBackOff\n")
+    cluster = KindCluster(_settings(tmp_path), env=fake.env())
+    with pytest.raises(DriverDeployError) as e:
+        cluster.start()
+    message = str(e.value)
+    assert "drac-worker2" in message and "CrashLoopBackOff" in message
+    kind = fake.argvs("kind")
+    export = next(a for a in kind if a[:2] == ["export", "logs"])
+    assert export[2] == str(tmp_path / "state" / "drac" / "logs" / "nodes")
+    assert kind[-1] == ["delete", "cluster", "--name", "drac"]
+
+
+def test_a_failed_chart_install_says_so_with_the_pods(tmp_path: Path, api: str) -> None:
+    fake = _fake(tmp_path, api)
+    fake.on("helm", "upgrade", rc=1, stderr="Error: context deadline exceeded\n")
+    fake.on("kubectl", "get", "pods", stdout="dra-gpu-driver-xyz 0/1 ErrImageNeverPull\n")
+    with pytest.raises(DriverDeployError) as e:
+        KindCluster(_settings(tmp_path), env=fake.env()).start()
+    assert "context deadline exceeded" in str(e.value) and "ErrImageNeverPull" in str(e.value)
+
+
+def test_a_cluster_without_dra_is_refused_before_the_driver(tmp_path: Path) -> None:
+    from clusters.errors import ClusterUnfit
+
+    with api_stub(("v1beta1",), version="v1.31.0") as url:
+        fake = _fake(tmp_path, url)
+        with pytest.raises(ClusterUnfit, match=r"resource\.k8s\.io/v1"):
+            KindCluster(_settings(tmp_path), env=fake.env()).start()
+    assert fake.argvs("helm") == [] and not [a for a in fake.argvs("docker") if a[0] == "build"]
+
+
+# --- what tests ask of a running cluster -------------------------------------------------------
+
+
+def _running(tmp_path: Path, api: str) -> tuple[KindCluster, FakeBin]:
+    fake = _fake(tmp_path, api, existing=True)
+    pods = {
+        "items": [{"metadata": {"name": "dra-gpu-driver-q7", "uid": "u1"}, "status": {"phase": "Running"}}]
+    }
+    fake.on("kubectl", "get", "pods", "spec.nodeName=drac-worker", stdout=json.dumps(pods))
+    cluster = KindCluster(_settings(tmp_path, install_driver=False), env=fake.env()).start()
+    return cluster, fake
+
+
+def test_fault_commands_run_in_the_driver_pod(tmp_path: Path, api: str) -> None:
+    cluster, _ = _running(tmp_path, api)
+    values = cluster.node_values("drac-worker")
+    assert values["root"] == FAKE_ROOT and values["python"] == "python"
+    argv = cluster.on_node("drac-worker", ["python", "-m", "fakegpu", "heal", "GPU-1"])
+    assert argv[argv.index("exec") :] == [
+        "exec", "-n", "dra-gpu-driver", "dra-gpu-driver-q7", "-c", "driver", "--",
+        "python", "-m", "fakegpu", "heal", "GPU-1",
+    ]  # fmt: skip
+    assert argv[1:3] == ["--kubeconfig", str(cluster.kubeconfig)]
+
+
+def test_restart_kubelet_runs_systemctl_in_the_node(tmp_path: Path, api: str) -> None:
+    cluster, fake = _running(tmp_path, api)
+    cluster.restart_kubelet("drac-worker")
+    cluster.restart_kubelet("drac-worker", crash=True)
+    docker = [a for a in fake.argvs("docker") if a[0] == "exec"]
+    assert docker == [
+        ["exec", "drac-worker", "systemctl", "restart", "kubelet"],
+        ["exec", "drac-worker", "systemctl", "kill", "--signal=SIGKILL", "kubelet"],
+        ["exec", "drac-worker", "systemctl", "start", "kubelet"],
+    ]
+    waits = [a for a in fake.argvs("kubectl") if "wait" in a]
+    assert all("node/drac-worker" in a and "--for=condition=Ready" in a for a in waits) and len(waits) == 2
+
+
+def test_restart_driver_deletes_the_pod_and_waits_for_the_next(tmp_path: Path, api: str) -> None:
+    cluster, fake = _running(tmp_path, api)
+    both = {
+        "items": [
+            {"metadata": {"name": "dra-gpu-driver-q7", "uid": "u1"}, "status": {"phase": "Running"}},
+            {"metadata": {"name": "dra-gpu-driver-z9", "uid": "u2"}, "status": {"phase": "Running"}},
+        ]
+    }
+    fake.first("kubectl", "get", "pods", "spec.nodeName=drac-worker", stdout=json.dumps(both))
+    cluster.restart_driver("drac-worker", crash=True)
+    kubectl = fake.argvs("kubectl")
+    delete = next(a for a in kubectl if "delete" in a)
+    assert delete[delete.index("delete") :] == [
+        "delete", "pod", "-n", "dra-gpu-driver", "dra-gpu-driver-q7", "--wait=false", "--grace-period=0", "--force",
+    ]  # fmt: skip
+    assert any("pod/dra-gpu-driver-z9" in a for a in kubectl if "wait" in a)
+
+
+def test_container_view_reads_the_container_and_the_node_specs(tmp_path: Path, api: str) -> None:
+    cluster, fake = _running(tmp_path, api)
+    spec = {
+        "cdiVersion": "0.6.0",
+        "kind": "gpu.dra-conformance.io/gpu",
+        "devices": [
+            {
+                "name": "c1-gpu-0",
+                "containerEdits": {"env": ["GPU_DEVICE_0=GPU-a"], "deviceNodes": [{"path": "/dev/nvidia0"}]},
+            },
+            {"name": "c2-gpu-1", "containerEdits": {"env": ["GPU_DEVICE_1=GPU-b"]}},
+        ],
+    }
+    fake.on("kubectl", "get", "pod", "-n", "ns", "p", stdout="drac-worker")
+    fake.on("kubectl", "exec", "env", stdout="PATH=/bin\nGPU_DEVICE_0=GPU-a\n")
+    fake.on("kubectl", "exec", "ls", stdout="crw-rw-rw- 1 root root 195,   0 Dec  1 10:00 nvidia0\n")
+    fake.on("kubectl", "exec", "cat", stdout="overlay / overlay rw,relatime 0 0\n")
+    fake.on(
+        "docker",
+        "exec",
+        "drac-worker",
+        "sh",
+        stdout=f"--- dra-conformance cdi spec ---\n{json.dumps(spec)}\n",
+    )
+    view = cluster.container_view("ns/p", "ctr")
+    assert view.env["GPU_DEVICE_0"] == "GPU-a"
+    assert view.device_nodes == [{"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}]
+    assert view.mounts[0]["containerPath"] == "/"
+    assert view.cdi_devices == ["gpu.dra-conformance.io/gpu=c1-gpu-0"]
+    execs = [a for a in fake.argvs("kubectl") if "exec" in a]
+    assert all(
+        a[a.index("exec") : a.index("exec") + 6] == ["exec", "-n", "ns", "p", "-c", "ctr"] for a in execs
+    )
+
+
+# --- live -------------------------------------------------------------------------------------
+
+
+def _docker_engine_reason() -> str:
+    try:
+        tools.docker_engine(tools.find("docker"), timeout=10)
+    except ToolError as e:
+        return str(e)
+    return ""
+
+
+@pytest.mark.slow
+def test_live_kind_cluster_runs_the_driver(tmp_path: Path) -> None:
+    """The real thing: kind, Docker, helm and kubectl; a claimed pod on a worker. Needs a Docker engine."""
+    reason = _docker_engine_reason()
+    if reason:
+        pytest.skip(f"no live kind run here: {reason}")
+    name = f"drac-test-{os.getpid()}"
+    with KindCluster(
+        KindSettings.from_env(os.environ).with_options(name=name, work_dir=tmp_path)
+    ).start() as cluster:
+        assert cluster.nodes()
