@@ -289,9 +289,8 @@ def test_restart_driver_deletes_the_pod_and_waits_for_the_next(tmp_path: Path, a
     cluster.restart_driver("drac-worker", crash=True)
     kubectl = fake.argvs("kubectl")
     delete = next(a for a in kubectl if "delete" in a)
-    assert delete[delete.index("delete") :] == [
-        "delete", "pod", "-n", "dra-gpu-driver", "dra-gpu-driver-q7", "--wait=false", "--grace-period=0", "--force",
-    ]  # fmt: skip
+    pod = ["delete", "pod", "-n", "dra-gpu-driver", "dra-gpu-driver-q7"]
+    assert delete[delete.index("delete") :] == [*pod, "--wait=false", "--grace-period=0", "--force"]
     assert any("pod/dra-gpu-driver-z9" in a for a in kubectl if "wait" in a)
 
 
