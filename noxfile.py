@@ -1,4 +1,4 @@
-"""nox sessions: conformance, tests, lint, typecheck, bench, fakegpu, report.
+"""nox sessions: conformance, kind, k3s, tests, lint, typecheck, bench, fakegpu, report.
 
 ``nox -s tests`` runs the project's own tests in parallel; ``nox -s lint`` and
 ``nox -s typecheck`` are what CI adds. Extra arguments after ``--`` go to the
@@ -41,9 +41,29 @@ def conformance(session: nox.Session) -> None:
     args = list(session.posargs)
     if any("example-" in a for a in args):  # dra-example-driver: built from Go modules once, cached
         session.run("dra-conformance", "cluster", "binaries", "--example-driver")
+    session.run("dra-conformance", "run", *_with_profile(args))
+
+
+def _with_profile(args: list[str]) -> list[str]:
     if not any(a == "--profile" or a.startswith("--profile=") for a in args):
-        args = ["--profile", "reference-gpu", *args]
-    session.run("dra-conformance", "run", *args)
+        return ["--profile", "reference-gpu", *args]
+    return args
+
+
+@nox.session(python=PYTHON)
+def kind(session: nox.Session) -> None:
+    """The conformance suite on a kind cluster with the reference driver's chart (needs a Docker engine,
+    helm, kubectl, and kind or go). Arguments after ``--`` go to ``dra-conformance run``."""
+    _install(session)
+    session.run("dra-conformance", "run", "--cluster", "kind", *_with_profile(list(session.posargs)))
+
+
+@nox.session(python=PYTHON)
+def k3s(session: nox.Session) -> None:
+    """The conformance suite on k3s in a container (testcontainers; needs a Docker engine, helm and
+    kubectl). Arguments after ``--`` go to ``dra-conformance run``."""
+    session.install("-e", ".[dev,k3s]")
+    session.run("dra-conformance", "run", "--cluster", "k3s", *_with_profile(list(session.posargs)))
 
 
 @nox.session(python=PYTHON)

@@ -207,6 +207,7 @@ def _start_in_cluster(config: SuiteConfig, say: Progress) -> tuple[KindCluster |
         cluster.start()
     except ClusterError as e:
         raise ConformanceError(f"the {config.cluster} cluster did not come up: {e}") from e
+    config.run_dir.resolve().mkdir(parents=True, exist_ok=True)
     info = config.run_dir.resolve() / "cluster.json"
     info.write_text(json.dumps(cluster.info(), indent=2) + "\n")
     return cluster, dataclasses.replace(config, cluster_info=info, kubeconfig=cluster.kubeconfig)
@@ -222,16 +223,17 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
     live = progress is not None and sys.stderr.isatty()
     began = time.time()
     run_dir = config.run_dir.resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
     profile = config.profile
     say(f"dra-conformance run {config.run_id}: driver {profile.driver}, profile {profile.name}")
     state_dir: Path | None = None
     settings: LocalSettings | None = None
     made: KindCluster | K3sCluster | None = None
+    # a cluster that cannot serve the run stops it before a report directory exists
     if config.cluster == "external":
         _check_api(config, say)
     elif config.cluster in IN_CLUSTER:
         made, config = _start_in_cluster(config, say)
+    run_dir.mkdir(parents=True, exist_ok=True)
     if config.cluster == "local":
         settings = _local_settings(config)
         if settings.driver_command and gobins.placeholders(settings.driver_command):

@@ -93,3 +93,47 @@ def test_selection_by_rule_ids_and_areas() -> None:
     config = SuiteConfig.build("reference-gpu", rules="REG-EMPTY", areas=["slices"])
     assert {r.id for r in config.selected} == {"REG-EMPTY"} | {r.id for r in RULES if r.area == "SLICE"}
     assert config.run_dir.parent == Path("reports")
+
+
+def test_kind_and_k3s_install_only_the_reference_driver() -> None:
+    config = SuiteConfig.build("reference-mig", cluster="kind")
+    assert config.release.fake_profile == "dgx-h100-mig-empty"
+    assert config.release.device_kinds == ("gpu", "partitionable-mig")
+    assert SuiteConfig.build("reference-gpu", cluster="k3s").release.device_kinds == ("gpu",)
+    with pytest.raises(UsageError, match=r"installs the reference driver's chart.*--cluster external"):
+        SuiteConfig.build("example-gpu", cluster="kind")
+
+
+def test_an_unreachable_external_cluster_stops_the_run_with_one_message(tmp_path: Path) -> None:
+    import socket
+
+    from tests.clusters.apistub import write_kubeconfig
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kubeconfig = write_kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{port}")
+    done = _cli(
+        "run", "--profile", "reference-gpu", "--cluster", "external", "--kubeconfig", str(kubeconfig),
+        "--reports-dir", str(tmp_path / "reports"), cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert f"error: the cluster of {kubeconfig} (http://127.0.0.1:{port}) does not answer" in done.stderr
+    assert not (tmp_path / "reports").exists()
+
+
+def test_a_kind_run_without_a_docker_engine_stops_before_making_anything(tmp_path: Path) -> None:
+    from tests.clusters.fakebin import FakeBin
+
+    fake = FakeBin(tmp_path / "bin")
+    fake.on("docker", "version", rc=1, stderr="Cannot connect to the Docker daemon\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "conformance", "run", "--profile", "reference-gpu", "--cluster", "kind",
+         "--reports-dir", str(tmp_path / "reports")],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False,
+        env={**os.environ, "PATH": str(fake.dir), "XDG_STATE_HOME": str(tmp_path / "state")},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "error: the kind cluster did not come up: no Docker engine answers" in done.stderr
+    assert "Cannot connect to the Docker daemon" in done.stderr
+    assert fake.argvs("kind") == [] and not (tmp_path / "reports").exists()
