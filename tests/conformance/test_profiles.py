@@ -25,6 +25,7 @@ def test_shipped_profiles_load() -> None:
         "example-cpu",
         "example-gpu",
         "example-net",
+        "nvidia-gpu",
         "reference-gpu",
         "reference-l4",
         "reference-mig",
@@ -33,7 +34,14 @@ def test_shipped_profiles_load() -> None:
     for name in shipped():
         profile = load(name)
         assert profile.name == name
-        assert profile.local is not None and "{node}" in profile.local.command
+        if name == "nvidia-gpu":  # real nodes only: no local command, commands for external clusters
+            assert profile.local is None and set(profile.external.given()) == {
+                "restartDriver",
+                "restartKubelet",
+                "cdiSpecs",
+            }
+        else:
+            assert profile.local is not None and "{node}" in profile.local.command
         assert profile.devices.in_class <= profile.devices.per_node
 
 
@@ -64,6 +72,19 @@ def test_mig_profile_reads_its_class_file_next_to_it() -> None:
         ({"knownFailures": {"REG-NOPE": "x"}}, r"knownFailures: 'REG-NOPE' is not valid; expected a rule id"),
         ({"knownFailures": {"REG-FUZZ": ""}}, r"knownFailures.REG-FUZZ: '' is not valid; expected a reason"),
         ({"idempotentPrepares": 1}, r"idempotentPrepares: 1 is not valid; expected at least 2"),
+        (
+            {"external": {"reboot": "x"}},
+            r"external: unknown field 'reboot'; the fields here are restartDriver",
+        ),
+        (
+            {"external": {"restartDriver": "x {root}"}},
+            r"external.restartDriver: 'x \{root\}' is not valid; expected placeholders among \{node\}",
+        ),
+        ({"external": {"cdiSpecs": "x {mode}"}}, r"external.cdiSpecs: 'x \{mode\}' is not valid"),
+        (
+            {"external": {"restartKubelet": "'open"}},
+            r"external.restartKubelet: \"'open\" is not valid; expected shell",
+        ),
         ({"timeouts": {"pod": 0}}, r"timeouts.pod: 0 is not valid; expected a number of at least 1"),
         ({"container": {"env": "("}}, r"container.env: '\(' is not valid; expected a regular expression"),
         (
