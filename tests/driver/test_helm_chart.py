@@ -381,3 +381,21 @@ def test_example_kind_cluster_has_workers_for_the_driver() -> None:
     cluster = yaml.safe_load((EXAMPLES / "kind.yaml").read_text())
     assert cluster["kind"] == "Cluster"
     assert [node["role"] for node in cluster["nodes"]].count("worker") >= 1
+
+
+def test_the_values_kind_and_k3s_install_render_a_fake_driver_on_the_pods_state_dir() -> None:
+    """clusters.incluster.DriverRelease: the values the kind and k3s backends hand to helm."""
+    from clusters.incluster import FAKE_ROOT, DriverRelease
+
+    values = DriverRelease(fake_profile="l4x4", device_kinds=("gpu", "mig")).values()
+    objects = render(values)
+    env = env_of(objects)
+    assert env["DRA_GPU_BACKEND"] == "fake" and env["DRA_GPU_FAKE_PROFILE"] == "l4x4"
+    assert env["DRA_GPU_FAKE_STATE_DIR"] == f"{FAKE_ROOT}/gpus" and env["DRA_GPU_DEVICE_KINDS"] == "gpu,mig"
+    driver = container(objects)
+    assert driver["name"] == "driver"  # the container the backends exec the fakegpu CLI in
+    assert driver["image"] == "dra-gpu-driver:0.1.0" and driver["imagePullPolicy"] == "Never"
+    mounts = {m["mountPath"] for m in driver["volumeMounts"]}
+    assert f"{FAKE_ROOT}/gpus" in mounts
+    labels = only(objects, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/instance"] == "dra-gpu-driver"  # DriverRelease.selector
