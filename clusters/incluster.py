@@ -20,18 +20,22 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
 from clusters import tools
 from clusters.base import ContainerView, PodRef, pod_key
-from clusters.errors import DriverDeployError, ToolError
+from clusters.errors import ClusterError, DriverDeployError, ToolError
 
 __all__ = [
     "CHART_DIR",
     "DriverRelease",
     "InCluster",
+    "Tools",
+    "find_tools",
+    "give_up",
+    "load_image",
     "parse_view",
     "wait_slices",
 ]
@@ -89,6 +93,67 @@ class DriverRelease:
     def selector(self) -> str:
         """Label selector of the driver pods."""
         return f"app.kubernetes.io/instance={self.release}"
+
+
+@dataclass(frozen=True)
+class Tools:
+    """The outside tools a kind or k3s cluster is driven with."""
+
+    docker: Path
+    """``docker``, whose engine answers."""
+    kubectl: Path
+    """``kubectl``."""
+    helm: Path | None
+    """``helm`` (None when no driver is installed)."""
+
+
+def find_tools(env: Mapping[str, str], *, install_driver: bool) -> Tools:
+    """Check, before anything is made, that every tool is there and the Docker engine answers;
+    :class:`~clusters.errors.ToolError` (or :class:`DriverDeployError` outside a source checkout)
+    names what is missing."""
+    docker = tools.find("docker", env)
+    tools.docker_engine(docker)
+    kubectl = tools.find("kubectl", env)
+    helm = tools.find("helm", env) if install_driver else None
+    if install_driver and not DOCKERFILE.is_file():
+        raise DriverDeployError(
+            f"the reference driver's Dockerfile is not at {DOCKERFILE}: run from a source checkout "
+            "of dra-conformance, or install the driver yourself and use --cluster external"
+        )
+    return Tools(docker, kubectl, helm)
+
+
+def load_image(docker: Path, image: str, containers: Sequence[str], progress: Progress) -> None:
+    """Build ``image`` from :data:`DOCKERFILE` and import it into the containerd of each node
+    container (``docker save | docker exec -i NODE ctr -n k8s.io images import -``)."""
+    progress(f"building image {image} from {DOCKERFILE} ...")
+    tools.run([docker, "build", "-f", DOCKERFILE, "-t", image, DOCKERFILE.parent.parent.parent], timeout=1200)
+    for node in containers:
+        progress(f"importing {image} into node {node} ...")
+        tools.pipe(
+            [docker, "save", image],
+            [docker, "exec", "-i", node, "ctr", "-n", "k8s.io", "images", "import", "-"],
+        )
+
+
+class LogsSource(Protocol):
+    """A cluster whose logs can be collected and which can be stopped."""
+
+    @property
+    def backend(self) -> str: ...
+
+    def collect_logs(self, dest: Path) -> None: ...
+    def stop(self) -> None: ...
+
+
+def give_up(cluster: LogsSource, dest: Path, progress: Progress) -> None:
+    """After a failed start: the cluster's logs into ``dest`` (best effort), then stop it."""
+    progress(f"the {cluster.backend} cluster did not come up; logs go to {dest}")
+    try:
+        cluster.collect_logs(dest)
+    except (ClusterError, OSError) as e:
+        progress(f"could not collect the logs: {e}")
+    cluster.stop()
 
 
 class InCluster:

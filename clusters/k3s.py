@@ -25,13 +25,15 @@ from typing import Any, Protocol
 
 from clusters import apicheck, tools
 from clusters.base import Cluster, ContainerView, PodRef
-from clusters.errors import ClusterError, DriverDeployError, ToolError
+from clusters.errors import ClusterError, ToolError
 from clusters.incluster import (
     CAT_SPECS,
-    DOCKERFILE,
     FAKE_ROOT,
     DriverRelease,
     InCluster,
+    find_tools,
+    give_up,
+    load_image,
     parse_specs,
     wait_slices,
 )
@@ -161,15 +163,8 @@ class K3sCluster(Cluster):
     def start(self) -> K3sCluster:
         """Start the k3s container, check DRA, install the driver; a failure stops the container."""
         s = self.settings
-        docker = tools.find("docker", self._env)
-        tools.docker_engine(docker)
-        kubectl = tools.find("kubectl", self._env)
-        helm = tools.find("helm", self._env) if s.install_driver else None
-        if s.install_driver and not DOCKERFILE.is_file():
-            raise DriverDeployError(
-                f"the reference driver's Dockerfile is not at {DOCKERFILE}: run from a source checkout"
-            )
-        self._docker = docker
+        found = find_tools(self._env, install_driver=s.install_driver)
+        self._docker = docker = found.docker
         gates, source = dra_gates_for(s.k8s_version, LocalSettings.from_env(self._env).binaries.cache_root)
         self._say(f"DRA feature gates for {s.k8s_version} from {source}: {', '.join(gates) or 'none'}")
         self._say(f"starting k3s ({s.server_image}) ...")
@@ -182,7 +177,7 @@ class K3sCluster(Cluster):
             self.kubeconfig.write_text(container.config_yaml())
             self.kubeconfig.chmod(0o600)
             version = apicheck.check(self.kubeconfig)
-            self._in = InCluster(self.kubeconfig, s.release, kubectl=kubectl, helm=helm)
+            self._in = InCluster(self.kubeconfig, s.release, kubectl=found.kubectl, helm=found.helm)
             self._say(f"k3s: Kubernetes {version}, node {', '.join(self.nodes())}")
             if s.install_driver:
                 self._install_driver(docker)
@@ -220,16 +215,7 @@ class K3sCluster(Cluster):
 
     def _install_driver(self, docker: Path) -> None:
         assert self._in is not None
-        image = self.settings.release.image
-        self._say(f"building image {image} from {DOCKERFILE} ...")
-        tools.run(
-            [docker, "build", "-f", DOCKERFILE, "-t", image, DOCKERFILE.parent.parent.parent], timeout=1200
-        )
-        self._say(f"importing {image} into the k3s node ...")
-        tools.pipe(
-            [docker, "save", image],
-            [docker, "exec", "-i", self._container_id(), "ctr", "-n", "k8s.io", "images", "import", "-"],
-        )
+        load_image(docker, self.settings.release.image, [self._container_id()], self._say)
         self._in.install(self._say)
         wait_slices(
             self._in.kubectl,
@@ -241,13 +227,7 @@ class K3sCluster(Cluster):
         )
 
     def _after_failure(self) -> None:
-        dest = self.settings.work_dir / "logs"
-        self._say(f"the k3s cluster did not come up; logs go to {dest}")
-        try:
-            self.collect_logs(dest)
-        except (ClusterError, OSError) as e:
-            self._say(f"could not collect the logs: {e}")
-        self.stop()
+        give_up(self, self.settings.work_dir / "logs", self._say)
 
     def collect_logs(self, dest: Path) -> None:
         """The k3s server's log and the driver pods' logs, into ``dest``."""

@@ -23,8 +23,17 @@ from pathlib import Path
 
 from clusters import apicheck, tools
 from clusters.base import Cluster, ContainerView, PodRef, pod_key
-from clusters.errors import ClusterError, DriverDeployError, ToolError
-from clusters.incluster import CAT_SPECS, DOCKERFILE, FAKE_ROOT, InCluster, parse_specs, wait_slices
+from clusters.errors import ClusterError, ToolError
+from clusters.incluster import (
+    CAT_SPECS,
+    FAKE_ROOT,
+    InCluster,
+    find_tools,
+    give_up,
+    load_image,
+    parse_specs,
+    wait_slices,
+)
 from clusters.kind.config import dra_gates_for, render
 from clusters.kind.settings import KindSettings
 from clusters.local.gobins import GoBinary, cached_build
@@ -41,9 +50,6 @@ KIND_CAPABILITIES = frozenset({"view", "restart-driver", "restart-kubelet"})
 
 KIND_BINARY = GoBinary("kind", "sigs.k8s.io/kind", "sigs.k8s.io/kind")
 """kind, built from its Go module when none is on PATH."""
-
-REPO_ROOT = DOCKERFILE.parent.parent.parent
-"""The checkout the driver image is built from."""
 
 
 def _say(message: str) -> None:
@@ -106,19 +112,11 @@ class KindCluster(Cluster):
     def start(self) -> KindCluster:
         """Make (or reuse) the cluster and install the driver; see the module docstring."""
         s = self.settings
-        docker = tools.find("docker", self._env)
-        tools.docker_engine(docker)
-        kubectl = tools.find("kubectl", self._env)
-        helm = tools.find("helm", self._env) if s.install_driver else None
-        if s.install_driver and not DOCKERFILE.is_file():
-            raise DriverDeployError(
-                f"the reference driver's Dockerfile is not at {DOCKERFILE}: run from a source checkout "
-                "of dra-conformance, or install the driver yourself and use --cluster external"
-            )
-        self._docker = docker
+        found = find_tools(self._env, install_driver=s.install_driver)
+        self._docker = docker = found.docker
         self._kind = kind = find_kind(s, self._env, self._say)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self._in = InCluster(self.kubeconfig, s.release, kubectl=kubectl, helm=helm)
+        self._in = InCluster(self.kubeconfig, s.release, kubectl=found.kubectl, helm=found.helm)
         existing = tools.run([kind, "get", "clusters"], timeout=60).stdout.split()
         try:
             if s.name in existing:
@@ -193,15 +191,7 @@ class KindCluster(Cluster):
     def _install_driver(self, docker: Path) -> None:
         assert self._in is not None
         s = self.settings
-        image = s.release.image
-        self._say(f"building image {image} from {DOCKERFILE} ...")
-        tools.run([docker, "build", "-f", DOCKERFILE, "-t", image, REPO_ROOT], timeout=1200)
-        for node in self._all_nodes():
-            self._say(f"importing {image} into node {node} ...")
-            tools.pipe(
-                [docker, "save", image],
-                [docker, "exec", "-i", node, "ctr", "-n", "k8s.io", "images", "import", "-"],
-            )
+        load_image(docker, s.release.image, self._all_nodes(), self._say)
         self._in.install(self._say)
         wait_slices(
             self._in.kubectl,
@@ -213,13 +203,7 @@ class KindCluster(Cluster):
         )
 
     def _after_failure(self) -> None:
-        dest = self.state_dir / "logs"
-        self._say(f"the kind cluster did not come up; logs go to {dest}")
-        try:
-            self.collect_logs(dest)
-        except (ClusterError, OSError) as e:
-            self._say(f"could not collect the logs: {e}")
-        self.stop()
+        give_up(self, self.state_dir / "logs", self._say)
 
     def collect_logs(self, dest: Path) -> None:
         """The logs of every node (``kind export logs``) and of the driver pods, into ``dest``."""
