@@ -103,6 +103,11 @@ class BinariesSettings:
         """The cache directory of :attr:`k8s_version`."""
         return self.cache_root / self.k8s_version
 
+    @property
+    def kubelet_cache_dir(self) -> Path:
+        """The cache directory of the kubelet of :attr:`k8s_version` (an entry of its own)."""
+        return self.cache_root / "kubelet" / self.k8s_version
+
 
 @dataclass(frozen=True)
 class LocalSettings:
