@@ -235,7 +235,8 @@ def _usable(path: Path) -> bool:
 
 
 def resolve_kubelet(settings: BinariesSettings, progress: Progress = _log_progress) -> Path:
-    """The ``kubelet`` of ``settings.k8s_version``: from the given directory, the cache, a release
+    """The ``kubelet`` of ``settings.k8s_version``: from the given directory (when it holds one), the
+    cache, a release
     download (checked against its ``.sha256``) or a Go build (``cmd/kubelet`` in the same wrapper
     module as the control plane, so the Go build cache of that build makes it quick).
 
@@ -244,12 +245,10 @@ def resolve_kubelet(settings: BinariesSettings, progress: Progress = _log_progre
     version = settings.k8s_version
     if settings.bin_dir is not None:
         given = settings.bin_dir / KUBELET
-        if not _usable(given):
-            raise BinariesError(
-                f"binary directory {settings.bin_dir} lacks an executable kubelet (needed by nodes of kind "
-                "kubelet); put it there, unset --bin-dir / DRAC_BIN_DIR, or use --node-kind agent"
-            )
-        return given
+        if _usable(given):
+            return given
+        # a control-plane directory without a kubelet (agent nodes need none): find one the other ways
+        progress(f"{settings.bin_dir} has no kubelet; looking in the cache, the releases and Go")
     entry = settings.kubelet_cache_dir
     target = entry / KUBELET
     if _usable(target) and (entry / STAMP).is_file():

@@ -95,6 +95,8 @@ def settings_from_json(text: str) -> LocalSettings:
             data[key] = Path(data[key])
     if data.get("driver_command") is not None:
         data["driver_command"] = tuple(data["driver_command"])
+    if data.get("node_kinds") is not None:
+        data["node_kinds"] = tuple(data["node_kinds"])
     return LocalSettings(binaries=BinariesSettings(**b), **data)
 
 

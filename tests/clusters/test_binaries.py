@@ -321,12 +321,15 @@ def test_kubelet_with_a_wrong_checksum_is_refused(tmp_path: Path, mirror: Mirror
     assert not settings.kubelet_cache_dir.exists()
 
 
-def test_kubelet_from_a_bin_dir_or_a_clear_error(tmp_path: Path) -> None:
+def test_kubelet_from_a_bin_dir_or_the_other_ways(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    settings = BinariesSettings(k8s_version=VERSION, bin_dir=bin_dir, cache_root=tmp_path / "cache")
-    with pytest.raises(BinariesError, match="lacks an executable kubelet"):
-        binaries.resolve_kubelet(settings)
+    settings = BinariesSettings(
+        k8s_version=VERSION, bin_dir=bin_dir, cache_root=tmp_path / "cache", download=False, build=False
+    )
+    # a control-plane dir without a kubelet: the other ways are tried, and the error says what to do
+    with pytest.raises(BinariesError, match=r"no kubelet for Kubernetes 1\.37\.2(.|\n)*--node-kind|agent"):
+        binaries.resolve_kubelet(settings, progress=lambda _m: None)
     (bin_dir / "kubelet").write_bytes(_script("kubelet"))
     (bin_dir / "kubelet").chmod(0o755)
     assert binaries.resolve_kubelet(settings) == bin_dir / "kubelet"

@@ -301,6 +301,7 @@ func main() {
 		{Type: kubeapi.RuntimeReady, Status: true},
 		{Type: kubeapi.NetworkReady, Status: true},
 	}}
+	r.ImageService.FakeImageSize = 1 << 20 // the kubelet refuses an image of size 0
 	r.RuntimeService.FakeLinuxConfiguration = &kubeapi.LinuxRuntimeConfiguration{CgroupDriver: kubeapi.CgroupDriver_CGROUPFS}
 	_ = os.Remove(*listen)
 	l, err := net.Listen("unix", *listen)
