@@ -343,7 +343,7 @@ class _Daemon:
             cp = c.control_plane
             health = cp.healthy() if cp else {}
             for n in c.local_nodes.values():
-                for proc in (n.agent, n.driver):
+                for proc in (n.agent, n.driver, n.runtime):
                     if proc is not None:
                         health[proc.name] = proc.alive()
             return {"ok": True, "healthy": health, "rss": c.rss_bytes()}
