@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -48,11 +49,11 @@ def test_no_user_namespaces_is_refused_with_a_clear_message(monkeypatch: pytest.
         return subprocess.CompletedProcess([], 1, "", "unshare: unshare failed: Operation not permitted")
 
     kubeletnode.check_user_namespaces.cache_clear()
-    monkeypatch.setattr(kubeletnode.subprocess, "run", refused)
+    monkeypatch.setattr(subprocess, "run", refused)
     try:
         with pytest.raises(ClusterError, match=r"user and mount namespaces(.|\n)*--node-kind agent"):
             kubeletnode.check_user_namespaces()
-        monkeypatch.setattr(kubeletnode.shutil, "which", lambda _n: None)
+        monkeypatch.setattr(shutil, "which", lambda _n: None)
         kubeletnode.check_user_namespaces.cache_clear()
         with pytest.raises(ClusterError, match="need 'unshare'"):
             kubeletnode.check_user_namespaces()
