@@ -75,6 +75,9 @@ def tests(session: nox.Session) -> None:
     # against (it skips, saying why, where the plugin cannot be built)
     session.run("dra-conformance", "cluster", "binaries")
     session.run("dra-conformance", "cluster", "binaries", "--example-driver", success_codes=[0, 1])
+    # the kubelet and the fake runtime of kubelet nodes (Go builds reusing the Go cache of the above;
+    # the tests of kubelet nodes skip, saying why, where they cannot be had)
+    session.run("dra-conformance", "cluster", "binaries", "--kubelet", success_codes=[0, 1])
     args = session.posargs or ["-n", "auto", "--dist", "loadgroup"]
     session.run("pytest", *args)
 
@@ -108,7 +111,7 @@ def parity(session: nox.Session) -> None:
     one differs). ``DRAC_PARITY_ARGS`` replaces ``--profile reference-gpu``; the figures go to
     ``reports/bench/node_parity.json``."""
     _install(session)
-    session.run("dra-conformance", "cluster", "binaries")
+    session.run("dra-conformance", "cluster", "binaries", "--kubelet")
     session.run("python", "-m", "benchmarks.node_parity", *session.posargs)
 
 

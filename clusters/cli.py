@@ -76,6 +76,11 @@ def add_commands(top: Any) -> None:
     bins.add_argument("--k8s-version", help="Kubernetes version (default 1.37.2)")
     bins.add_argument("--bin-dir", type=Path, help="use this directory")
     bins.add_argument(
+        "--kubelet",
+        action="store_true",
+        help="also find, download or build the kubelet and the fake runtime of --node-kind kubelet",
+    )
+    bins.add_argument(
         "--example-driver",
         action="store_true",
         help="also find or build dra-example-kubeletplugin (sigs.k8s.io/dra-example-driver)",
@@ -179,6 +184,9 @@ def run_command(args: argparse.Namespace) -> int:
             print(found.directory)
             if args.example_driver:
                 print(gobins.resolve_binary("dra-example-kubeletplugin", settings, say))
+            if args.kubelet:
+                print(binaries.resolve_kubelet(settings.binaries, say))
+                print(gobins.resolve_fakecri(settings, say))
             return 0
     except ClusterError as e:
         print(f"error: {e}", file=sys.stderr)
