@@ -399,15 +399,9 @@ class LocalCluster(Cluster):
         assert self.control_plane is not None and self.kubelet is not None and self.fakecri is not None
         cp = self.control_plane
         socket = n.root / "cri.sock"
-        if n.runtime is None or not n.runtime.alive():
-            socket.unlink(missing_ok=True)
-            argv = kubeletnode.runtime_argv(self.fakecri, n.root)
-            n.runtime = ManagedProcess(f"runtime-{n.name}", argv, n.log_files["runtime"]).start()
-            self._wait(
-                f"the fake runtime's socket {socket}", socket.exists, [n.runtime], self.settings.ready_timeout
-            )
         kubeconfig = n.root / "kubelet.kubeconfig"
         config = n.root / "kubelet.yaml"
+        cert = pki.CertPair(cp.pki.directory / f"node-{n.name}.crt", cp.pki.directory / f"node-{n.name}.key")
         if not config.exists():
             cert = pki.issue_client(cp.pki, f"node-{n.name}", f"system:node:{n.name}", ["system:nodes"])
             pki.write_kubeconfig(kubeconfig, cp.server, cp.pki.ca.cert, cert, f"system:node:{n.name}")
@@ -419,8 +413,18 @@ class LocalCluster(Cluster):
                 healthz_port=free_port(),
                 feature_gates=cp.feature_gates,
             )
+        if n.runtime is None or not n.runtime.alive():
+            socket.unlink(missing_ok=True)
+            argv = kubeletnode.runtime_argv(
+                self.fakecri, n.root, server=cp.server, ca_cert=cp.pki.ca.cert, cert=cert.cert, key=cert.key
+            )
+            n.runtime = ManagedProcess(f"runtime-{n.name}", argv, n.log_files["runtime"], cwd=n.root).start()
+            self._wait(
+                f"the fake runtime's socket {socket}", socket.exists, [n.runtime], self.settings.ready_timeout
+            )
         argv = kubeletnode.kubelet_argv(self.kubelet, n.root, n.name, kubeconfig, config)
-        n.agent = ManagedProcess(f"kubelet-{n.name}", argv, n.log_files["kubelet"]).start()
+        # its working directory is the node root: nothing it does with a relative path reaches elsewhere
+        n.agent = ManagedProcess(f"kubelet-{n.name}", argv, n.log_files["kubelet"], cwd=n.root).start()
 
     def _start_driver(self, n: LocalNode) -> None:
         log_path = n.log_files["driver"]

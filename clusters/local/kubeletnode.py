@@ -189,13 +189,20 @@ def kubelet_argv(kubelet: Path, root: Path, node: str, kubeconfig: Path, config:
     ]
 
 
-def runtime_argv(fakecri: Path, root: Path) -> list[str]:
-    """The command line of a node's fake container runtime."""
+def runtime_argv(
+    fakecri: Path, root: Path, *, server: str, ca_cert: Path, cert: Path, key: Path
+) -> list[str]:
+    """The command line of a node's fake container runtime (it reads pods with the node's
+    credentials, to tell init containers from the others)."""
     return [
         str(fakecri),
         f"--listen={root / 'cri.sock'}",
         f"--cdi-dir={root / 'cdi'}",
         f"--containers-dir={root / 'agent' / 'containers'}",
+        f"--server={server}",
+        f"--ca={ca_cert}",
+        f"--cert={cert}",
+        f"--key={key}",
     ]
 
 

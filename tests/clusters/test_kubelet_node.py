@@ -44,6 +44,10 @@ def kubelet_settings(local_binaries: Binaries) -> LocalSettings:
     return settings.with_bin_dir(local_binaries.directory).with_version(local_binaries.version)
 
 
+def _names(api: object, ns: str) -> set[str]:
+    return {str(p.metadata.name) for p in kube.core(api).list_namespaced_pod(ns).items}
+
+
 def _phase(api: object, ns: str, name: str) -> str:
     return str(kube.core(api).read_namespaced_pod(name, ns).status.phase)
 
@@ -90,6 +94,19 @@ def test_a_claimed_pod_on_a_kubelet_node_and_the_host_untouched(kubelet_settings
         short["spec"]["restartPolicy"] = "Never"
         kube.core(api).create_namespaced_pod(ns, short)
         until(lambda: _phase(api, ns, "p2") == "Succeeded", timeout=90, what="p2 Succeeded")
+        # the kubelet removes "<LogPath>*" with a container: the runtime must name a real log path, or
+        # the kubelet would remove files of its working directory (the node root: its config)
+        kube.core(api).delete_namespaced_pod("p2", ns, grace_period_seconds=0)
+        until(lambda: "p2" not in _names(api, ns), timeout=60, what="p2 gone")
+        root = cluster.local_nodes[node].root
+        time.sleep(2)
+        assert (root / "kubelet.yaml").exists() and (root / "kubelet.kubeconfig").exists()
+        # an init container runs to completion before the app container starts
+        init = manifests.pod(ns, "p4", {"gpu": {"resourceClaimTemplateName": "one-gpu"}})
+        init["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+        init["spec"]["initContainers"] = [{"name": "setup", "image": "registry.example/app:1"}]
+        kube.core(api).create_namespaced_pod(ns, init)
+        until(lambda: _phase(api, ns, "p4") == "Running", timeout=90, what="p4 (init container) Running")
         # the agent node beside it still runs claimed pods
         kube.core(api).create_namespace({"metadata": {"name": "beside"}})
         other = run_pod(api, "beside", "p3")

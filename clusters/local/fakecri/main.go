@@ -10,16 +10,22 @@
 //     (<containers-dir>/<namespace>_<pod>_<container>.json); RemoveContainer and
 //     RemovePodSandbox remove it.
 //   - the pod annotation dra-conformance.io/run-seconds: "N" makes the containers exit 0 after N s.
+//   - init containers (restartPolicy not Always) exit 0 at once, as the node agent has them do; which
+//     containers are init containers CRI does not say, so the pod is read from the API server with
+//     the node's credentials (--server, --ca, --cert, --key).
 //   - containers live in this process's memory, so they outlive kubelet restarts.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -112,14 +118,63 @@ type runtime struct {
 	cdiDir        string
 	containersDir string
 
+	api *http.Client
+	// base URL of the API server; "" when no credentials were given (init containers then run on)
+	server string
+
 	mu    sync.Mutex
-	views map[string]*pending // by container id
+	views map[string]*pending        // by container id
+	inits map[string]map[string]bool // init container names by sandbox id
+}
+
+// initContainers are the names of the pod's init containers that run to completion.
+func (r *runtime) initContainers(sandboxID string, meta *kubeapi.PodSandboxMetadata) map[string]bool {
+	r.mu.Lock()
+	names, ok := r.inits[sandboxID]
+	r.mu.Unlock()
+	if ok || r.server == "" {
+		return names
+	}
+	names = map[string]bool{}
+	url := fmt.Sprintf("%s/api/v1/namespaces/%s/pods/%s", r.server, meta.GetNamespace(), meta.GetName())
+	resp, err := r.api.Get(url)
+	if err != nil {
+		log.Printf("reading pod %s/%s: %v", meta.GetNamespace(), meta.GetName(), err)
+		return names
+	}
+	defer resp.Body.Close()
+	var pod struct {
+		Spec struct {
+			InitContainers []struct {
+				Name          string `json:"name"`
+				RestartPolicy string `json:"restartPolicy"`
+			} `json:"initContainers"`
+		} `json:"spec"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		log.Printf("reading pod %s/%s: HTTP %d", meta.GetNamespace(), meta.GetName(), resp.StatusCode)
+		return names
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&pod); err != nil {
+		log.Printf("reading pod %s/%s: %v", meta.GetNamespace(), meta.GetName(), err)
+		return names
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != "Always" { // a sidecar runs on
+			names[c.Name] = true
+		}
+	}
+	r.mu.Lock()
+	r.inits[sandboxID] = names
+	r.mu.Unlock()
+	return names
 }
 
 type pending struct {
 	path       string
 	view       *view
 	runSeconds int
+	init       bool
 }
 
 func (r *runtime) resolve(ids []string) (*view, error) {
@@ -186,11 +241,23 @@ func (r *runtime) CreateContainer(ctx context.Context, req *kubeapi.CreateContai
 	if err != nil {
 		return nil, err
 	}
+	// a real runtime reports where the container's log is; the kubelet removes "<LogPath>*" when it
+	// removes the container, so an empty LogPath would have it remove files of its working directory
+	logPath := filepath.Join(req.GetSandboxConfig().GetLogDirectory(), req.GetConfig().GetLogPath())
+	if !filepath.IsAbs(logPath) || req.GetConfig().GetLogPath() == "" {
+		logPath = filepath.Join(r.containersDir, ".logs", resp.ContainerId+".log")
+	}
+	r.RuntimeService.Lock()
+	if c, ok := r.RuntimeService.Containers[resp.ContainerId]; ok {
+		c.LogPath = logPath
+	}
+	r.RuntimeService.Unlock()
 	meta := req.GetSandboxConfig().GetMetadata()
 	name := fmt.Sprintf("%s_%s_%s.json", meta.GetNamespace(), meta.GetName(), req.GetConfig().GetMetadata().GetName())
 	seconds, _ := strconv.Atoi(req.GetSandboxConfig().GetAnnotations()[runSecondsAnnotation])
+	init := r.initContainers(req.PodSandboxId, meta)[req.GetConfig().GetMetadata().GetName()]
 	r.mu.Lock()
-	r.views[resp.ContainerId] = &pending{path: filepath.Join(r.containersDir, name), view: v, runSeconds: seconds}
+	r.views[resp.ContainerId] = &pending{path: filepath.Join(r.containersDir, name), view: v, runSeconds: seconds, init: init}
 	r.mu.Unlock()
 	return resp, nil
 }
@@ -218,7 +285,10 @@ func (r *runtime) StartContainer(ctx context.Context, req *kubeapi.StartContaine
 	if err := writeAtomic(p.path, data); err != nil {
 		log.Printf("writing %s: %v", p.path, err)
 	}
-	if p.runSeconds > 0 {
+	if p.init {
+		id := req.ContainerId
+		time.AfterFunc(50*time.Millisecond, func() { r.exit(id, 0, "Completed") })
+	} else if p.runSeconds > 0 {
 		id := req.ContainerId
 		time.AfterFunc(time.Duration(p.runSeconds)*time.Second, func() { r.exit(id, 0, "Completed") })
 	}
@@ -281,13 +351,37 @@ func (r *runtime) RemovePodSandbox(ctx context.Context, req *kubeapi.RemovePodSa
 	for _, id := range ids {
 		r.forget(id)
 	}
+	r.mu.Lock()
+	delete(r.inits, req.PodSandboxId)
+	r.mu.Unlock()
 	return r.RemoteRuntime.RemovePodSandbox(ctx, req)
+}
+
+func apiClient(caFile, certFile, keyFile string) (*http.Client, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("no certificate in %s", caFile)
+	}
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	tlsConfig := &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}, nil
 }
 
 func main() {
 	listen := flag.String("listen", "", "unix socket to serve CRI on")
 	cdiDir := flag.String("cdi-dir", "", "the node's CDI spec dir")
 	containersDir := flag.String("containers-dir", "", "where ContainerView files go")
+	apiServer := flag.String("server", "", "API server URL (to tell init containers from the others)")
+	caFile := flag.String("ca", "", "the API server's CA certificate")
+	certFile := flag.String("cert", "", "the node's client certificate")
+	keyFile := flag.String("key", "", "the node's client key")
 	flag.Parse()
 	if *listen == "" || *cdiDir == "" || *containersDir == "" {
 		fmt.Fprintln(os.Stderr, "usage: fakecri --listen SOCKET --cdi-dir DIR --containers-dir DIR")
@@ -296,7 +390,17 @@ func main() {
 	if err := os.MkdirAll(*containersDir, 0o755); err != nil {
 		log.Fatal(err)
 	}
-	r := &runtime{RemoteRuntime: fake.NewFakeRemoteRuntime(), cdiDir: *cdiDir, containersDir: *containersDir, views: map[string]*pending{}}
+	r := &runtime{
+		RemoteRuntime: fake.NewFakeRemoteRuntime(), cdiDir: *cdiDir, containersDir: *containersDir,
+		views: map[string]*pending{}, inits: map[string]map[string]bool{},
+	}
+	if *apiServer != "" {
+		client, err := apiClient(*caFile, *certFile, *keyFile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		r.api, r.server = client, strings.TrimRight(*apiServer, "/")
+	}
 	r.RuntimeService.FakeStatus = &kubeapi.RuntimeStatus{Conditions: []*kubeapi.RuntimeCondition{
 		{Type: kubeapi.RuntimeReady, Status: true},
 		{Type: kubeapi.NetworkReady, Status: true},
