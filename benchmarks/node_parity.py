@@ -22,6 +22,7 @@ import dataclasses
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -97,7 +98,9 @@ def _verdicts(kind: str, reports: Path) -> dict[str, str]:
     args = shlex.split(os.environ.get("DRAC_PARITY_ARGS", "--profile reference-gpu"))
     env = {**os.environ, "DRAC_NODE_KIND": kind}
     run_dir = reports / kind
-    argv = ["dra-conformance", "run", *args, "--reports-dir", str(run_dir)]
+    # the command beside this Python (a venv need not be on PATH)
+    command = shutil.which("dra-conformance") or str(Path(sys.executable).with_name("dra-conformance"))
+    argv = [command, "run", *args, "--reports-dir", str(run_dir)]
     print(f"-- {kind} nodes: {' '.join(argv)}", flush=True)
     subprocess.run(argv, env=env, check=False)
     found = sorted(run_dir.glob("*/conformance.json"))
