@@ -83,6 +83,11 @@ def test_a_claimed_pod_on_a_kubelet_node_and_the_host_untouched(kubelet_settings
         time.sleep(2)
         assert _phase(api, ns, "p1") == "Running"
         assert cluster.container_view(f"{ns}/p1", "main").cdi_devices == view.cdi_devices
+        # and after a clean stop (SIGTERM) and start, the same
+        cluster.stop_kubelet(node)
+        cluster.restart_kubelet(node)
+        assert runtime.pid == runtime_pid
+        assert _phase(api, ns, "p1") == "Running"
         # run-seconds: the container exits 0, the pod Succeeds
         short = manifests.pod(
             ns,
