@@ -1,4 +1,5 @@
-"""``LocalCluster``: the local control plane plus N fake nodes, each with a node agent and a driver.
+"""``LocalCluster``: the local control plane plus N fake nodes, each with a node agent (or, on nodes of
+kind ``kubelet``, the real kubelet beside a fake runtime: :mod:`clusters.local.kubeletnode`) and a driver.
 
 Layout under one short temp root (unix socket paths must stay under 108 bytes, and a driver
 started with a pod UID for rolling updates names its registration socket
@@ -10,6 +11,8 @@ started with a pod UID for rolling updates names its registration socket
                                     nodeagent.layout.NodeLayout says (kubelet dirs, cdi/, agent/)
             gpus/                   the fake GPU machine's state (default driver)
             logs/agent.log, logs/driver.log
+                                    (kubelet nodes: logs/kubelet.log, logs/runtime.log, kubelet/ and
+                                    log/ as the kubelet's /var/lib/kubelet and /var/log, cri.sock)
 
 The driver is started as a process from a command line, as a vendor's driver would be;
 this module never imports it. The node agent too is only started as a process
