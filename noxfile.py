@@ -1,4 +1,4 @@
-"""nox sessions: conformance, kind, k3s, tests, lint, typecheck, bench, fakegpu, report.
+"""nox sessions: conformance, kind, k3s, tests, lint, typecheck, bench, parity, fakegpu, report.
 
 ``nox -s tests`` runs the project's own tests in parallel; ``nox -s lint`` and
 ``nox -s typecheck`` are what CI adds. Extra arguments after ``--`` go to the
@@ -75,6 +75,9 @@ def tests(session: nox.Session) -> None:
     # against (it skips, saying why, where the plugin cannot be built)
     session.run("dra-conformance", "cluster", "binaries")
     session.run("dra-conformance", "cluster", "binaries", "--example-driver", success_codes=[0, 1])
+    # the kubelet and the fake runtime of kubelet nodes (Go builds reusing the Go cache of the above;
+    # the tests of kubelet nodes skip, saying why, where they cannot be had)
+    session.run("dra-conformance", "cluster", "binaries", "--kubelet", success_codes=[0, 1])
     args = session.posargs or ["-n", "auto", "--dist", "loadgroup"]
     session.run("pytest", *args)
 
@@ -99,6 +102,17 @@ def bench(session: nox.Session) -> None:
     """Benchmarks; results as JSON under reports/bench/."""
     _install(session)
     session.run("python", "-m", "benchmarks", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def parity(session: nox.Session) -> None:
+    """The node agent against the real kubelet: boot, claim -> Running and RSS per node, then the
+    conformance suite on agent nodes and on kubelet nodes with the verdicts side by side (fails when
+    one differs). ``DRAC_PARITY_ARGS`` replaces ``--profile reference-gpu``; the figures go to
+    ``reports/bench/node_parity.json``."""
+    _install(session)
+    session.run("dra-conformance", "cluster", "binaries", "--kubelet")
+    session.run("python", "-m", "benchmarks.node_parity", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -23,6 +23,7 @@ ENTRIES: list[str] = [
     "cluster_boot",
     "cluster_scale",
     "conformance_suite",
+    "node_parity",
 ]
 """Benchmark module names under ``benchmarks/`` in the order they run."""
 

@@ -1,6 +1,7 @@
 """``dra-conformance``: the command line.
 
-``dra-conformance cluster up [--nodes N] [--k8s-version V] [--driver-command CMD] [--bin-dir DIR]``
+``dra-conformance cluster up [--nodes N] [--node-kind agent|kubelet] [--k8s-version V] [--driver-command CMD]
+[--bin-dir DIR]``
 starts a local cluster in the background and prints ``export KUBECONFIG=<path>`` on a line of
 its own; ``cluster status`` and ``cluster down`` find it with no arguments (its state dir is
 ``$XDG_STATE_HOME/dra-conformance/cluster`` unless ``--state-dir`` / ``DRAC_STATE_DIR`` says
@@ -42,6 +43,12 @@ def add_commands(top: Any) -> None:
     up = sub.add_parser("up", help="start a cluster in the background; prints 'export KUBECONFIG=...'")
     common(up)
     up.add_argument("--nodes", type=int, help="number of fake nodes (default 1)")
+    up.add_argument(
+        "--node-kind",
+        help="what plays the kubelet: agent (the node agent, default) or kubelet (the real kubelet beside "
+        "a fake container runtime, in its own user namespace), or a comma list per node (agent,kubelet: "
+        "node-0 an agent, the rest kubelets); env DRAC_NODE_KIND",
+    )
     up.add_argument("--k8s-version", help="Kubernetes version, e.g. 1.37.2 or 1.36 (default 1.37.2)")
     up.add_argument(
         "--driver-command",
@@ -69,6 +76,11 @@ def add_commands(top: Any) -> None:
     bins.add_argument("--k8s-version", help="Kubernetes version (default 1.37.2)")
     bins.add_argument("--bin-dir", type=Path, help="use this directory")
     bins.add_argument(
+        "--kubelet",
+        action="store_true",
+        help="also find, download or build the kubelet and the fake runtime of --node-kind kubelet",
+    )
+    bins.add_argument(
         "--example-driver",
         action="store_true",
         help="also find or build dra-example-kubeletplugin (sigs.k8s.io/dra-example-driver)",
@@ -90,6 +102,7 @@ def _settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettings:
         k8s_version=getattr(args, "k8s_version", None),
         bin_dir=getattr(args, "bin_dir", None),
         nodes=getattr(args, "nodes", None),
+        node_kind=getattr(args, "node_kind", None),
         driver_name=getattr(args, "driver_name", None),
         driver_command=getattr(args, "driver_command", None),
         state_dir=getattr(args, "state_dir", None),
@@ -126,8 +139,11 @@ def _status(settings: LocalSettings, as_json: bool) -> int:
         print(f"daemon:     pid {state['daemon_pid']}")
         pids = dict(state["control_plane"])
         for name, node in state["nodes"].items():
-            pids[f"agent-{name}"] = node["agent_pid"]
+            kind = node.get("kind", "agent")
+            pids[f"{kind}-{name}"] = node["agent_pid"]
             pids[f"driver-{name}"] = node["driver_pid"]
+            if node.get("runtime_pid"):
+                pids[f"runtime-{name}"] = node["runtime_pid"]
         for name, ok in health["healthy"].items():
             rss = health["rss"].get(name, 0) / 2**20
             print(f"  {name:28} pid {pids.get(name)!s:>8}  {'ok' if ok else 'NOT OK':6}  {rss:7.0f} MiB")
@@ -168,6 +184,9 @@ def run_command(args: argparse.Namespace) -> int:
             print(found.directory)
             if args.example_driver:
                 print(gobins.resolve_binary("dra-example-kubeletplugin", settings, say))
+            if args.kubelet:
+                print(binaries.resolve_kubelet(settings.binaries, say))
+                print(gobins.resolve_fakecri(settings, say))
             return 0
     except ClusterError as e:
         print(f"error: {e}", file=sys.stderr)

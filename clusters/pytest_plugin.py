@@ -15,7 +15,7 @@ Loaded through the ``pytest11`` entry point. Nothing starts unless a test asks f
 * another plugin (the conformance suite) may replace the session's settings, or the whole
   cluster with a ``factory``, through :func:`cluster_session` at configure time.
 
-Options: ``--cluster-nodes``, ``--k8s-version``, ``--bin-dir``, ``--driver-command``,
+Options: ``--cluster-nodes``, ``--node-kind``, ``--k8s-version``, ``--bin-dir``, ``--driver-command``,
 ``--driver-name``, ``--cluster-state-dir``; env vars as in :mod:`clusters.local.settings`.
 """
 
@@ -100,6 +100,12 @@ def cluster_session(config: pytest.Config) -> ClusterSession:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("dra-conformance cluster")
     group.addoption("--cluster-nodes", type=int, default=None, help="fake nodes of the local cluster")
+    group.addoption(
+        "--node-kind",
+        default=None,
+        help="what plays the kubelet on the local cluster's nodes: agent (default), kubelet, or a comma "
+        "list per node (env DRAC_NODE_KIND)",
+    )
     group.addoption("--k8s-version", default=None, help="Kubernetes version of the local cluster")
     group.addoption("--bin-dir", default=None, help="directory with etcd and the kube-* binaries")
     group.addoption(
@@ -125,6 +131,7 @@ def _settings(config: pytest.Config) -> LocalSettings:
             k8s_version=config.getoption("k8s_version"),
             bin_dir=Path(bin_dir) if bin_dir else None,
             nodes=config.getoption("cluster_nodes"),
+            node_kind=config.getoption("node_kind"),
             driver_name=config.getoption("driver_name"),
             driver_command=config.getoption("driver_command"),
         )

@@ -276,9 +276,11 @@ class PodManager:
             name = f"claim:{ref.pod_claim}" + (f"/{ref.request}" if ref.request else "")
             resources: list[Obj] = []
             for d in run.devices.get(ref.pod_claim, []):
-                resource_id = f"{d.driver}/{d.pool}/{d.device}"
-                # one device may serve several results (shares of a multi-allocatable device, one per
-                # request): listed once, as the kubelet does (the API refuses duplicate resourceIDs)
+                # as the kubelet (1.37, buildResourceHealth): the device's first CDI id, else
+                # <driver>/<pool>/<device>
+                resource_id = d.cdi_device_ids[0] if d.cdi_device_ids else f"{d.driver}/{d.pool}/{d.device}"
+                # a resourceID may come twice (results sharing a CDI id, or a device without CDI ids
+                # serving several requests): listed once, as the kubelet does (the API refuses duplicates)
                 if d.serves(ref.request) and all(r["resourceID"] != resource_id for r in resources):
                     health = self.health.get(d.driver, d.pool, d.device, now)
                     resources.append({"resourceID": resource_id, "health": health})

@@ -8,6 +8,10 @@ Resolution order (first that works wins):
    beside it, and etcd's release tarball checked against the release's ``SHA256SUMS``;
 4. a build from Go modules (:mod:`clusters.local.gobuild`) when ``go`` is on PATH.
 
+The kubelet (:data:`KUBELET`, for nodes of kind ``kubelet``) is resolved on its own, the same four
+ways (:func:`resolve_kubelet`), into a cache entry of its own (``<cache_root>/kubelet/<version>/``),
+so a control-plane cache without it stays valid and clusters of agent nodes never fetch it.
+
 Steps 3 and 4 fill a temporary directory beside the cache entry and rename it into place
 only when everything is there and verified, so the cache never holds a partial version.
 A file lock per version keeps concurrent processes (pytest-xdist workers) from fetching or
@@ -40,12 +44,14 @@ from clusters.local.settings import BinariesSettings
 
 __all__ = [
     "COMPONENTS",
+    "KUBELET",
     "KUBE_COMPONENTS",
     "STAMP",
     "Binaries",
     "download_release",
     "read_stamp",
     "resolve",
+    "resolve_kubelet",
     "store_in_cache",
 ]
 
@@ -55,6 +61,8 @@ KUBE_COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager"
 """The Kubernetes binaries the local control plane runs."""
 COMPONENTS = ("etcd", *KUBE_COMPONENTS)
 """Every binary the local control plane runs."""
+KUBELET = "kubelet"
+"""The node binary of kubelet nodes (resolved by :func:`resolve_kubelet`)."""
 STAMP = "stamp.json"
 """Metadata file of a complete cache entry: version, source, timings."""
 
@@ -217,6 +225,105 @@ def _go_build(settings: BinariesSettings, dest: Path, progress: Progress) -> Non
     )
     gobuild.build_etcd(dest, progress, module_version=f"v{settings.etcd_version}")
     gobuild.build_kubernetes(settings.k8s_version, dest, progress)
+
+
+# --- the kubelet --------------------------------------------------------------------------------
+
+
+def _usable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def resolve_kubelet(settings: BinariesSettings, progress: Progress = _log_progress) -> Path:
+    """The ``kubelet`` of ``settings.k8s_version``: from the given directory (when it holds one), the
+    cache, a release
+    download (checked against its ``.sha256``) or a Go build (``cmd/kubelet`` in the same wrapper
+    module as the control plane, so the Go build cache of that build makes it quick).
+
+    Raises :class:`BinariesError` naming what to install or set when nothing works.
+    """
+    version = settings.k8s_version
+    if settings.bin_dir is not None:
+        given = settings.bin_dir / KUBELET
+        if _usable(given):
+            return given
+        # a control-plane directory without a kubelet (agent nodes need none): find one the other ways
+        progress(f"{settings.bin_dir} has no kubelet; looking in the cache, the releases and Go")
+    entry = settings.kubelet_cache_dir
+    target = entry / KUBELET
+    if _usable(target) and (entry / STAMP).is_file():
+        return target
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(entry.parent / f".{version}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        progress(f"waiting for another process that is fetching or building into {entry}")
+        lock.acquire()
+    try:
+        if _usable(target) and (entry / STAMP).is_file():  # filled while we waited
+            return target
+        failures: list[str] = []
+        if settings.download:
+            try:
+                _fill_kubelet(
+                    settings, progress, "download", lambda tmp: _download_kubelet(settings, tmp, progress)
+                )
+                return target
+            except BinariesError as e:
+                failures.append(f"download: {e}")
+                progress(f"kubelet download failed ({e}); trying the next way")
+        if settings.build and shutil.which("go"):
+            try:
+                _fill_kubelet(
+                    settings,
+                    progress,
+                    "build",
+                    lambda tmp: gobuild.build_kubernetes(
+                        version, tmp, progress, commands=gobuild.NODE_COMMANDS
+                    ),
+                )
+                return target
+            except (GoBuildError, OSError) as e:
+                failures.append(f"go build: {e}")
+        elif settings.build:
+            failures.append("go build: 'go' is not on PATH")
+        detail = "\n  ".join(failures) or "downloads and builds are both turned off"
+        raise BinariesError(
+            f"no kubelet for Kubernetes {version}:\n  {detail}\n"
+            "Do one of: pass --bin-dir DIR (or set DRAC_BIN_DIR) to a directory with the control-plane "
+            "binaries and kubelet; allow downloads (unset DRAC_NO_DOWNLOAD, or point DRAC_RELEASE_URL at a "
+            "mirror); install Go 1.24+ (https://go.dev/doc/install); or use nodes of kind agent"
+        )
+    finally:
+        lock.release()
+
+
+def _fill_kubelet(
+    settings: BinariesSettings, progress: Progress, source: str, fetch: Callable[[Path], Any]
+) -> None:
+    entry = settings.kubelet_cache_dir
+    tmp = Path(tempfile.mkdtemp(prefix=f".{settings.k8s_version}.tmp-", dir=entry.parent))
+    try:
+        start = time.monotonic()
+        fetch(tmp)
+        if not _usable(tmp / KUBELET):
+            raise BinariesError(f"{source} produced no kubelet in {tmp}")
+        seconds = time.monotonic() - start
+        _write_stamp(tmp, settings, source, seconds)
+        if entry.exists():  # an incomplete leftover (no stamp): we hold the lock
+            shutil.rmtree(entry)
+        os.replace(tmp, entry)
+        progress(f"kubelet {settings.k8s_version} ({source}, {seconds:.0f} s) in {entry}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _download_kubelet(settings: BinariesSettings, dest: Path, progress: Progress) -> None:
+    url = f"{settings.release_url}/v{settings.k8s_version}/bin/linux/{settings.arch}/{KUBELET}"
+    expected = _parse_sha256(_fetch_text(f"{url}.sha256", settings), KUBELET, url)
+    _download(url, dest / KUBELET, expected, settings, progress)
+    (dest / KUBELET).chmod(0o755)
 
 
 # --- downloads --------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""``LocalCluster``: the local control plane plus N fake nodes, each with a node agent and a driver.
+"""``LocalCluster``: the local control plane plus N fake nodes, each with a node agent (or, on nodes of
+kind ``kubelet``, the real kubelet beside a fake runtime: :mod:`clusters.local.kubeletnode`) and a driver.
 
 Layout under one short temp root (unix socket paths must stay under 108 bytes, and a driver
 started with a pod UID for rolling updates names its registration socket
@@ -10,6 +11,8 @@ started with a pod UID for rolling updates names its registration socket
                                     nodeagent.layout.NodeLayout says (kubelet dirs, cdi/, agent/)
             gpus/                   the fake GPU machine's state (default driver)
             logs/agent.log, logs/driver.log
+                                    (kubelet nodes: logs/kubelet.log, logs/runtime.log, kubelet/ and
+                                    log/ as the kubelet's /var/lib/kubelet and /var/log, cri.sock)
 
 The driver is started as a process from a command line, as a vendor's driver would be;
 this module never imports it. The node agent too is only started as a process
@@ -31,8 +34,9 @@ from typing import Any
 
 from clusters.base import Cluster, ContainerView, PodRef, pod_key
 from clusters.errors import ClusterError, NodeError
-from clusters.local.binaries import Binaries, resolve
-from clusters.local.controlplane import ControlPlane, ControlPlaneConfig
+from clusters.local import kubeletnode, pki
+from clusters.local.binaries import Binaries, resolve, resolve_kubelet
+from clusters.local.controlplane import ControlPlane, ControlPlaneConfig, free_port
 from clusters.local.driverproc import (
     create_objects,
     default_driver_command,
@@ -41,7 +45,7 @@ from clusters.local.driverproc import (
     expand_command,
     manifests_from_file,
 )
-from clusters.local.gobins import fill_binaries
+from clusters.local.gobins import fill_binaries, resolve_fakecri
 from clusters.local.processes import ManagedProcess, install_signal_handlers
 from clusters.local.settings import LocalSettings
 from nodeagent.layout import NodeLayout
@@ -99,8 +103,12 @@ class LocalNode:
     """Node name."""
     root: Path
     """Node root (the agent's ``--root``)."""
+    kind: str = "agent"
+    """What plays the kubelet: ``agent`` (the node agent) or ``kubelet`` (the real one)."""
     agent: ManagedProcess | None = None
-    """The node agent (plays the kubelet)."""
+    """What plays the kubelet: the node agent, or the kubelet in its namespaces."""
+    runtime: ManagedProcess | None = None
+    """A kubelet node's fake container runtime (``fakecri``); it outlives kubelet restarts."""
     driver: ManagedProcess | None = None
     """The driver under test on this node."""
     driver_command: tuple[str, ...] = ()
@@ -114,6 +122,12 @@ class LocalNode:
     @property
     def log_files(self) -> dict[str, Path]:
         """The driver's and the node agent's logs, by the role they play."""
+        if self.kind == "kubelet":
+            return {
+                "driver": self.root / "logs" / "driver.log",
+                "kubelet": self.root / "logs" / "kubelet.log",
+                "runtime": self.root / "logs" / "runtime.log",
+            }
         return {"driver": self.root / "logs" / "driver.log", "kubelet": self.root / "logs" / "agent.log"}
 
 
@@ -137,6 +151,10 @@ class LocalCluster(Cluster):
         """Fake nodes by name."""
         self.timings: dict[str, float] = {}
         """Seconds each start phase took."""
+        self.kubelet: Path | None = None
+        """The kubelet binary of kubelet nodes (after :meth:`start`, when there are any)."""
+        self.fakecri: Path | None = None
+        """The fake container runtime of kubelet nodes (likewise)."""
 
     # --- Cluster ---------------------------------------------------------------------------
 
@@ -211,7 +229,9 @@ class LocalCluster(Cluster):
         self._wait_lease_renewed(n, started)
         # the agent wipes its node's slices when it starts (as the kubelet does); wait for the
         # driver's new ones so the next test step does not race the wipe
-        if slices:
+        if slices and n.kind == "kubelet":
+            self._wait_slices([n])  # the kubelet keeps a registered driver's slices
+        elif slices:
             self._wait_republished(n, slices)
 
     def stop_kubelet(self, node: str) -> None:
@@ -257,6 +277,10 @@ class LocalCluster(Cluster):
         t0 = time.monotonic()
         try:
             self.binaries = resolve(s.binaries, self.progress)
+            if any(s.node_kind(i) == "kubelet" for i in range(s.nodes)):
+                kubeletnode.check_user_namespaces()
+                self.kubelet = resolve_kubelet(s.binaries, self.progress)
+                self.fakecri = resolve_fakecri(s, self.progress)
             self.timings["binaries"] = time.monotonic() - t0
             s.work_dir.mkdir(parents=True, exist_ok=True)
             self.root = _short_temp_dir(s.work_dir)
@@ -294,7 +318,9 @@ class LocalCluster(Cluster):
     def stop(self) -> None:
         """Stop drivers, agents and the control plane; remove the temp root. Idempotent."""
         self.close_client()
-        procs = [p for n in self.local_nodes.values() for p in (n.driver, n.agent) if p is not None]
+        procs = [
+            p for n in self.local_nodes.values() for p in (n.driver, n.agent, n.runtime) if p is not None
+        ]
         for proc in procs:  # all at once: with many nodes, one by one takes long
             proc.terminate()
         for proc in procs:
@@ -346,13 +372,16 @@ class LocalCluster(Cluster):
             # a driver built from Go modules ({bin:NAME}) is built (or found in the cache) once, here
             command = fill_binaries(s.driver_command, s, self.progress) if s.nodes else list(s.driver_command)
         for i in range(s.nodes):
-            n = LocalNode(f"node-{i}", self.root / f"n{i}")
+            n = LocalNode(f"node-{i}", self.root / f"n{i}", kind=s.node_kind(i))
             n.layout.create(drivers=(s.driver_name,))
             (n.root / "logs").mkdir(exist_ok=True)
             self.local_nodes[n.name] = n
             n.driver_command = tuple(self._expand(n, command)) if command else ()
 
     def _start_agent(self, n: LocalNode) -> None:
+        if n.kind == "kubelet":
+            self._start_kubelet(n)
+            return
         argv = [
             sys.executable,
             "-m",
@@ -367,6 +396,38 @@ class LocalCluster(Cluster):
             self.settings.k8s_version,
         ]
         n.agent = ManagedProcess(f"agent-{n.name}", argv, n.log_files["kubelet"]).start()
+
+    def _start_kubelet(self, n: LocalNode) -> None:
+        """Start the node's fake runtime (unless it runs) and its kubelet, in its own namespaces."""
+        assert self.control_plane is not None and self.kubelet is not None and self.fakecri is not None
+        cp = self.control_plane
+        socket = n.root / "cri.sock"
+        kubeconfig = n.root / "kubelet.kubeconfig"
+        config = n.root / "kubelet.yaml"
+        cert = pki.CertPair(cp.pki.directory / f"node-{n.name}.crt", cp.pki.directory / f"node-{n.name}.key")
+        if not config.exists():
+            cert = pki.issue_client(cp.pki, f"node-{n.name}", f"system:node:{n.name}", ["system:nodes"])
+            pki.write_kubeconfig(kubeconfig, cp.server, cp.pki.ca.cert, cert, f"system:node:{n.name}")
+            kubeletnode.write_kubelet_files(
+                n.root,
+                runtime_socket=socket,
+                ca_cert=cp.pki.ca.cert,
+                port=free_port(),
+                healthz_port=free_port(),
+                feature_gates=cp.feature_gates,
+            )
+        if n.runtime is None or not n.runtime.alive():
+            socket.unlink(missing_ok=True)
+            argv = kubeletnode.runtime_argv(
+                self.fakecri, n.root, server=cp.server, ca_cert=cp.pki.ca.cert, cert=cert.cert, key=cert.key
+            )
+            n.runtime = ManagedProcess(f"runtime-{n.name}", argv, n.log_files["runtime"], cwd=n.root).start()
+            self._wait(
+                f"the fake runtime's socket {socket}", socket.exists, [n.runtime], self.settings.ready_timeout
+            )
+        argv = kubeletnode.kubelet_argv(self.kubelet, n.root, n.name, kubeconfig, config)
+        # its working directory is the node root: nothing it does with a relative path reaches elsewhere
+        n.agent = ManagedProcess(f"kubelet-{n.name}", argv, n.log_files["kubelet"], cwd=n.root).start()
 
     def _start_driver(self, n: LocalNode) -> None:
         log_path = n.log_files["driver"]
@@ -492,7 +553,7 @@ class LocalCluster(Cluster):
 
         out = dict(self.control_plane.rss_bytes()) if self.control_plane else {}
         for n in self.local_nodes.values():
-            for proc in (n.agent, n.driver):
+            for proc in (n.agent, n.driver, n.runtime):
                 if proc is not None and proc.pid is not None and proc.alive():
                     out[proc.name] = rss_of(proc.pid)
         return out
@@ -515,7 +576,9 @@ class LocalCluster(Cluster):
             "nodes": {
                 n.name: {
                     "root": str(n.root),
+                    "kind": n.kind,
                     "agent_pid": n.agent.pid if n.agent else None,
+                    "runtime_pid": n.runtime.pid if n.runtime else None,
                     "driver_pid": n.driver.pid if n.driver else None,
                     "driver_command": list(n.driver_command),
                 }

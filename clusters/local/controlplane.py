@@ -206,6 +206,8 @@ class ControlPlane:
             # the not-ready taint this plugin puts on new Nodes is lifted by the node-lifecycle
             # controller, which is off here (fake nodes pause their heartbeats in restart tests)
             "--disable-admission-plugins=TaintNodesByCondition",
+            # what a real cluster has for kubelets that log in as system:node:<name>
+            "--enable-admission-plugins=NodeRestriction",
             "--profiling=false",
         ]
         admin_ctx = _client_context(p.ca.cert, p.admin)

@@ -95,6 +95,8 @@ def settings_from_json(text: str) -> LocalSettings:
             data[key] = Path(data[key])
     if data.get("driver_command") is not None:
         data["driver_command"] = tuple(data["driver_command"])
+    if data.get("node_kinds") is not None:
+        data["node_kinds"] = tuple(data["node_kinds"])
     return LocalSettings(binaries=BinariesSettings(**b), **data)
 
 
@@ -341,7 +343,7 @@ class _Daemon:
             cp = c.control_plane
             health = cp.healthy() if cp else {}
             for n in c.local_nodes.values():
-                for proc in (n.agent, n.driver):
+                for proc in (n.agent, n.driver, n.runtime):
                     if proc is not None:
                         health[proc.name] = proc.alive()
             return {"ok": True, "healthy": health, "rss": c.rss_bytes()}

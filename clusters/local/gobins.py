@@ -16,6 +16,7 @@ The version of each module is pinned once, in :mod:`clusters.local.settings`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -33,7 +34,17 @@ from clusters.errors import BinariesError, GoBuildError
 from clusters.local import gobuild
 from clusters.local.settings import LocalSettings
 
-__all__ = ["GO_BINARIES", "GoBinary", "cached_build", "fill_binaries", "placeholders", "resolve_binary"]
+__all__ = [
+    "FAKECRI_SOURCE",
+    "GO_BINARIES",
+    "GoBinary",
+    "cached_build",
+    "fill_binaries",
+    "placeholders",
+    "resolve_binary",
+    "resolve_fakecri",
+    "source_digest",
+]
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +139,13 @@ def cached_build(
     build: bool = True,
     progress: Progress = _log_progress,
     instead: str = "",
+    builder: Callable[[Path], object] | None = None,
 ) -> Path:
     """The binary of ``binary`` at ``version`` in the cache entry ``entry`` (with its ``stamp.json``),
     built there from Go modules first when it is missing (under a file lock: a second process waits
     and then finds it). ``build``: whether a build is allowed; ``instead``: what the error of a
-    refused or impossible build suggests."""
+    refused or impossible build suggests; ``builder``: builds into the directory it is given (default:
+    :func:`clusters.local.gobuild.build_go_command` of the module at ``version``)."""
     name = binary.name
     target = entry / name
     if _usable(target) and (entry / STAMP).is_file():
@@ -161,7 +174,10 @@ def cached_build(
         try:
             start = time.monotonic()
             try:
-                gobuild.build_go_command(binary.module, version, binary.package, tmp, progress)
+                if builder is not None:
+                    builder(tmp)
+                else:
+                    gobuild.build_go_command(binary.module, version, binary.package, tmp, progress)
             except OSError as e:
                 raise GoBuildError(f"building {binary.package} {version}: {e}") from e
             seconds = time.monotonic() - start
@@ -191,3 +207,34 @@ def fill_binaries(
     """``command`` with every ``{bin:NAME}`` replaced by the binary's path (resolved or built)."""
     paths = {name: str(resolve_binary(name, settings, progress)) for name in placeholders(command)}
     return [_PLACEHOLDER.sub(lambda m: paths[m.group(1)], word) for word in command]
+
+
+FAKECRI_SOURCE = Path(__file__).with_name("fakecri")
+"""The fake container runtime of kubelet nodes: a Go module of this project (``main.go``, ``go.mod``,
+``go.sum``), built from its Go modules and cached by the digest of its source."""
+
+_FAKECRI = GoBinary("fakecri", "dra-conformance.local/fakecri", "dra-conformance.local/fakecri")
+
+
+def source_digest(source: Path) -> str:
+    """A short digest of a Go module's source (``go.mod``, ``go.sum``, ``*.go``): its cache key."""
+    digest = hashlib.sha256()
+    for path in sorted([source / "go.mod", source / "go.sum", *source.glob("*.go")]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def resolve_fakecri(settings: LocalSettings, progress: Progress = _log_progress) -> Path:
+    """The ``fakecri`` binary of this source: from the cache (``<cache>/dra-conformance/tools/fakecri/
+    <digest>/``) or built now from :data:`FAKECRI_SOURCE` (seconds with a warm Go cache)."""
+    version = source_digest(FAKECRI_SOURCE)
+    entry = settings.drivers_cache_root.parent / "tools" / "fakecri" / version
+    return cached_build(
+        _FAKECRI,
+        version,
+        entry,
+        build=settings.binaries.build,
+        progress=progress,
+        instead="install Go, or use nodes of kind agent (--node-kind agent)",
+        builder=lambda dest: gobuild.build_module_dir(FAKECRI_SOURCE, dest / "fakecri", progress),
+    )

@@ -33,12 +33,23 @@ from pathlib import Path
 from clusters.errors import GoBuildError
 from clusters.local.settings import ETCD_VERSION
 
-__all__ = ["ETCD_MODULE_VERSION", "build_etcd", "build_go_command", "build_kubernetes"]
+__all__ = [
+    "ETCD_MODULE_VERSION",
+    "KUBE_COMMANDS",
+    "NODE_COMMANDS",
+    "build_etcd",
+    "build_go_command",
+    "build_kubernetes",
+    "build_module_dir",
+]
 
 ETCD_MODULE_VERSION = f"v{ETCD_VERSION}"
 """etcd server version built from Go modules (Kubernetes 1.34-1.37 accept 3.6)."""
 
 KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+"""The control-plane commands of ``k8s.io/kubernetes`` that :func:`build_kubernetes` builds by default."""
+NODE_COMMANDS = ("kubelet",)
+"""The node commands, built on their own in the same wrapper module (and Go build cache)."""
 
 Progress = Callable[[str], None]
 
@@ -107,10 +118,13 @@ def _go_directive(kube_gomod: str) -> str:
     return match.group(1) if match else "1.24"
 
 
-def build_kubernetes(version: str, dest: Path, progress: Progress = print) -> list[Path]:
-    """Build kube-apiserver, kube-scheduler and kube-controller-manager ``version`` into ``dest``.
+def build_kubernetes(
+    version: str, dest: Path, progress: Progress = print, commands: tuple[str, ...] = KUBE_COMMANDS
+) -> list[Path]:
+    """Build ``commands`` of ``k8s.io/kubernetes`` ``version`` into ``dest`` (by default
+    kube-apiserver, kube-scheduler and kube-controller-manager; :data:`NODE_COMMANDS` for the kubelet).
 
-    ``version`` is like ``1.37.2``. Returns the paths of the three binaries.
+    ``version`` is like ``1.37.2``. Returns the paths of the binaries, in the order of ``commands``.
     """
     major, minor, _patch = version.split(".")
     env = _go_env()
@@ -142,7 +156,7 @@ def build_kubernetes(version: str, dest: Path, progress: Progress = print) -> li
         (work / "go.mod").write_text("\n".join(lines))
         (work / "tools.go").write_text(
             "//go:build tools\n\npackage tools\n\nimport (\n"
-            + "".join(f'\t_ "k8s.io/kubernetes/cmd/{cmd}"\n' for cmd in KUBE_COMMANDS)
+            + "".join(f'\t_ "k8s.io/kubernetes/cmd/{cmd}"\n' for cmd in commands)
             + ")\n"
         )
         progress(f"resolving {len(staging)} staging modules at {pinned}")
@@ -156,18 +170,18 @@ def build_kubernetes(version: str, dest: Path, progress: Progress = print) -> li
                 "-s -w",
             ]
         )
-        progress(f"building {', '.join(KUBE_COMMANDS)} v{version} (many minutes on 2 cores)")
+        progress(f"building {', '.join(commands)} v{version} (minutes on 2 cores; less with a warm Go cache)")
         out = Path(tmp) / "out"
         out.mkdir()
         _run_go(
             ["build", "-trimpath", "-ldflags", ldflags, "-o", str(out) + "/"]
-            + [f"k8s.io/kubernetes/cmd/{cmd}" for cmd in KUBE_COMMANDS],
+            + [f"k8s.io/kubernetes/cmd/{cmd}" for cmd in commands],
             work,
             env,
             progress,
         )
         results = []
-        for cmd in KUBE_COMMANDS:
+        for cmd in commands:
             target = dest / cmd
             shutil.move(str(out / cmd), target)
             results.append(target)
@@ -221,6 +235,22 @@ def build_go_command(module: str, version: str, package: str, dest: Path, progre
         target = dest / name
         shutil.move(str(tmp_out), target)
         return target
+
+
+def build_module_dir(source: Path, target: Path, progress: Progress = print) -> Path:
+    """Build the ``main`` package of the Go module in ``source`` (a directory of this project, with
+    its ``go.sum``) into ``target``. The source dir is copied first, so nothing is written into it."""
+    env = _go_env()
+    env["GOFLAGS"] = " ".join(f for f in (env.get("GOFLAGS", ""), "-mod=mod") if f)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="mod-build-") as tmp:
+        work = Path(tmp) / "src"
+        shutil.copytree(source, work, ignore=shutil.ignore_patterns("*_test.go"))
+        progress(f"building {source.name} from its Go module (seconds with a warm Go cache)")
+        tmp_out = Path(tmp) / target.name
+        _run_go(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp_out), "."], work, env, progress)
+        shutil.move(str(tmp_out), target)
+    return target
 
 
 def _main(argv: list[str]) -> int:

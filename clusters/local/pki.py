@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["CertPair", "ClusterPKI", "generate", "write_kubeconfig"]
+__all__ = ["CertPair", "ClusterPKI", "generate", "issue_client", "write_kubeconfig"]
 
 _VALIDITY = datetime.timedelta(days=365)
 
@@ -207,6 +207,16 @@ def generate(
         )
     )
     return ClusterPKI(directory, ca, serving, admin, sa_private, sa_public, clients)
+
+
+def issue_client(pki: ClusterPKI, stem: str, common_name: str, organizations: Sequence[str] = ()) -> CertPair:
+    """A client certificate signed by the cluster CA of ``pki`` (e.g. a node's ``system:node:<name>``
+    in ``system:nodes``), written beside the others as ``<stem>.crt`` and ``<stem>.key``."""
+    ca_cert = x509.load_pem_x509_certificate(pki.ca.cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca.key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"the CA key {pki.ca.key} is not an EC key")
+    return _issue(pki.directory, stem, ca_cert, ca_key, common_name=common_name, organizations=organizations)
 
 
 def write_kubeconfig(path: Path, server: str, ca_cert: Path, client: CertPair, user: str = "admin") -> Path:

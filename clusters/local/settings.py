@@ -14,6 +14,8 @@ Environment variables:
 ``DRAC_NO_DOWNLOAD``        ``1``: never download binaries
 ``DRAC_NO_BUILD``           ``1``: never build binaries with ``go``
 ``DRAC_NODES``              number of fake nodes (default 1)
+``DRAC_NODE_KIND``          what plays the kubelet: ``agent`` (default) or ``kubelet``, or a comma list
+                            per node (``agent,kubelet``: node-0 an agent, node-1 and the rest kubelets)
 ``DRAC_WORK_DIR``           where per-cluster temp roots go (default ``/tmp``; keep it short)
 ``DRAC_EXAMPLE_DRIVER_VERSION``  version of ``sigs.k8s.io/dra-example-driver`` built for
                             ``{bin:dra-example-kubeletplugin}`` (default :data:`EXAMPLE_DRIVER_VERSION`)
@@ -36,9 +38,11 @@ __all__ = [
     "DEFAULT_K8S_VERSION",
     "ETCD_VERSION",
     "EXAMPLE_DRIVER_VERSION",
+    "NODE_KINDS",
     "BinariesSettings",
     "LocalSettings",
     "normalize_version",
+    "parse_node_kinds",
 ]
 
 DEFAULT_K8S_VERSION = "1.37.2"
@@ -54,7 +58,22 @@ EXAMPLE_DRIVER_VERSION = "v0.4.0"
 DEFAULT_PATCH = {"1.34": "1.34.4", "1.35": "1.35.4", "1.36": "1.36.3", "1.37": DEFAULT_K8S_VERSION}
 """Patch used when only ``MAJOR.MINOR`` is given."""
 
+NODE_KINDS = ("agent", "kubelet")
+"""What plays the kubelet on a local node: the project's node agent, or the real kubelet beside a
+fake container runtime (:mod:`clusters.local.kubeletnode`)."""
+
 _TRUE = {"1", "true", "yes", "on"}
+
+
+def parse_node_kinds(text: str) -> tuple[str, ...]:
+    """``agent``, ``kubelet`` or a comma list of them (one per node, the last for the rest)."""
+    kinds = tuple(k.strip().lower() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in NODE_KINDS]
+    if not kinds or bad:
+        raise ValueError(
+            f"node kind {text!r} is not {' or '.join(NODE_KINDS)} (or a comma list of them, one per node)"
+        )
+    return kinds
 
 
 def normalize_version(version: str) -> str:
@@ -103,6 +122,11 @@ class BinariesSettings:
         """The cache directory of :attr:`k8s_version`."""
         return self.cache_root / self.k8s_version
 
+    @property
+    def kubelet_cache_dir(self) -> Path:
+        """The cache directory of the kubelet of :attr:`k8s_version` (an entry of its own)."""
+        return self.cache_root / "kubelet" / self.k8s_version
+
 
 @dataclass(frozen=True)
 class LocalSettings:
@@ -112,6 +136,9 @@ class LocalSettings:
     """Where binaries come from."""
     nodes: int = 1
     """Number of fake nodes."""
+    node_kinds: tuple[str, ...] = ("agent",)
+    """What plays the kubelet on each node (:data:`NODE_KINDS`): node ``i`` takes entry ``i``, the
+    last entry the remaining nodes."""
     driver_command: tuple[str, ...] | None = None
     """Driver command per node (placeholders ``{node}``, ``{root}``, ``{kubeconfig}``); None: the reference
     driver on a fakegpu profile; an empty tuple: no driver."""
@@ -146,6 +173,10 @@ class LocalSettings:
         """Cache of drivers built from Go modules, beside the Kubernetes binaries' cache."""
         return self.binaries.cache_root.parent / "drivers"
 
+    def node_kind(self, index: int) -> str:
+        """What plays the kubelet on node ``index``."""
+        return self.node_kinds[min(index, len(self.node_kinds) - 1)]
+
     @property
     def k8s_version(self) -> str:
         """Kubernetes version ``X.Y.Z``."""
@@ -172,6 +203,8 @@ class LocalSettings:
         settings = cls(binaries=dataclasses.replace(binaries, **changes))  # type: ignore[arg-type]
         if env.get("DRAC_NODES"):
             settings = dataclasses.replace(settings, nodes=int(env["DRAC_NODES"]))
+        if env.get("DRAC_NODE_KIND"):
+            settings = dataclasses.replace(settings, node_kinds=parse_node_kinds(env["DRAC_NODE_KIND"]))
         if env.get("DRAC_WORK_DIR"):
             settings = dataclasses.replace(settings, work_dir=Path(env["DRAC_WORK_DIR"]))
         if env.get("DRAC_STATE_DIR"):
@@ -211,6 +244,7 @@ class LocalSettings:
         device_classes: Path | None = None,
         example_driver_bin: Path | None = None,
         example_driver_version: str | None = None,
+        node_kind: str | None = None,
     ) -> LocalSettings:
         """A copy with the command-line options that were given (None: keep the current value).
 
@@ -239,6 +273,8 @@ class LocalSettings:
             changes["device_classes"] = device_classes.expanduser().resolve()
         if example_driver_bin is not None:
             changes["example_driver_bin"] = example_driver_bin.expanduser().resolve()
+        if node_kind:
+            changes["node_kinds"] = parse_node_kinds(node_kind)
         if example_driver_version:
             v = example_driver_version.strip()
             changes["example_driver_version"] = v if v.startswith("v") else f"v{v}"

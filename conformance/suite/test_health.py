@@ -213,9 +213,14 @@ def test_pod_status(dra: Harness) -> None:
             for item in status.get("allocatedResourcesStatus") or []:
                 if item.get("name") != entry:
                     continue
-                for resource in item.get("resources") or []:
+                resources = item.get("resources") or []
+                for resource in resources:
                     if resource.get("resourceID") == resource_id:
                         return str(resource.get("health"))
+                # the kubelet (1.37) names a device that has CDI ids by its first CDI id: the claim's
+                # one device is then the entry's one resource
+                if len(resources) == 1:
+                    return str(resources[0].get("health"))
         return "absent"
 
     started = dra.inject(device, _healable(dra))

@@ -46,7 +46,7 @@ def mirror(tmp_path: Path) -> Iterator[Mirror]:
     root = tmp_path / "mirror"
     kube = root / "k8s" / f"v{VERSION}" / "bin" / "linux" / "amd64"
     kube.mkdir(parents=True)
-    for name in binaries.KUBE_COMPONENTS:
+    for name in (*binaries.KUBE_COMPONENTS, binaries.KUBELET):
         data = _script(name)
         (kube / name).write_bytes(data)
         (kube / f"{name}.sha256").write_text(_sha(data))
@@ -299,3 +299,37 @@ def test_go_build_fills_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert "godebug default=go1.23" in wrapper
     left = sorted(p.name for p in settings.cache_root.iterdir())
     assert left == [f".{VERSION}.lock", VERSION]
+
+
+def test_kubelet_downloads_verified_into_its_own_cache_entry(tmp_path: Path, mirror: Mirror) -> None:
+    settings = _settings(tmp_path, mirror)
+    kubelet = binaries.resolve_kubelet(settings, progress=lambda _m: None)
+    assert kubelet == settings.kubelet_cache_dir / "kubelet"
+    assert kubelet.read_bytes() == _script("kubelet")
+    # the control plane's entry is not touched: a cache without the kubelet stays valid
+    assert not settings.cache_dir.exists()
+    count = len(mirror.requests)
+    assert binaries.resolve_kubelet(settings, progress=lambda _m: None) == kubelet
+    assert len(mirror.requests) == count
+
+
+def test_kubelet_with_a_wrong_checksum_is_refused(tmp_path: Path, mirror: Mirror) -> None:
+    next(mirror.root.rglob("kubelet.sha256")).write_text(_sha(b"something else"))
+    settings = _settings(tmp_path, mirror)
+    with pytest.raises(BinariesError, match="does not match the published"):
+        binaries.resolve_kubelet(settings, progress=lambda _m: None)
+    assert not settings.kubelet_cache_dir.exists()
+
+
+def test_kubelet_from_a_bin_dir_or_the_other_ways(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    settings = BinariesSettings(
+        k8s_version=VERSION, bin_dir=bin_dir, cache_root=tmp_path / "cache", download=False, build=False
+    )
+    # a control-plane dir without a kubelet: the other ways are tried, and the error says what to do
+    with pytest.raises(BinariesError, match=r"no kubelet for Kubernetes 1\.37\.2(.|\n)*--node-kind|agent"):
+        binaries.resolve_kubelet(settings, progress=lambda _m: None)
+    (bin_dir / "kubelet").write_bytes(_script("kubelet"))
+    (bin_dir / "kubelet").chmod(0o755)
+    assert binaries.resolve_kubelet(settings) == bin_dir / "kubelet"

@@ -107,3 +107,29 @@ def test_no_build_and_no_cache_says_what_to_do(tmp_path: Path) -> None:
         gobins.resolve_binary(NAME, settings)
     with pytest.raises(BinariesError, match="no known Go binary"):
         gobins.resolve_binary("nope", settings)
+
+
+def test_fakecri_is_built_from_its_source_and_cached_by_digest(tmp_path: Path, fake_go: Path) -> None:
+    settings = _settings(tmp_path)
+    binary = gobins.resolve_fakecri(settings, progress=lambda _m: None)
+    digest = gobins.source_digest(gobins.FAKECRI_SOURCE)
+    assert binary == tmp_path / "cache" / "dra-conformance" / "tools" / "fakecri" / digest / "fakecri"
+    log = fake_go.read_text()
+    assert "build -trimpath" in log
+    assert "GOFLAGS=-buildvcs=false -mod=mod" in log or "-mod=mod" in log
+    assert "module dra-conformance.local/fakecri" in log  # built in a copy of the project's module
+    fake_go.unlink()
+    assert gobins.resolve_fakecri(settings, progress=lambda _m: None) == binary
+    assert not fake_go.exists()  # the cache answered: no go run
+
+
+def test_fakecri_source_is_a_complete_go_module() -> None:
+    names = {p.name for p in gobins.FAKECRI_SOURCE.iterdir()}
+    assert {"go.mod", "go.sum", "main.go"} <= names
+    gomod = (gobins.FAKECRI_SOURCE / "go.mod").read_text()
+    for pin in (
+        "k8s.io/cri-client v0.37.2",
+        "k8s.io/cri-api v0.37.2",
+        "tags.cncf.io/container-device-interface v",
+    ):
+        assert pin in gomod

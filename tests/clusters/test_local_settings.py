@@ -12,7 +12,7 @@ import pytest
 from clusters.base import ContainerView, pod_key
 from clusters.local.daemon import settings_from_json, settings_to_json
 from clusters.local.driverproc import default_driver_command, expand_command
-from clusters.local.settings import LocalSettings, normalize_version
+from clusters.local.settings import LocalSettings, normalize_version, parse_node_kinds
 
 
 @pytest.mark.parametrize(
@@ -39,12 +39,23 @@ def test_settings_survive_the_trip_to_the_daemon() -> None:
         device_classes=Path("/d/classes.yaml"),
         example_driver_bin=Path("/x/plugin"),
         example_driver_version="0.3.0",
+        node_kind="agent,kubelet",
     )
     assert settings.example_driver_version == "v0.3.0"
+    assert [settings.node_kind(i) for i in range(3)] == ["agent", "kubelet", "kubelet"]
     assert settings.drivers_cache_root == Path("/c/dra-conformance/drivers")
     assert settings_from_json(settings_to_json(settings)) == settings
     plain = LocalSettings()
     assert settings_from_json(settings_to_json(plain)) == plain
+
+
+def test_node_kinds_from_env_and_options() -> None:
+    assert LocalSettings().node_kinds == ("agent",)
+    assert LocalSettings.from_env({"DRAC_NODE_KIND": "Kubelet"}).node_kinds == ("kubelet",)
+    assert parse_node_kinds(" agent , kubelet ") == ("agent", "kubelet")
+    for bad in ("", "docker", "agent,,x"):
+        with pytest.raises(ValueError, match="is not agent or kubelet"):
+            parse_node_kinds(bad)
 
 
 def test_driver_command_placeholders() -> None:

@@ -360,7 +360,8 @@ def test_health_reaches_allocated_resources_status(env: Env) -> None:
     assert pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"] == [
         {
             "name": "claim:gpus/gpu",
-            "resources": [{"resourceID": f"{DRIVER}/pool-a/gpu-0", "health": "Unhealthy"}],
+            # as the kubelet: the device's first CDI id (<driver>/<pool>/<device> only without one)
+            "resources": [{"resourceID": "example.com/gpu=dev-u1", "health": "Unhealthy"}],
         }
     ]
 
@@ -398,9 +399,10 @@ def test_a_deletion_seen_during_a_status_write_is_not_forgotten(env: Env) -> Non
     assert env.kube.deleted_pods == [("default", "p1", "pod-1")]
 
 
-def test_a_device_shared_by_two_requests_is_listed_once_in_the_pod_status(env: Env) -> None:
+def test_a_device_shared_by_two_requests_is_listed_by_its_cdi_ids(env: Env) -> None:
     """Two requests of one claim can get shares of one multi-allocatable device (dra-example-driver's
-    NICs): the API refuses duplicate resourceIDs, so the device is listed once, as the kubelet does."""
+    NICs): as the kubelet, each share is listed by its own CDI id (the API refuses duplicate
+    resourceIDs: one that comes twice is listed once)."""
     env.kube.add_claim(make_claim("c1", "u1", requests=("a", "b"), reserved_for=("pod-1",)))
     env.plugin.results["u1"] = [
         {"request_names": ["a"], "pool": "pool-a", "device": "nic-0", "cdi": ["example.com/gpu=s1"]},
@@ -414,4 +416,4 @@ def test_a_device_shared_by_two_requests_is_listed_once_in_the_pod_status(env: E
     assert env.view("p1", "c")["cdi_devices"] == ["example.com/gpu=s1", "example.com/gpu=s2"]
     [entry] = pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"]
     assert entry["name"] == "claim:nics"
-    assert [r["resourceID"] for r in entry["resources"]] == [f"{DRIVER}/pool-a/nic-0"]
+    assert [r["resourceID"] for r in entry["resources"]] == ["example.com/gpu=s1", "example.com/gpu=s2"]
