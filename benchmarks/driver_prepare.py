@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from typing import Any
 
 import grpc
 
+from benchmarks.stats import latency_ms
 from draproto import dra_v1_pb2, dra_v1_pb2_grpc
 
 DRIVER = "gpu.dra-conformance.io"
@@ -35,17 +35,6 @@ NODE = "bench-node"
 SEQUENTIAL = 300
 CONCURRENT_PER_CLIENT = 60
 CLIENTS = 8
-
-
-def _quantiles(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-    q = statistics.quantiles(ordered, n=100, method="inclusive")
-    return {
-        "n": len(ordered),
-        "p50_ms": round(q[49] * 1000, 3),
-        "p99_ms": round(q[98] * 1000, 3),
-        "max_ms": round(ordered[-1] * 1000, 3),
-    }
 
 
 def _claim(device: str) -> dict[str, Any]:
@@ -120,8 +109,8 @@ def _in_process(root: Path) -> dict[str, Any]:
         fakegpu.uninstall()
     concurrent = [x for r in results for x in r]
     return {
-        "sequential": _quantiles(sequential),
-        "concurrent8": {**_quantiles(concurrent), "prepares_per_s": round(len(concurrent) / wall, 1)},
+        "sequential": latency_ms(sequential),
+        "concurrent8": {**latency_ms(concurrent), "prepares_per_s": round(len(concurrent) / wall, 1)},
     }
 
 

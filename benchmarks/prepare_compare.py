@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,22 +30,12 @@ from typing import Any
 
 import grpc
 
+from benchmarks.stats import latency_ms
 from draproto import dra_v1_pb2, dra_v1_pb2_grpc, registration_pb2, registration_pb2_grpc
 
 REFERENCE = "gpu.dra-conformance.io"
 EXAMPLE = "gpu.example.com"
 REPEATS = 3
-
-
-def _quantiles(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-    q = statistics.quantiles(ordered, n=100, method="inclusive")
-    return {
-        "n": len(ordered),
-        "p50_ms": round(q[49] * 1000, 2),
-        "p99_ms": round(q[98] * 1000, 2),
-        "max_ms": round(ordered[-1] * 1000, 2),
-    }
 
 
 def _endpoint(registry: Path, driver: str) -> str:
@@ -135,7 +124,7 @@ def _measure(endpoint: str, claims: list[Any], rounds: int) -> dict[str, Any]:
                 unprepare(claim)
                 fresh.append(prepare(claim))
                 repeated.extend(prepare(claim) for _ in range(REPEATS))
-    return {"fresh": _quantiles(fresh), "repeated": _quantiles(repeated)}
+    return {"fresh": latency_ms(fresh, digits=2), "repeated": latency_ms(repeated, digits=2)}
 
 
 def run() -> dict[str, Any]:
