@@ -18,6 +18,7 @@ import yaml
 
 from clusters.local.binaries import Binaries
 from conformance import report
+from conformance.catalogue import select
 from conformance.profiles import SHIPPED_DIR, load
 
 SUITE_INI = Path(report.__file__).resolve().parent / "suite" / "pytest.ini"
@@ -25,6 +26,11 @@ SUITE_INI = Path(report.__file__).resolve().parent / "suite" / "pytest.ini"
 
 SHORT_TIMEOUTS = {"slices": 20, "pod": 20, "unprepare": 30, "health": 20}
 """Timeouts of the test profiles: the local tier answers in well under a second."""
+
+
+def area_rules(area: str) -> frozenset[str]:
+    """The ids of every rule of an area (its id or marker), from the catalogue."""
+    return frozenset(rule.id for rule in select(areas=[area]))
 
 
 @dataclass(frozen=True)

@@ -17,20 +17,13 @@ import pytest
 
 from clusters.local.binaries import Binaries
 from conformance.profiles import load
-from tests.conformance.suitekit import quick_profile, run_suite
+from tests.conformance.suitekit import area_rules, quick_profile, run_suite
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(1800)]
 
-EXAMPLE_GPU_SKIPS = frozenset(
+# no DRAResourceHealth service, no taints, no fault injection: every HEALTH rule
+EXAMPLE_GPU_SKIPS = area_rules("health") | frozenset(
     {
-        # no DRAResourceHealth service, no taints, no fault injection
-        "HEALTH-SERVICE",
-        "HEALTH-STREAM-FAULT",
-        "HEALTH-POD-STATUS",
-        "HEALTH-TAINT",
-        "HEALTH-NO-ALLOC-TAINTED",
-        "HEALTH-RECOVER",
-        "HEALTH-IGNORED",
         # capabilities --device-profile gpu does not have as started (no --gpu-partitions,
         # --gpu-allow-multiple-allocations, --gpu-device-status, extended resource, net)
         "SLICE-COUNTERS",

@@ -26,7 +26,7 @@ from conformance.kube import Kube
 from conformance.preflight import class_manifests
 from conformance.profiles import load
 from driver.breakage import RULES as SWITCHES
-from tests.conformance.suitekit import quick_profile, run_suite
+from tests.conformance.suitekit import area_rules, quick_profile, run_suite
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.selftest, pytest.mark.timeout(1500)]
 
@@ -109,13 +109,7 @@ CASES: dict[str, Case] = {
     "no-health": case(
         "reference-gpu",
         "health",
-        "HEALTH-SERVICE",
-        "HEALTH-STREAM-FAULT",
-        "HEALTH-POD-STATUS",
-        "HEALTH-TAINT",
-        "HEALTH-NO-ALLOC-TAINTED",
-        "HEALTH-RECOVER",
-        "HEALTH-IGNORED",
+        *sorted(area_rules("health")),
     ),
     # the fault shows on the GPU before the faulted one: the rules about the faulted device fail;
     # NO-ALLOC-TAINTED and RECOVER check the device that was tainted, whichever it is
