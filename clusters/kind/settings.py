@@ -29,13 +29,13 @@ KIND_VERSION = "v0.33.0"
 
 NODE_IMAGES: Mapping[str, str] = {
     "1.37": "kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5",
-    "1.36": "kindest/node:v1.36.1",
-    "1.35": "kindest/node:v1.35.4",
-    "1.34": "kindest/node:v1.34.4",
+    "1.36": "kindest/node:v1.36.4@sha256:099e049362a1526b2db71494e1947aae99bd16290d7c895f2b7ea312e3cbfaed",
+    "1.35": "kindest/node:v1.35.8@sha256:07b2536e30b803ed61d1677a79df6115f798ce64c80f9e22f6ed45afd09323c0",
+    "1.34": "kindest/node:v1.34.11@sha256:44e222ee2132dab25ff87301682f89eb82c7880ea3a1bf543bfe9708fd08d67d",
 }
-"""Node image per Kubernetes minor. 1.37 is the default image of kind v0.33.0, pinned by digest;
-the others by tag only (pin them with ``DRAC_KIND_NODE_IMAGE=image@sha256:...`` from the
-release notes of your kind version)."""
+"""Node image per Kubernetes minor: the images the release notes of kind v0.33.0 list as built for
+it, pinned by digest (a tag alone may point at a build for another kind release). Another kind
+version wants the images of its own release notes: ``DRAC_KIND_NODE_IMAGE=image@sha256:...``."""
 
 _TRUE = {"1", "true", "yes", "on"}
 

@@ -103,6 +103,8 @@ def test_the_gate_table_matches_what_the_binaries_say(local_binaries: object) ->
 
 def test_node_images_by_minor_and_override() -> None:
     assert node_image("1.37.2") == NODE_IMAGES["1.37"] and "@sha256:" in NODE_IMAGES["1.37"]
+    for minor, image in NODE_IMAGES.items():  # each pinned by digest, to an image of its minor
+        assert image.startswith(f"kindest/node:v{minor}.") and "@sha256:" in image, image
     with pytest.raises(ValueError, match="DRAC_KIND_NODE_IMAGE"):
         node_image("1.30.0")
     settings = KindSettings.from_env({"DRAC_KIND_NODE_IMAGE": "mine:1", "DRAC_KIND_NAME": "x"})
