@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -133,3 +135,25 @@ def test_fakecri_source_is_a_complete_go_module() -> None:
         "tags.cncf.io/container-device-interface v",
     ):
         assert pin in gomod
+
+
+@pytest.mark.slow
+def test_fakecri_go_tests_pass(tmp_path: Path) -> None:
+    """fakecri's own Go tests (CDI resolution), run on a copy of its module as CI has it."""
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("go is not on PATH: fakecri's Go tests need the Go toolchain")
+    work = tmp_path / "fakecri"
+    shutil.copytree(gobins.FAKECRI_SOURCE, work)
+    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false")
+    result = subprocess.run(
+        [go, "test", "-count=1", "./..."],
+        check=False,
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert result.returncode == 0, f"go test in {work} failed:\n{result.stdout}\n{result.stderr}"
+    assert "ok" in result.stdout
