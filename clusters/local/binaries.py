@@ -31,7 +31,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ __all__ = [
     "KUBE_COMPONENTS",
     "STAMP",
     "Binaries",
+    "cache_lock",
     "download_release",
     "read_stamp",
     "resolve",
@@ -106,6 +108,22 @@ def _log_progress(message: str) -> None:
     log.info("%s", message)
 
 
+@contextmanager
+def cache_lock(lock_file: Path, waiting: str, progress: Progress) -> Iterator[None]:
+    """Hold the file lock ``lock_file`` of a cache entry; when another process holds it, say
+    ``waiting`` once and wait for it (that process then usually has filled the entry)."""
+    lock = FileLock(str(lock_file))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        progress(waiting)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def resolve(settings: BinariesSettings, progress: Progress = _log_progress) -> Binaries:
     """Find (or fetch, or build) the binaries for ``settings.k8s_version``.
 
@@ -124,13 +142,11 @@ def resolve(settings: BinariesSettings, progress: Progress = _log_progress) -> B
     if read_stamp(cache_dir) is not None:
         return Binaries(cache_dir, version, "cache")
     settings.cache_root.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(settings.cache_root / f".{version}.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        progress(f"waiting for another process that is fetching or building into {cache_dir}")
-        lock.acquire()
-    try:
+    with cache_lock(
+        settings.cache_root / f".{version}.lock",
+        f"waiting for another process that is fetching or building into {cache_dir}",
+        progress,
+    ):
         if read_stamp(cache_dir) is not None:  # filled while we waited
             return Binaries(cache_dir, version, "cache")
         failures: list[str] = []
@@ -157,8 +173,6 @@ def resolve(settings: BinariesSettings, progress: Progress = _log_progress) -> B
             "DRAC_RELEASE_URL / DRAC_ETCD_RELEASE_URL at a mirror); "
             "or install Go 1.24+ (https://go.dev/doc/install) so they can be built from Go modules"
         )
-    finally:
-        lock.release()
 
 
 def _fill(settings: BinariesSettings, progress: Progress, source: str, fetch: Callable[[Path], None]) -> None:
@@ -254,13 +268,11 @@ def resolve_kubelet(settings: BinariesSettings, progress: Progress = _log_progre
     if _usable(target) and (entry / STAMP).is_file():
         return target
     entry.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(entry.parent / f".{version}.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        progress(f"waiting for another process that is fetching or building into {entry}")
-        lock.acquire()
-    try:
+    with cache_lock(
+        entry.parent / f".{version}.lock",
+        f"waiting for another process that is fetching or building into {entry}",
+        progress,
+    ):
         if _usable(target) and (entry / STAMP).is_file():  # filled while we waited
             return target
         failures: list[str] = []
@@ -295,8 +307,6 @@ def resolve_kubelet(settings: BinariesSettings, progress: Progress = _log_progre
             "binaries and kubelet; allow downloads (unset DRAC_NO_DOWNLOAD, or point DRAC_RELEASE_URL at a "
             "mirror); install Go 1.24+ (https://go.dev/doc/install); or use nodes of kind agent"
         )
-    finally:
-        lock.release()
 
 
 def _fill_kubelet(

@@ -28,10 +28,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
 from clusters.errors import BinariesError, GoBuildError
 from clusters.local import gobuild
+from clusters.local.binaries import STAMP, cache_lock
 from clusters.local.settings import LocalSettings
 
 __all__ = [
@@ -49,8 +48,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
-
-STAMP = "stamp.json"
 
 
 @dataclass(frozen=True)
@@ -151,13 +148,11 @@ def cached_build(
     if _usable(target) and (entry / STAMP).is_file():
         return target
     entry.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(entry.parent / f".{version}.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        progress(f"waiting for another process that is building {name} {version} into {entry}")
-        lock.acquire()
-    try:
+    with cache_lock(
+        entry.parent / f".{version}.lock",
+        f"waiting for another process that is building {name} {version} into {entry}",
+        progress,
+    ):
         if _usable(target) and (entry / STAMP).is_file():  # built while we waited
             return target
         suffix = f"; {instead}" if instead else ""
@@ -197,8 +192,6 @@ def cached_build(
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return target
-    finally:
-        lock.release()
 
 
 def fill_binaries(
