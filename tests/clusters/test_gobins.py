@@ -147,7 +147,7 @@ def test_fakecri_go_tests_pass(tmp_path: Path) -> None:
     shutil.copytree(gobins.FAKECRI_SOURCE, work)
     env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false")
     result = subprocess.run(
-        [go, "test", "-count=1", "./..."],
+        [go, "test", "-trimpath", "-count=1", "./..."],
         check=False,
         cwd=work,
         env=env,
