@@ -1,7 +1,8 @@
-"""Older Kubernetes versions (1.34-1.36) boot and allocate a claim end to end, when their binaries are cached.
+"""Older Kubernetes versions (1.34-1.36) boot and allocate a claim end to end, on an agent node and on a
+kubelet node, when their binaries are cached.
 
 CI builds only the default version; these run where the other versions were fetched or built
-(``dra-conformance cluster binaries --k8s-version 1.36``) and skip elsewhere.
+(``dra-conformance cluster binaries --k8s-version 1.36 [--kubelet]``) and skip elsewhere.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import dataclasses
 
 import pytest
 
-from clusters.local.binaries import read_stamp
+from clusters.errors import ClusterError
+from clusters.local import kubeletnode
+from clusters.local.binaries import STAMP, read_stamp
 from clusters.local.cluster import LocalCluster
 from clusters.local.settings import LocalSettings
 from tests import kube
@@ -33,6 +36,31 @@ def test_version_boots_and_prepares_a_claim(local_settings: LocalSettings, minor
         api = cluster.api_client()
         version = client.VersionApi(api).get_code()
         assert version.git_version == f"v{settings.k8s_version}"
+        kube.core(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="v")))
+        pod = run_pod(api, "v")
+        assert cluster.container_view(pod, GPU_POD_CONTAINER).cdi_devices
+
+
+@pytest.mark.parametrize("minor", ["1.34", "1.35", "1.36"])
+def test_version_runs_a_claimed_pod_on_a_kubelet_node(local_settings: LocalSettings, minor: str) -> None:
+    from kubernetes import client
+
+    settings = dataclasses.replace(local_settings.with_version(minor).with_bin_dir(None), nodes=1)
+    settings = settings.with_options(node_kind="kubelet")
+    kubelet = settings.binaries.kubelet_cache_dir
+    if read_stamp(settings.binaries.cache_dir) is None or not (kubelet / STAMP).is_file():
+        pytest.skip(
+            f"no cached control plane and kubelet for Kubernetes {settings.k8s_version} "
+            f"(dra-conformance cluster binaries --k8s-version {minor} --kubelet)"
+        )
+    try:
+        kubeletnode.check_user_namespaces()
+    except ClusterError as e:
+        pytest.skip(str(e))
+    with LocalCluster(settings).start() as cluster:
+        api = cluster.api_client()
+        node = kube.core(api).read_node(cluster.nodes()[0])
+        assert node.status.node_info.kubelet_version == f"v{settings.k8s_version}"
         kube.core(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="v")))
         pod = run_pod(api, "v")
         assert cluster.container_view(pod, GPU_POD_CONTAINER).cdi_devices
