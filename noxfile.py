@@ -109,7 +109,7 @@ def parity(session: nox.Session) -> None:
     """The node agent against the real kubelet: boot, claim -> Running and RSS per node, then the
     conformance suite on agent nodes and on kubelet nodes with the verdicts side by side (fails when
     one differs). ``DRAC_PARITY_ARGS`` replaces ``--profile reference-gpu``; the figures go to
-    ``reports/bench/node_parity.json``."""
+    ``reports/bench/node_parity.json`` and both runs' reports under ``reports/parity/``."""
     _install(session)
     session.run("dra-conformance", "cluster", "binaries", "--kubelet")
     session.run("python", "-m", "benchmarks.node_parity", *session.posargs)

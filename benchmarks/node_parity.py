@@ -8,7 +8,7 @@
   nodes: the kubelet plus its fake runtime);
 * verdicts: the conformance suite (``dra-conformance run --profile reference-gpu``, profile and
   extra arguments from ``DRAC_PARITY_ARGS``) with ``DRAC_NODE_KIND`` set to the kind; each rule's
-  outcome is read from the run's ``conformance.json``.
+  outcome is read from the run's ``conformance.json`` (the reports stay under ``reports/parity/``).
 
 It prints the verdicts side by side and lists every rule whose outcome differs; each such difference
 is either a bug in the agent or a deliberate difference documented in nodeagent/README.md.
@@ -26,7 +26,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,8 @@ from benchmarks.cluster_boot import namespace_with_gpu_template
 
 KINDS = ("agent", "kubelet")
 PODS = 8
+REPORTS = Path("reports/parity")
+"""Where the suite's runs land, ``<kind>/<run-id>/`` (kept: a difference is read in their reports)."""
 
 
 def _phase(core: Any, name: str) -> str:
@@ -102,10 +103,12 @@ def _verdicts(kind: str, reports: Path) -> dict[str, str]:
     command = shutil.which("dra-conformance") or str(Path(sys.executable).with_name("dra-conformance"))
     argv = [command, "run", *args, "--reports-dir", str(run_dir)]
     print(f"-- {kind} nodes: {' '.join(argv)}", flush=True)
+    before = set(run_dir.glob("*/conformance.json"))
     subprocess.run(argv, env=env, check=False)
-    found = sorted(run_dir.glob("*/conformance.json"))
+    found = sorted(set(run_dir.glob("*/conformance.json")) - before)  # this run's, not an earlier one's
     if not found:
         raise RuntimeError(f"the run on {kind} nodes wrote no conformance.json under {run_dir}")
+    print(f"-- {kind} nodes: report {found[-1].parent / 'index.html'}", flush=True)
     data = json.loads(found[-1].read_text())
     return {str(r["id"]): str(r["outcome"]) for r in data["rules"]}
 
@@ -131,11 +134,12 @@ def run() -> dict[str, Any]:
     print(json.dumps(figures, indent=2), flush=True)
     verdicts: dict[str, dict[str, str]] = {}
     if os.environ.get("DRAC_PARITY_SKIP_SUITE", "") != "1":
-        with tempfile.TemporaryDirectory(prefix="parity-") as tmp:
-            verdicts = {kind: _verdicts(kind, Path(tmp)) for kind in KINDS}
+        verdicts = {kind: _verdicts(kind, REPORTS) for kind in KINDS}
     table, differ = side_by_side(verdicts)
     print(table, flush=True)
     print(f"rules whose verdicts differ: {', '.join(differ) or 'none'}", flush=True)
+    if differ:
+        print(f"why: the reports of both runs are under {REPORTS}/<kind>/", flush=True)
     return {"figures": figures, "verdicts": verdicts, "differ": differ}
 
 
