@@ -95,6 +95,11 @@ def _measure(kind: str) -> dict[str, Any]:
     }
 
 
+def _run_reports(run_dir: Path) -> set[Path]:
+    """The ``conformance.json`` of each run under ``run_dir`` (not through the ``latest`` link)."""
+    return {p for p in run_dir.glob("*/conformance.json") if not p.parent.is_symlink()}
+
+
 def _verdicts(kind: str, reports: Path) -> dict[str, str]:
     args = shlex.split(os.environ.get("DRAC_PARITY_ARGS", "--profile reference-gpu"))
     env = {**os.environ, "DRAC_NODE_KIND": kind}
@@ -103,9 +108,9 @@ def _verdicts(kind: str, reports: Path) -> dict[str, str]:
     command = shutil.which("dra-conformance") or str(Path(sys.executable).with_name("dra-conformance"))
     argv = [command, "run", *args, "--reports-dir", str(run_dir)]
     print(f"-- {kind} nodes: {' '.join(argv)}", flush=True)
-    before = set(run_dir.glob("*/conformance.json"))
+    before = _run_reports(run_dir)
     subprocess.run(argv, env=env, check=False)
-    found = sorted(set(run_dir.glob("*/conformance.json")) - before)  # this run's, not an earlier one's
+    found = sorted(_run_reports(run_dir) - before)  # this run's, not an earlier one's
     if not found:
         raise RuntimeError(f"the run on {kind} nodes wrote no conformance.json under {run_dir}")
     print(f"-- {kind} nodes: report {found[-1].parent / 'index.html'}", flush=True)
