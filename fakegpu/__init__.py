@@ -13,6 +13,11 @@ L4, T4, Jetson Orin, or any mix from a profile YAML)::
         machine.inject_xid(0, 48)              # delivered once to each event set watching GPU 0
         machine.mark_lost(3)                   # GPU 3 now answers GPU_IS_LOST
 
+Any other NVML client, in C, Go (go-nvml, go-nvlib) or pynvml without :func:`install`, sees the
+same machines through a drop-in ``libnvidia-ml.so.1``: ``fakegpu lib`` (:func:`library_dir`)
+prints the directory to put on ``LD_LIBRARY_PATH``, and the ``FAKEGPU_*`` env vars choose the
+machine; ``fakegpu root DIR`` (:func:`make_driver_root`) lays out a fake driver root around it.
+
 Faults and MIG changes can also come from another process through the ``fakegpu`` CLI on the
 same state directory (``fakegpu --state-dir /tmp/node1 inject xid 0 48``). Profiles and their
 schema: ``fakegpu/profiles/README.md`` and :mod:`fakegpu._profiles`. Errors of this API derive
@@ -21,7 +26,16 @@ from :class:`FakeGpuError`; the fake library itself never raises, it returns NVM
 
 from __future__ import annotations
 
-from ._errors import FakeGpuError, FaultError, MigError, ProfileError, StateError, UnknownGpuError
+from ._driverroot import make_driver_root
+from ._errors import (
+    FakeGpuError,
+    FaultError,
+    LibraryError,
+    MigError,
+    ProfileError,
+    StateError,
+    UnknownGpuError,
+)
 from ._install import (
     DEFAULT_PROFILE,
     ENV_NODE_NAME,
@@ -32,6 +46,7 @@ from ._install import (
     installed,
     uninstall,
 )
+from ._libbuild import library_dir
 from ._machine import ECC_KINDS, FakeMachine
 from ._models import MODELS
 from ._profiles import Profile, available_profiles, load_profile, parse_profile
@@ -46,6 +61,7 @@ __all__ = [
     "FakeGpuError",
     "FakeMachine",
     "FaultError",
+    "LibraryError",
     "MigError",
     "Profile",
     "ProfileError",
@@ -55,7 +71,9 @@ __all__ = [
     "current",
     "install",
     "installed",
+    "library_dir",
     "load_profile",
+    "make_driver_root",
     "parse_profile",
     "uninstall",
 ]

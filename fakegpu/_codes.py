@@ -10,7 +10,10 @@ ERROR_NO_PERMISSION = 4
 ERROR_ALREADY_INITIALIZED = 5
 ERROR_NOT_FOUND = 6
 ERROR_INSUFFICIENT_SIZE = 7
+ERROR_DRIVER_NOT_LOADED = 9
 ERROR_TIMEOUT = 10
+ERROR_LIBRARY_NOT_FOUND = 12
+ERROR_FUNCTION_NOT_FOUND = 13
 ERROR_GPU_IS_LOST = 15
 ERROR_RESET_REQUIRED = 16
 ERROR_IN_USE = 19
@@ -28,7 +31,10 @@ ERROR_STRINGS = {
     ERROR_ALREADY_INITIALIZED: "Already Initialized",
     ERROR_NOT_FOUND: "Not Found",
     ERROR_INSUFFICIENT_SIZE: "Insufficient Size",
+    ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
     ERROR_TIMEOUT: "Timeout",
+    ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
     ERROR_GPU_IS_LOST: "GPU is lost",
     ERROR_RESET_REQUIRED: "GPU requires restart",
     ERROR_IN_USE: "In use by another client",
@@ -63,6 +69,3 @@ GPU_FABRIC_HEALTH_SUMMARY_HEALTHY = 1
 GPU_FABRIC_HEALTH_MASK_HEALTHY = 0b10_10_10_10
 """healthMask of a healthy fabric: degraded bandwidth FALSE (2 << 0), route recovery FALSE
 (2 << 2), route unhealthy FALSE (2 << 4), access-timeout recovery FALSE (2 << 6)."""
-GPU_FABRIC_INFO_V2 = 0x02000024
-GPU_FABRIC_INFO_V3 = 0x03000028
-"""``nvmlGpuFabricInfo_v2`` / ``_v3``: struct size | version << 24, as nvml.h defines them."""

@@ -11,6 +11,7 @@ import ctypes
 from typing import Any
 
 from . import _codes as c
+from ._cstructs import VERSIONED
 
 _Pointer: Any = ctypes._Pointer
 _c_void_p_at = ctypes.c_void_p.from_address
@@ -129,3 +130,13 @@ def handle_array_store(arr: Any, i: int, value: int) -> None:
     else:
         base = _addressof(arr)
     _c_void_p_at(base + i * ctypes.sizeof(ctypes.c_void_p)).value = value
+
+
+def check_version(info: Any, family: str) -> int:
+    """The version word of a versioned struct of ``family`` (:data:`fakegpu._cstructs.VERSIONED`);
+    ARGUMENT_VERSION_MISMATCH when it names no layout of that family (pynvml's structs set it in
+    their constructor, C callers with ``NVML_STRUCT_VERSION``)."""
+    version = num(info.version)
+    if version not in VERSIONED[family]:
+        raise Status(c.ERROR_ARGUMENT_VERSION_MISMATCH)
+    return version

@@ -7,7 +7,8 @@ Hierarchy::
     ├── StateError               a state directory is unreadable or holds a different machine
     ├── UnknownGpuError          a GPU index or UUID names no GPU of the machine (also a LookupError)
     ├── FaultError               a fault request is malformed: bad XID, ECC kind or count (also a ValueError)
-    └── MigError                 a MIG request the machine refuses (carries the NVML return code)
+    ├── MigError                 a MIG request the machine refuses (carries the NVML return code)
+    └── LibraryError             ``fakegpu lib`` cannot build here: no cc, Python.h or libpython
 """
 
 from __future__ import annotations
@@ -39,3 +40,8 @@ class MigError(FakeGpuError):
     def __init__(self, message: str, code: int) -> None:
         super().__init__(message)
         self.code = code
+
+
+class LibraryError(FakeGpuError):
+    """The C library ``libnvidia-ml.so.1`` cannot be built: no C compiler, no Python headers, or a
+    Python without a shared libpython; the message names the fix."""

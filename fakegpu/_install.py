@@ -1,6 +1,6 @@
 """Plugging a fake machine into the real ``pynvml`` module, and taking it out again.
 
-The ``FAKEGPU_*`` env vars are read here and nowhere else (:func:`env_defaults`): the
+The ``FAKEGPU_*`` env vars (and ``XDG_CACHE_HOME``) are read here and nowhere else (:func:`env_defaults`): the
 defaults of :func:`install` and of the ``fakegpu`` CLI.
 """
 
@@ -37,15 +37,20 @@ class EnvDefaults:
     """``FAKEGPU_STATE_DIR``: the machine's state directory (else the machine lives in memory)."""
     node_name: str | None = None
     """``FAKEGPU_NODE_NAME``: the node name seeding the UUIDs."""
+    cache_root: Path = Path.home() / ".cache" / "dra-conformance"
+    """``$XDG_CACHE_HOME/dra-conformance`` (XDG: ``~/.cache``): where ``fakegpu lib`` keeps the C
+    library it builds, beside the project's other builds."""
 
 
 def env_defaults(environ: Mapping[str, str] | None = None) -> EnvDefaults:
     """The ``FAKEGPU_*`` env vars (of ``environ``, else of this process)."""
     env = os.environ if environ is None else environ
+    cache_home = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
     return EnvDefaults(
         profile=env.get(ENV_PROFILE) or None,
         state_dir=env.get(ENV_STATE_DIR) or None,
         node_name=env.get(ENV_NODE_NAME) or None,
+        cache_root=cache_home / "dra-conformance",
     )
 
 

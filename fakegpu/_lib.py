@@ -75,6 +75,11 @@ class FakeNvmlLibrary:
                 setattr(self, name, _wrap(name, getattr(self._impl, name), self._impl))
 
     @property
+    def init_count(self) -> int:
+        """How many ``nvmlInit`` calls are not yet matched by ``nvmlShutdown``."""
+        return self._impl.initialized
+
+    @property
     def symbols(self) -> list[str]:
         """Names of the modelled symbols."""
         return sorted(n for n in vars(self) if n.startswith("nvml"))

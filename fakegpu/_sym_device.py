@@ -8,7 +8,8 @@ from typing import Any
 
 from . import _codes as c
 from . import _mig
-from ._ctypes import Status, handle_out, num, put, put_str, target, text_in
+from ._cstructs import GpuFabricInfo_v3, struct_version
+from ._ctypes import Status, check_version, handle_out, num, put, put_str, target, text_in
 from ._models import MIB, MODELS
 from ._profiles import mig_uuid
 from ._symbase import Resolved, SymbolBase
@@ -263,8 +264,9 @@ class DeviceSymbols(SymbolBase):
         return c.SUCCESS
 
     def nvmlDeviceGetMemoryInfo_v2(self, handle: Any, out: Any) -> int:
-        total, reserved, used = self._memory(self.full(handle))
         m = target(out)
+        check_version(m, "Memory")
+        total, reserved, used = self._memory(self.full(handle))
         m.total = total
         m.reserved = reserved
         m.used = used
@@ -300,12 +302,10 @@ class DeviceSymbols(SymbolBase):
 
     def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, out: Any) -> int:
         info = target(out)
-        version = num(info.version)
-        if version not in (c.GPU_FABRIC_INFO_V2, c.GPU_FABRIC_INFO_V3):
-            return c.ERROR_ARGUMENT_VERSION_MISMATCH
+        version = check_version(info, "GpuFabricInfo")
         self._fabric(handle, info)
         info.healthMask = c.GPU_FABRIC_HEALTH_MASK_HEALTHY
-        if version == c.GPU_FABRIC_INFO_V3:
+        if version == struct_version(GpuFabricInfo_v3, 3):
             info.healthSummary = c.GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
         return c.SUCCESS
 

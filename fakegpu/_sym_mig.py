@@ -10,6 +10,7 @@ from . import _mig
 from ._ctypes import (
     Status,
     array_out,
+    check_version,
     element,
     handle_array_store,
     handle_out,
@@ -71,8 +72,13 @@ class MigSymbols(SymbolBase):
         r = self.mig_gpu(handle)
         p = _gi_by_index(r.model, num(index))
         info = target(out)
+        if v2:
+            check_version(info, "GpuInstanceProfileInfo")
         info.id = p.id
-        info.isP2pSupported = 0
+        if hasattr(info, "isP2pSupported"):  # v1 and v2; v3 has capabilities instead
+            info.isP2pSupported = 0
+        if hasattr(info, "capabilities"):
+            info.capabilities = 0
         info.sliceCount = p.slices
         info.instanceCount = p.instance_count
         info.multiprocessorCount = p.multiprocessors
@@ -194,6 +200,10 @@ class MigSymbols(SymbolBase):
         gp = r.gi_profile
         whole = p.slices == gp.slices
         info = target(out)
+        if v2:
+            check_version(info, "ComputeInstanceProfileInfo")
+        if hasattr(info, "capabilities"):  # v3
+            info.capabilities = 0
         info.id = p.id
         info.sliceCount = p.slices
         info.instanceCount = len(p.starts)

@@ -12,6 +12,8 @@ Examples::
     fakegpu --state-dir /tmp/node1 inject remap 3
     fakegpu --state-dir /tmp/node1 heal 2
     fakegpu --state-dir /tmp/node1 reset            # every GPU; or `reset 3`
+    fakegpu lib                                     # the dir of the fake libnvidia-ml.so.1 (built once)
+    fakegpu --state-dir /tmp/node1 root /tmp/node1/driver   # a fake driver root for that machine
 
 ``--state-dir`` defaults to ``$FAKEGPU_STATE_DIR``. Exit status: 0 done, 1 refused (the message
 says why), 2 bad usage.
@@ -26,8 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from . import _codes
+from ._driverroot import make_driver_root
 from ._errors import FakeGpuError, FaultError
 from ._install import DEFAULT_PROFILE, ENV_NODE_NAME, ENV_PROFILE, ENV_STATE_DIR, env_defaults
+from ._libbuild import library_dir
 from ._machine import ECC_KINDS, FakeMachine
 from ._profiles import available_profiles, load_profile
 from ._store import STATE_FILE
@@ -53,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     show.add_argument("--node-name", help=f"node name seeding the UUIDs (default ${ENV_NODE_NAME})")
     show.add_argument("--json", action="store_true", help="print the snapshot as JSON")
+    show.add_argument(
+        "--list", action="store_true", help="one line per GPU and MIG device, as `nvidia-smi -L`"
+    )
 
     sub.add_parser("profiles", help="list the shipped profiles")
 
@@ -89,6 +96,26 @@ def _parser() -> argparse.ArgumentParser:
     remap.add_argument("--failure", action="store_true", help="the remap failed (no spare row)")
     lost = isub.add_parser("lost", help="the GPU falls off the bus (XID 79, then GPU_IS_LOST)")
     lost.add_argument("gpu", type=_gpu)
+
+    lib = sub.add_parser(
+        "lib",
+        help="print the directory of the fake libnvidia-ml.so.1 (for C, Go, any NVML client), built once",
+        description="Print the absolute path of a directory holding libnvidia-ml.so.1 and the "
+        "libnvidia-ml.so link: put it on LD_LIBRARY_PATH and any NVML client (C, go-nvml, pynvml "
+        "without fakegpu.install) sees the machine of FAKEGPU_PROFILE / FAKEGPU_STATE_DIR / "
+        "FAKEGPU_NODE_NAME. Built with cc against this Python on first use, then cached in "
+        "$XDG_CACHE_HOME/dra-conformance/fakegpu/nvml/<digest>/.",
+    )
+    lib.add_argument("--rebuild", action="store_true", help="build again even when the cache has it")
+    lib.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    root = sub.add_parser(
+        "root",
+        help="lay out a fake driver root (dev/nvidia*, nvidia-smi, the driver's libraries) for the machine",
+    )
+    root.add_argument("dir", help="the directory to make (created; files already there are replaced)")
+    root.add_argument(
+        "--profile", help="the machine's profile when --state-dir holds none yet (default $FAKEGPU_PROFILE)"
+    )
 
     heal = sub.add_parser("heal", help="clear a GPU's faults")
     heal.add_argument("gpu", type=_gpu)
@@ -131,6 +158,19 @@ def _describe(snap: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _list(snap: dict[str, Any]) -> str:
+    """The machine as ``nvidia-smi -L`` lists it."""
+    lines = []
+    for g in snap["gpus"]:
+        lines.append(f"GPU {g['index']}: {g['name']} (UUID: {g['uuid']})")
+        devices = [
+            (gi, ci) for gi in (g.get("mig") or {}).get("gpu_instances", []) for ci in gi["compute_instances"]
+        ]
+        for n, (gi, ci) in enumerate(devices):
+            lines.append(f"  MIG {gi['profile']:<14} Device {n:>2}: (UUID: {ci['uuid']})")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -141,6 +181,21 @@ def main(argv: list[str] | None = None) -> int:
             for name in available_profiles():
                 print(f"{name:<16} {load_profile(name).description}")
             return 0
+        if args.command == "lib":
+            say = None if args.quiet else (lambda m: print(f"fakegpu: {m}", file=sys.stderr))
+            print(library_dir(env.cache_root, progress=say, rebuild=args.rebuild))
+            return 0
+        if args.command == "root":
+            profile = args.profile or env.profile
+            if state_dir and not profile and (Path(state_dir) / STATE_FILE).exists():
+                machine = FakeMachine.attach(state_dir)
+            else:
+                machine = FakeMachine(
+                    profile or DEFAULT_PROFILE, state_dir=state_dir, node_name=env.node_name
+                )
+            lib_dir = library_dir(env.cache_root, progress=lambda m: print(f"fakegpu: {m}", file=sys.stderr))
+            print(make_driver_root(Path(args.dir), machine, lib_dir))
+            return 0
         if args.command == "show":
             profile = args.profile or env.profile
             node = args.node_name or env.node_name
@@ -149,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 machine = FakeMachine(profile or DEFAULT_PROFILE, state_dir=state_dir, node_name=node)
             snap = machine.snapshot()
-            print(json.dumps(snap, indent=2) if args.json else _describe(snap))
+            print(json.dumps(snap, indent=2) if args.json else _list(snap) if args.list else _describe(snap))
             return 0
         if not state_dir:
             print(f"fakegpu: error: {args.command} needs --state-dir (or ${ENV_STATE_DIR})", file=sys.stderr)
