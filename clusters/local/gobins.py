@@ -42,6 +42,7 @@ __all__ = [
     "placeholders",
     "resolve_binary",
     "resolve_fakecri",
+    "resolve_tool",
     "source_digest",
 ]
 
@@ -206,8 +207,6 @@ FAKECRI_SOURCE = Path(__file__).with_name("fakecri")
 """The fake container runtime of kubelet nodes: a Go module of this project (``main.go``, ``go.mod``,
 ``go.sum``), built from its Go modules and cached by the digest of its source."""
 
-_FAKECRI = GoBinary("fakecri", "dra-conformance.local/fakecri", "dra-conformance.local/fakecri")
-
 
 def source_digest(source: Path) -> str:
     """A short digest of a Go module's source (``go.mod``, ``go.sum``, ``*.go``): its cache key."""
@@ -220,14 +219,36 @@ def source_digest(source: Path) -> str:
 def resolve_fakecri(settings: LocalSettings, progress: Progress = _log_progress) -> Path:
     """The ``fakecri`` binary of this source: from the cache (``<cache>/dra-conformance/tools/fakecri/
     <digest>/``) or built now from :data:`FAKECRI_SOURCE` (seconds with a warm Go cache)."""
-    version = source_digest(FAKECRI_SOURCE)
-    entry = settings.drivers_cache_root.parent / "tools" / "fakecri" / version
+    return resolve_tool(
+        "fakecri",
+        FAKECRI_SOURCE,
+        settings,
+        progress,
+        instead="install Go, or use nodes of kind agent (--node-kind agent)",
+    )
+
+
+def resolve_tool(
+    name: str,
+    source: Path,
+    settings: LocalSettings,
+    progress: Progress = _log_progress,
+    *,
+    instead: str = "",
+    cgo: bool = False,
+) -> Path:
+    """The binary ``name`` of the Go module in ``source`` (a directory of this project): from the
+    cache (``<cache>/dra-conformance/tools/<name>/<source digest>/``) or built now with
+    :func:`clusters.local.gobuild.build_module_dir` (``cgo``: with cgo on)."""
+    version = source_digest(source)
+    entry = settings.drivers_cache_root.parent / "tools" / name / version
+    tool = GoBinary(name, f"dra-conformance.local/{name}", f"dra-conformance.local/{name}")
     return cached_build(
-        _FAKECRI,
+        tool,
         version,
         entry,
         build=settings.binaries.build,
         progress=progress,
-        instead="install Go, or use nodes of kind agent (--node-kind agent)",
-        builder=lambda dest: gobuild.build_module_dir(FAKECRI_SOURCE, dest / "fakecri", progress),
+        instead=instead,
+        builder=lambda dest: gobuild.build_module_dir(source, dest / name, progress, cgo=cgo),
     )

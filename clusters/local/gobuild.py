@@ -237,11 +237,18 @@ def build_go_command(module: str, version: str, package: str, dest: Path, progre
         return target
 
 
-def build_module_dir(source: Path, target: Path, progress: Progress = print) -> Path:
+def build_module_dir(source: Path, target: Path, progress: Progress = print, *, cgo: bool = False) -> Path:
     """Build the ``main`` package of the Go module in ``source`` (a directory of this project, with
-    its ``go.sum``) into ``target``. The source dir is copied first, so nothing is written into it."""
+    its ``go.sum``) into ``target``. The source dir is copied first, so nothing is written into it.
+    ``cgo``: the module calls C (go-nvml does), so build with cgo on and a C compiler."""
     env = _go_env()
     env["GOFLAGS"] = " ".join(f for f in (env.get("GOFLAGS", ""), "-mod=mod") if f)
+    if cgo:
+        env["CGO_ENABLED"] = "1"
+        # go-nvml's nvml.h marks the calls NVML 13 retired deprecated: not our warnings to read
+        env["CGO_CFLAGS"] = " ".join(
+            f for f in (env.get("CGO_CFLAGS", "-O2 -g"), "-Wno-deprecated-declarations") if f
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="mod-build-") as tmp:
         work = Path(tmp) / "src"
