@@ -18,12 +18,11 @@ from clusters import Cluster
 from conformance import preflight
 from conformance._files import write_atomic
 from conformance.capabilities import Environment, missing, parse_minor
-from conformance.catalogue import AREAS, by_id
+from conformance.catalogue import AREAS, EXCLUSIVE_CLUSTER_MARK, EXCLUSIVE_MARK, by_id, rule_of
 from conformance.diagnostics import LogMarks
 from conformance.errors import UsageError
 from conformance.harness import Harness
 from conformance.kube import Kube
-from conformance.rules import EXCLUSIVE_CLUSTER_MARK, EXCLUSIVE_MARK, rule_of
 from conformance.waiting import until
 
 if TYPE_CHECKING:

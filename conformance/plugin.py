@@ -35,7 +35,15 @@ from clusters.kind import KindCluster
 from clusters.pytest_plugin import ClusterSession, cluster_session
 from conformance import preflight, report
 from conformance._files import write_atomic
-from conformance.catalogue import AREAS, RULES
+from conformance.catalogue import (
+    AREAS,
+    EXCLUSIVE_CLUSTER_MARK,
+    EXCLUSIVE_MARK,
+    RULE_MARK,
+    RULES,
+    check_docstring,
+    rule_of,
+)
 from conformance.config import IN_CLUSTER, SuiteConfig
 from conformance.diagnostics import collect
 from conformance.errors import UsageError
@@ -43,7 +51,6 @@ from conformance.fixtures import HARNESS_KEY, RUN_KEY, dra, dra_env, dra_pre, dr
 from conformance.harness import MEASURE_PREFIX
 from conformance.kube import Kube
 from conformance.results import RunInfo, TestRecord
-from conformance.rules import EXCLUSIVE_CLUSTER_MARK, EXCLUSIVE_MARK, RULE_MARK, check_docstring, rule_of
 
 __all__ = ["RUN_KEY", "ConformanceRun", "dra", "dra_env", "dra_pre", "dra_preflight"]
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from conformance import manifests
+from conformance.catalogue import exclusive, rule
 from conformance.devices import (
     MAX_RESULTS_PER_CLAIM,
     cel_literal,
@@ -27,7 +28,6 @@ from conformance.devices import (
 from conformance.harness import TEST_TAINT_KEY, Harness
 from conformance.kube import meta
 from conformance.manifests import Container
-from conformance.rules import exclusive, rule
 from conformance.status import allocated_devices, ref, reserved_for, unschedulable
 
 Obj = dict[str, Any]

@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 
 from conformance import manifests
+from conformance.catalogue import exclusive, rule
 from conformance.devices import cel_literal
 from conformance.faults import tainted_since
 from conformance.harness import Harness
 from conformance.healthstream import HealthReport, HealthStream
 from conformance.kube import meta
 from conformance.manifests import Container
-from conformance.rules import exclusive, rule
 from conformance.status import allocated_devices
 from conformance.waiting import Objects, WaitTimeout, watch_until
 

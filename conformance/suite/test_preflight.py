@@ -6,7 +6,7 @@ test waits for them); these tests report their verdicts as rules.
 
 from __future__ import annotations
 
-from conformance.rules import rule
+from conformance.catalogue import rule
 
 
 @rule("PRE-API")

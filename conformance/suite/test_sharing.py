@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from conformance import manifests
+from conformance.catalogue import rule
 from conformance.harness import Harness
 from conformance.kube import meta
 from conformance.manifests import Container
-from conformance.rules import rule
 from conformance.status import pod_phase, ref
 
 FAILED_PREPARE = "FailedPrepareDynamicResources"
