@@ -17,13 +17,9 @@ from filelock import FileLock
 from clusters import Cluster
 from conformance import preflight
 from conformance._files import write_atomic
-from conformance.capabilities import Environment, missing, parse_minor
 from conformance.catalogue import AREAS, EXCLUSIVE_CLUSTER_MARK, EXCLUSIVE_MARK, by_id, rule_of
-from conformance.diagnostics import LogMarks
 from conformance.errors import UsageError
-from conformance.harness import Harness
-from conformance.kube import Kube
-from conformance.waiting import until
+from conformance.harness import Environment, Harness, Kube, LogMarks, missing, parse_minor, until
 
 if TYPE_CHECKING:
     from conformance.plugin import ConformanceRun

@@ -45,11 +45,9 @@ from conformance.catalogue import (
     rule_of,
 )
 from conformance.config import IN_CLUSTER, SuiteConfig
-from conformance.diagnostics import collect
 from conformance.errors import UsageError
 from conformance.fixtures import HARNESS_KEY, RUN_KEY, dra, dra_env, dra_pre, dra_preflight
-from conformance.harness import MEASURE_PREFIX
-from conformance.kube import Kube
+from conformance.harness import MEASURE_PREFIX, Kube, collect
 from conformance.results import RunInfo, TestRecord
 
 __all__ = ["RUN_KEY", "ConformanceRun", "dra", "dra_env", "dra_pre", "dra_preflight"]

@@ -14,11 +14,8 @@ import pytest
 
 from conformance import manifests
 from conformance.catalogue import exclusive, rule
-from conformance.harness import Harness
-from conformance.kube import meta
+from conformance.harness import Harness, meta, ref, until, watch_until
 from conformance.profiles import ExampleConfig
-from conformance.status import ref
-from conformance.waiting import until, watch_until
 from draproto.cdi import parse_qualified_name, validate_spec
 
 FAILED_PREPARE = "FailedPrepareDynamicResources"

@@ -18,9 +18,7 @@ import pytest
 
 import draproto
 from conformance.catalogue import exclusive, rule
-from conformance.harness import Harness
-from conformance.plugin_client import DRA_SERVICES, ClaimRef, PluginClient, get_info, notify
-from conformance.status import ref
+from conformance.harness import DRA_SERVICES, ClaimRef, Harness, PluginClient, get_info, notify, ref
 
 
 @rule("REG-GETINFO")

@@ -16,10 +16,8 @@ import pytest
 
 from conformance import manifests
 from conformance.catalogue import rule
-from conformance.harness import Harness
-from conformance.kube import meta
+from conformance.harness import Harness, meta, pod_phase, ref
 from conformance.manifests import Container
-from conformance.status import pod_phase, ref
 
 FAILED_PREPARE = "FailedPrepareDynamicResources"
 FAILED_UNPREPARE = "FailedUnprepareDynamicResources"

@@ -17,9 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from conformance.catalogue import exclusive, rule
-from conformance.harness import Harness
-from conformance.kube import ApiError, meta
-from conformance.waiting import Objects, watch_until
+from conformance.harness import ApiError, Harness, Objects, meta, watch_until
 
 Obj = dict[str, Any]
 
