@@ -48,11 +48,10 @@ from conformance.config import IN_CLUSTER, SuiteConfig
 from conformance.errors import UsageError
 from conformance.fixtures import HARNESS_KEY, RUN_KEY, dra, dra_env, dra_pre, dra_preflight
 from conformance.harness import MEASURE_PREFIX, Kube, collect
-from conformance.results import RunInfo, TestRecord
+from conformance.report import RunInfo, TestRecord
+from conformance.suite import SUITE_DIR
 
 __all__ = ["RUN_KEY", "ConformanceRun", "dra", "dra_env", "dra_pre", "dra_preflight"]
-
-SUITE_DIR = Path(__file__).resolve().parent / "suite"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -4,8 +4,8 @@
 ``records.jsonl``) and folds it into a :class:`Report`: one verdict per catalogue rule plus the
 counts per area and in total. :func:`write` puts ``conformance.json`` (the machine-readable
 report, schema in ``docs/report-schema.md``), ``conformance.md`` and ``index.html`` beside them;
-:func:`load` reads ``conformance.json`` back. The renderers live in :mod:`conformance.reportmd`
-and :mod:`conformance.reporthtml`; the helpers they share (:func:`clip`, :func:`iso_utc`,
+:func:`load` reads ``conformance.json`` back. The renderers live in :mod:`conformance.report.markdown`
+and :mod:`conformance.report.htmlpage`; the helpers they share (:func:`clip`, :func:`iso_utc`,
 :func:`fmt_duration`, :data:`DISPLAY_ORDER`) live here.
 """
 
@@ -22,7 +22,7 @@ from typing import Any, Final
 from conformance._files import write_atomic
 from conformance.catalogue import AREAS, RULES, Rule
 from conformance.errors import ConformanceError
-from conformance.results import (
+from conformance.report.results import (
     RULE_OUTCOMES,
     TEST_OUTCOMES,
     RuleOutcome,
@@ -368,7 +368,8 @@ def load(path: Path) -> Report:
 def write(report: Report, run_dir: Path) -> None:
     """Write ``conformance.json``, ``conformance.md`` and ``index.html`` into ``run_dir``."""
     # the renderers import this module for the model: import them here, not at the top
-    from conformance import reporthtml, reportmd
+    from conformance.report import htmlpage as reporthtml
+    from conformance.report import markdown as reportmd
 
     write_atomic(run_dir / "conformance.json", json.dumps(to_dict(report), indent=2) + "\n")
     write_atomic(run_dir / "conformance.md", reportmd.render(report))

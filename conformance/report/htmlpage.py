@@ -16,8 +16,8 @@ import hashlib
 from html import escape
 
 from conformance.catalogue import AREAS
-from conformance.report import DISPLAY_ORDER, Report, clip, fmt_duration, iso_utc, run_duration
-from conformance.results import RuleResult, TestRecord
+from conformance.report.model import DISPLAY_ORDER, Report, clip, fmt_duration, iso_utc, run_duration
+from conformance.report.results import RuleResult, TestRecord
 
 __all__ = ["render"]
 

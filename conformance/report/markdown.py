@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 
 from conformance.catalogue import AREAS
-from conformance.report import DISPLAY_ORDER, Report, clip, fmt_duration, iso_utc, run_duration
-from conformance.results import RuleResult, TestRecord
+from conformance.report.model import DISPLAY_ORDER, Report, clip, fmt_duration, iso_utc, run_duration
+from conformance.report.results import RuleResult, TestRecord
 
 __all__ = ["render"]
 
