@@ -25,6 +25,24 @@ ALLOWED = {
     "clusters": {"draproto", "nodeagent"},
     "conformance": {"clusters", "draproto"},
 }
+CONFORMANCE_PARTS = (
+    "__init__",
+    "__main__",
+    "cli",
+    "runner",
+    "plugin",
+    "suite",
+    "config",
+    "harness",
+    "report",
+    "profiles",
+    "catalogue",
+    "manifests",
+    "errors",
+    "_files",
+)
+"""The parts of ``conformance`` (a package or a top-level module), top first: each imports only
+those below it (the table of ``conformance/README.md``)."""
 ONLY_MODULES = {("clusters", "nodeagent"): {"nodeagent.layout"}}
 """Where a package may use just some modules of another: (importer, imported) -> modules."""
 
@@ -141,3 +159,23 @@ def test_no_import_circles() -> None:
         "modules that import each other (directly or round a circle; move what both need into a "
         f"module both import): {circles}"
     )
+
+
+def _part(module: str) -> str:
+    """``plugin`` for ``conformance.plugin.state``, ``cli`` for ``conformance.cli``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_conformance_parts_point_down() -> None:
+    modules = _modules()
+    rank = {part: i for i, part in enumerate(CONFORMANCE_PARTS)}
+    bad = []
+    for name, path in modules.items():
+        if not name.startswith("conformance"):
+            continue
+        assert _part(name) in rank, f"{path.relative_to(ROOT)}: add its part to CONFORMANCE_PARTS"
+        for imported in sorted(_module_imports(name, path, modules)):
+            if imported.startswith("conformance") and rank[_part(imported)] < rank[_part(name)]:
+                bad.append(f"{path.relative_to(ROOT)} imports {imported}")
+    assert not bad, f"a part of conformance imports one above it (order: {CONFORMANCE_PARTS}): {bad}"
