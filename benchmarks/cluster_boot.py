@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-DRIVER = "gpu.dra-conformance.io"
+from benchmarks.workload import claim_pod, namespace_with_gpu_template
 
 
 def _wait_running(core: Any, namespace: str, name: str, timeout: float = 120) -> None:
@@ -22,29 +22,6 @@ def _wait_running(core: Any, namespace: str, name: str, timeout: float = 120) ->
             return
         time.sleep(0.05)
     raise TimeoutError(f"pod {namespace}/{name} not Running after {timeout} s")
-
-
-def namespace_with_gpu_template(api: Any, namespace: str) -> None:
-    """Create ``namespace`` (wait for its default service account) and a one-GPU claim template ``gpu``."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    while True:  # pods are refused until the default service account exists
-        try:
-            core.read_namespaced_service_account("default", namespace)
-            break
-        except client.exceptions.ApiException:
-            time.sleep(0.05)
-    template: Any = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "gpu"},
-        "spec": {
-            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}
-        },
-    }
-    client.ResourceV1Api(api).create_namespaced_resource_claim_template(namespace, template)
 
 
 def run() -> dict[str, Any]:
@@ -69,15 +46,7 @@ def run() -> dict[str, Any]:
         core = client.CoreV1Api(api)
         namespace_with_gpu_template(api, "bench")
         t_pod = time.monotonic()
-        pod: Any = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "p"},
-            "spec": {
-                "containers": [{"name": "c", "image": "none", "resources": {"claims": [{"name": "g"}]}}],
-                "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "gpu"}],
-            },
-        }
+        pod = claim_pod("p", template="gpu")
         core.create_namespaced_pod("bench", pod)
         _wait_running(core, "bench", "p")
         t_running = time.monotonic()

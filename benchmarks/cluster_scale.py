@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from benchmarks.cluster_boot import namespace_with_gpu_template
+from benchmarks.workload import claim_pod, namespace_with_gpu_template
 
 
 def _pods_running(core: Any, namespace: str) -> int:
@@ -48,15 +48,7 @@ def run() -> dict[str, Any]:
         namespace_with_gpu_template(api, "scale")
         t_pods = time.monotonic()
         for i in range(pods):
-            pod: Any = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": f"p{i}"},
-                "spec": {
-                    "containers": [{"name": "c", "image": "none", "resources": {"claims": [{"name": "g"}]}}],
-                    "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "gpu"}],
-                },
-            }
+            pod = claim_pod(f"p{i}", template="gpu")
             core.create_namespaced_pod("scale", pod)
         result["create_pods_seconds"] = round(time.monotonic() - t_pods, 1)
         deadline = time.monotonic() + 900

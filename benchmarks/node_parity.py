@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cluster_boot import namespace_with_gpu_template
+from benchmarks.workload import claim_pod, namespace_with_gpu_template
 
 KINDS = ("agent", "kubelet")
 PODS = 8
@@ -60,15 +60,7 @@ def _measure(kind: str) -> dict[str, Any]:
         namespace_with_gpu_template(api, "parity")
         times = []
         for i in range(PODS):
-            pod: Any = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": f"p{i}"},
-                "spec": {
-                    "containers": [{"name": "c", "image": "none", "resources": {"claims": [{"name": "g"}]}}],
-                    "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "gpu"}],
-                },
-            }
+            pod = claim_pod(f"p{i}", template="gpu")
             t = time.monotonic()
             core.create_namespaced_pod("parity", pod)
             deadline = t + 120

@@ -31,6 +31,7 @@ from typing import Any
 import grpc
 
 from benchmarks.stats import latency_ms
+from benchmarks.workload import claim_pod, ready_namespace
 from draproto import dra_v1_pb2, dra_v1_pb2_grpc, registration_pb2, registration_pb2_grpc
 
 REFERENCE = "gpu.dra-conformance.io"
@@ -68,15 +69,7 @@ def _run_pods(api: Any, namespace: str, device_class: str, count: int) -> list[A
             },
         }
         custom.create_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims", claim)
-        pod: Any = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": f"p{i}"},
-            "spec": {
-                "containers": [{"name": "c", "image": "none", "resources": {"claims": [{"name": "g"}]}}],
-                "resourceClaims": [{"name": "g", "resourceClaimName": f"c{i}"}],
-            },
-        }
+        pod = claim_pod(f"p{i}", claim=f"c{i}")
         core.create_namespaced_pod(namespace, pod)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
@@ -129,7 +122,6 @@ def _measure(endpoint: str, claims: list[Any], rounds: int) -> dict[str, Any]:
 
 def run() -> dict[str, Any]:
     """Both drivers on one node: fresh and repeated prepare latency, p50/p99."""
-    from kubernetes import client
 
     from clusters.local.cluster import LocalCluster
     from clusters.local.driverproc import create_objects, manifests_from_file
@@ -159,16 +151,9 @@ def run() -> dict[str, Any]:
             create_objects(api, manifests_from_file(SHIPPED_DIR / "example-gpu-classes.yaml", EXAMPLE))
             registry = root / "kubelet" / "plugins_registry"
             endpoints = {REFERENCE: _endpoint(registry, REFERENCE), EXAMPLE: _endpoint(registry, EXAMPLE)}
-            core = client.CoreV1Api(api)
             for driver in (REFERENCE, EXAMPLE):
                 namespace = "b-" + driver.split(".")[1].replace("dra-", "")
-                core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-                while True:  # pods are refused until the default service account exists
-                    try:
-                        core.read_namespaced_service_account("default", namespace)
-                        break
-                    except client.exceptions.ApiException:
-                        time.sleep(0.05)
+                ready_namespace(api, namespace)
                 claims = _run_pods(api, namespace, driver, claims_per_driver)
                 result[driver] = _measure(endpoints[driver], claims, rounds)
         finally:

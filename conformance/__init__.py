@@ -10,13 +10,12 @@ conformance.suite --dra-profile NAME`` (:mod:`conformance.plugin`), and from Pyt
 
 from __future__ import annotations
 
-from conformance.catalogue import AREAS, RULES, Area, Rule
+from conformance.catalogue import AREAS, RULES, Area, Rule, exclusive, exclusive_cluster, rule
 from conformance.config import SuiteConfig
 from conformance.errors import ConformanceError, PreflightFailed, ProfileError, ResourceError, UsageError
 from conformance.profiles import DriverProfile
 from conformance.profiles import load as load_profile
 from conformance.report import Report, ReportError, summary_table
-from conformance.rules import exclusive, exclusive_cluster, rule
 from conformance.runner import run
 
 __all__ = [

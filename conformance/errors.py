@@ -9,7 +9,7 @@ The hierarchy::
     │                           slices, a missing DeviceClass): the run stops with this one message
     ├── ResourceError           the suite could not create or clean up what a test needs
     └── ReportError             a run directory or conformance.json that is not a report
-                                (defined in conformance.report)
+                                (defined in conformance.report.model)
 
 Every message names the offending value and, where there is one, what to do.
 """

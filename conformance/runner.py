@@ -37,15 +37,13 @@ from conformance import report
 from conformance.catalogue import AREAS, by_id
 from conformance.config import IN_CLUSTER, SuiteConfig
 from conformance.errors import ConformanceError
-from conformance.results import read_records
+from conformance.report import read_records
+from conformance.suite import SUITE_DIR
 
 __all__ = ["Progress", "pytest_command", "run"]
 
 Progress = Callable[[str], None]
 """Where progress lines go (the CLI prints them to stderr)."""
-
-SUITE_DIR = Path(__file__).resolve().parent / "suite"
-"""The suite's tests and its ``pytest.ini``."""
 
 
 def _quiet(_: str) -> None:

@@ -1,23 +1,22 @@
-"""What a claim asks of this node: read it, check it, apply its configs, check it against others.
+"""What a claim asks of this node: read it, check it, apply its configs.
 
-No side effects here: ``plan`` turns the kubelet's ``ClaimRef`` into the devices to prepare,
-``check_conflicts`` refuses devices other claims hold. ``driver.state`` does the preparing.
+No side effects here: ``plan`` turns the kubelet's ``ClaimRef`` into the devices to prepare;
+``driver.conflicts`` checks them against other claims, ``driver.state`` does the preparing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from driver._names import check_uid, shown
 from driver.checkpoint import ClaimRecord, PreparedDevice
 from driver.claims import ClaimSource
 from driver.config import entries_from_allocation, select
-from driver.errors import ClaimError, ConfigError, DeviceConflict, PrepareError
+from driver.errors import ClaimError, ConfigError, PrepareError
 from driver.inventory import Inventory
 from driver.settings import Settings
 
-__all__ = ["ClaimRef", "check_conflicts", "plan"]
+__all__ = ["ClaimRef", "plan"]
 
 
 @dataclass(frozen=True)
@@ -126,41 +125,3 @@ def plan(
             config=config,
         )
     return list(planned.values())
-
-
-def check_conflicts(
-    ref: ClaimRef,
-    planned: Iterable[PreparedDevice],
-    others: Iterable[ClaimRecord],
-    inventory: Inventory,
-    *,
-    admin_exempt: bool = True,
-) -> None:
-    """Refuse devices another claim holds, unless both sides allow sharing.
-
-    What counts is the hardware: a whole GPU and a partition of it overlap, as do two
-    partitions on the same memory slices, though their names differ; sharing is for one
-    device only. Admin access is the exception: it exists to reach devices that are in use.
-    """
-    planned = list(planned)
-    for other in others:
-        if other.uid == ref.uid:
-            continue
-        for theirs in other.devices:
-            their_info = inventory.get(theirs.device)
-            for device in planned:
-                if admin_exempt and (device.admin_access or theirs.admin_access):
-                    continue
-                if device.device == theirs.device:
-                    if not (device.shareable and theirs.shareable):
-                        raise DeviceConflict(
-                            f"claim {ref}: device {device.device}: already prepared for claim {other.ref} "
-                            "and not shareable (neither claim has a sharing config or a share id)"
-                        )
-                    continue
-                info = inventory.get(device.device)
-                if info is not None and their_info is not None and info.overlaps(their_info):
-                    raise DeviceConflict(
-                        f"claim {ref}: device {device.device}: uses the same hardware as {theirs.device}, "
-                        f"already prepared for claim {other.ref}"
-                    )

@@ -15,20 +15,24 @@ from typing import Any
 import pytest
 
 from conformance import manifests
-from conformance.devices import (
+from conformance.catalogue import exclusive, rule
+from conformance.harness import (
     MAX_RESULTS_PER_CLAIM,
+    TEST_TAINT_KEY,
+    Harness,
+    allocated_devices,
     cel_literal,
     consumption,
     counter_sets,
+    meta,
     quantity,
+    ref,
+    reserved_for,
+    unschedulable,
     varying_attribute,
     who_overlaps,
 )
-from conformance.harness import TEST_TAINT_KEY, Harness
-from conformance.kube import meta
 from conformance.manifests import Container
-from conformance.rules import exclusive, rule
-from conformance.status import allocated_devices, ref, reserved_for, unschedulable
 
 Obj = dict[str, Any]
 

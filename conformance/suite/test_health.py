@@ -1,6 +1,6 @@
 """HEALTH: device health, from a fault on the hardware to the stream, the slice and the pod.
 
-Faults are made with the profile's commands (``faults``; :mod:`conformance.faults`), only the ones
+Faults are made with the profile's commands (``faults``; :mod:`conformance.harness.faults`), only the ones
 it lists as ``healable``, on devices that no claim holds and no taint marks. A test that makes a
 fault holds its node alone, and heals every device it faulted when it ends (then waits, without
 failing, until the taints its faults caused are gone, so the next test finds a clean node).
@@ -22,15 +22,20 @@ from typing import Any
 import pytest
 
 from conformance import manifests
-from conformance.devices import cel_literal
-from conformance.faults import tainted_since
-from conformance.harness import Harness
-from conformance.healthstream import HealthReport, HealthStream
-from conformance.kube import meta
+from conformance.catalogue import exclusive, rule
+from conformance.harness import (
+    Harness,
+    HealthReport,
+    HealthStream,
+    Objects,
+    WaitTimeout,
+    allocated_devices,
+    cel_literal,
+    meta,
+    tainted_since,
+    watch_until,
+)
 from conformance.manifests import Container
-from conformance.rules import exclusive, rule
-from conformance.status import allocated_devices
-from conformance.waiting import Objects, WaitTimeout, watch_until
 
 Obj = dict[str, Any]
 

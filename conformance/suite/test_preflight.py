@@ -1,12 +1,12 @@
 """PRE: is the cluster and the driver fit to be tested? Runs first; a failure stops the run.
 
-The checks themselves live in :mod:`conformance.preflight` and run once per session (every other
+The checks themselves live in :mod:`conformance.plugin.preflight` and run once per session (every other
 test waits for them); these tests report their verdicts as rules.
 """
 
 from __future__ import annotations
 
-from conformance.rules import rule
+from conformance.catalogue import rule
 
 
 @rule("PRE-API")

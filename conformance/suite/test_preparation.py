@@ -13,12 +13,9 @@ from typing import Any
 import pytest
 
 from conformance import manifests
-from conformance.harness import Harness
-from conformance.kube import meta
+from conformance.catalogue import exclusive, rule
+from conformance.harness import Harness, meta, ref, until, watch_until
 from conformance.profiles import ExampleConfig
-from conformance.rules import exclusive, rule
-from conformance.status import ref
-from conformance.waiting import until, watch_until
 from draproto.cdi import parse_qualified_name, validate_spec
 
 FAILED_PREPARE = "FailedPrepareDynamicResources"

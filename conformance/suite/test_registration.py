@@ -17,10 +17,8 @@ import grpc
 import pytest
 
 import draproto
-from conformance.harness import Harness
-from conformance.plugin_client import DRA_SERVICES, ClaimRef, PluginClient, get_info, notify
-from conformance.rules import exclusive, rule
-from conformance.status import ref
+from conformance.catalogue import exclusive, rule
+from conformance.harness import DRA_SERVICES, ClaimRef, Harness, PluginClient, get_info, notify, ref
 
 
 @rule("REG-GETINFO")

@@ -17,14 +17,10 @@ from typing import Any
 
 import grpc
 
-from conformance.harness import Harness
-from conformance.kube import meta
-from conformance.plugin_client import ClaimRef
-from conformance.rules import exclusive, exclusive_cluster, rule
-from conformance.status import allocated_devices, pod_phase
+from conformance.catalogue import exclusive, exclusive_cluster, rule
+from conformance.harness import ClaimRef, Harness, Objects, allocated_devices, meta, pod_phase, watch_until
 from conformance.suite.test_slices import describe as describe_slices
 from conformance.suite.test_slices import node_selector
-from conformance.waiting import Objects, watch_until
 
 Obj = dict[str, Any]
 

@@ -15,11 +15,9 @@ from typing import Any
 import pytest
 
 from conformance import manifests
-from conformance.harness import Harness
-from conformance.kube import meta
+from conformance.catalogue import rule
+from conformance.harness import Harness, meta, pod_phase, ref
 from conformance.manifests import Container
-from conformance.rules import rule
-from conformance.status import pod_phase, ref
 
 FAILED_PREPARE = "FailedPrepareDynamicResources"
 FAILED_UNPREPARE = "FailedUnprepareDynamicResources"

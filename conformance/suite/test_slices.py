@@ -16,10 +16,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
-from conformance.harness import Harness
-from conformance.kube import ApiError, meta
-from conformance.rules import exclusive, rule
-from conformance.waiting import Objects, watch_until
+from conformance.catalogue import exclusive, rule
+from conformance.harness import ApiError, Harness, Objects, meta, watch_until
 
 Obj = dict[str, Any]
 

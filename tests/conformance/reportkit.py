@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from conformance.results import RunInfo, TestOutcome, TestRecord
+from conformance.report import RunInfo, TestOutcome, TestRecord
 
 STARTED = 1_746_100_800.0  # 2025-05-01T12:00:00Z
 

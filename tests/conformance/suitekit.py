@@ -20,8 +20,9 @@ from clusters.local.binaries import Binaries
 from conformance import report
 from conformance.catalogue import select
 from conformance.profiles import SHIPPED_DIR, load
+from conformance.suite import SUITE_DIR
 
-SUITE_INI = Path(report.__file__).resolve().parent / "suite" / "pytest.ini"
+SUITE_INI = SUITE_DIR / "pytest.ini"
 """The suite's own pytest settings."""
 
 SHORT_TIMEOUTS = {"slices": 20, "pod": 20, "unprepare": 30, "health": 20}

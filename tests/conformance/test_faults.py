@@ -18,12 +18,17 @@ import pytest
 from clusters import Cluster
 from clusters.errors import CapabilityMissing
 from clusters.local.attached import AttachedLocalCluster
-from conformance.capabilities import Environment, missing
 from conformance.catalogue import by_id
-from conformance.faults import FaultCommandFailed, FaultCommands
-from conformance.healthstream import HealthStream, choose_version
+from conformance.harness import (
+    Environment,
+    FaultCommandFailed,
+    FaultCommands,
+    HealthStream,
+    WaitTimeout,
+    choose_version,
+    missing,
+)
 from conformance.profiles import load
-from conformance.waiting import WaitTimeout
 from draproto import health_v1_pb2_grpc
 from driver.healthstream import HEALTHY, UNHEALTHY, DeviceHealth, HealthServiceV1, StaticHealth
 

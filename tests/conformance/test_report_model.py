@@ -13,8 +13,18 @@ import pytest
 
 from conformance import report
 from conformance.catalogue import AREAS, RULES
-from conformance.report import Report, ReportError, build, clip, load, summary_table, write
-from conformance.results import RULE_OUTCOMES, RuleOutcome, TestOutcome
+from conformance.report import (
+    RULE_OUTCOMES,
+    Report,
+    ReportError,
+    RuleOutcome,
+    TestOutcome,
+    build,
+    clip,
+    load,
+    summary_table,
+    write,
+)
 from tests.conformance.reportkit import RUN, mixed_records, record, write_run
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "report-schema.md"

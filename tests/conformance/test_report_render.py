@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import reporthtml, reportmd
-from conformance.report import Report, build
+from conformance.report import Report, build, htmlpage, markdown
 from tests.conformance.reportkit import SCRIPT, mixed_records, record, write_run
 
 
@@ -21,7 +20,7 @@ def mixed(tmp_path: Path) -> Report:
 
 
 def test_markdown_heading_names_the_run(mixed: Report) -> None:
-    md = reportmd.render(mixed)
+    md = markdown.render(mixed)
     head = md.split("## Capability matrix")[0]
     assert head.startswith("# DRA driver conformance: gpu.dra-conformance.io\n")
     assert "**Result: FAIL**: 2 of 93 rules failed" in head
@@ -37,7 +36,7 @@ def test_markdown_heading_names_the_run(mixed: Report) -> None:
 
 
 def test_markdown_matrix_counts(mixed: Report) -> None:
-    md = reportmd.render(mixed)
+    md = markdown.render(mixed)
     assert (
         "| area |  | passed | failed | skipped | expected-failure | unexpected-pass | not-run | total |" in md
     )
@@ -46,7 +45,7 @@ def test_markdown_matrix_counts(mixed: Report) -> None:
 
 
 def test_markdown_table_per_area(mixed: Report) -> None:
-    md = reportmd.render(mixed)
+    md = markdown.render(mixed)
     headings = re.findall(r"^## (\w+): ", md, re.MULTILINE)
     assert headings == ["PRE", "REG", "SLICE", "ALLOC", "SHARE", "PREP", "HEALTH", "RES"]
     assert "| SLICE-COUNTERS | skipped | the profile does not claim partitionable | 1.5 s |" in md
@@ -58,7 +57,7 @@ def test_markdown_table_per_area(mixed: Report) -> None:
 
 
 def test_markdown_failures_carry_message_and_diagnostics(mixed: Report) -> None:
-    md = reportmd.render(mixed)
+    md = markdown.render(mixed)
     failures = md.split("## Failures")[1]
     assert re.findall(r"^### (\S+)", failures, re.MULTILINE) == ["REG-EMPTY", "REG-BATCH"]
     assert "> a batch of claims is answered per claim" in failures
@@ -73,7 +72,7 @@ def test_markdown_failures_carry_message_and_diagnostics(mixed: Report) -> None:
 def test_markdown_clips_long_diagnostics_with_a_note(tmp_path: Path) -> None:
     log = "\n".join(f"log line {i}" for i in range(5000))
     failed = record("ALLOC-ONE", "failed", reason="pod Pending", diagnostics={"log driver-node-0": log})
-    md = reportmd.render(build(write_run(tmp_path, [failed])))
+    md = markdown.render(build(write_run(tmp_path, [failed])))
     assert "log line 0\n" in md
     assert "log line 4999\n" in md
     assert "log line 2500\n" not in md
@@ -83,19 +82,19 @@ def test_markdown_clips_long_diagnostics_with_a_note(tmp_path: Path) -> None:
 
 def test_markdown_cells_escape_pipes_and_angle_brackets(tmp_path: Path) -> None:
     failed = record("ALLOC-ONE", "failed", reason="phase | <none>\nsecond line")
-    md = reportmd.render(build(write_run(tmp_path, [failed])))
+    md = markdown.render(build(write_run(tmp_path, [failed])))
     assert "| ALLOC-ONE | failed | phase \\| &lt;none&gt;… |" in md
 
 
 def test_a_passing_run_says_pass(tmp_path: Path) -> None:
     built = build(write_run(tmp_path, [record("PRE-API", "passed")]))
-    assert "**Result: PASS**: no rule failed" in reportmd.render(built)
-    assert "## Failures" not in reportmd.render(built)
-    assert "PASS: no rule failed" in reporthtml.render(built)
+    assert "**Result: PASS**: no rule failed" in markdown.render(built)
+    assert "## Failures" not in markdown.render(built)
+    assert "PASS: no rule failed" in htmlpage.render(built)
 
 
 def test_html_shows_diagnostics_as_text_never_as_markup(mixed: Report) -> None:
-    page = reporthtml.render(mixed)
+    page = htmlpage.render(mixed)
     assert SCRIPT not in page
     assert "&lt;script&gt;window.pwned = 1&lt;/script&gt;" in page
     assert "pod/p0 &lt;none&gt; claim c0" in page
@@ -116,7 +115,7 @@ def test_html_escapes_every_field(tmp_path: Path) -> None:
             run_id=evil,
         )
     )
-    page = reporthtml.render(built)
+    page = htmlpage.render(built)
     assert "<img" not in page
     assert "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in page
 
@@ -142,7 +141,7 @@ class _Tags(HTMLParser):
 
 def test_html_is_self_contained(mixed: Report) -> None:
     parser = _Tags()
-    parser.feed(reporthtml.render(mixed))
+    parser.feed(htmlpage.render(mixed))
     for tag, attrs in parser.tags:
         assert tag not in ("link", "img", "iframe", "object", "embed"), tag
         assert "src" not in attrs, (tag, attrs)
@@ -161,7 +160,7 @@ def test_html_is_self_contained(mixed: Report) -> None:
 
 
 def test_html_rule_rows_and_details(mixed: Report) -> None:
-    page = reporthtml.render(mixed)
+    page = htmlpage.render(mixed)
     rows = re.findall(r'<details class="rule" id="rule-([\w-]+)" data-outcome="([\w-]+)">', page)
     assert len(rows) == 93
     assert dict(rows)["REG-BATCH"] == "failed"

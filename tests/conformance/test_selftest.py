@@ -22,8 +22,8 @@ from clusters.local.binaries import Binaries
 from clusters.local.cluster import LocalCluster
 from clusters.local.settings import LocalSettings
 from conformance.catalogue import AREAS
-from conformance.kube import Kube
-from conformance.preflight import class_manifests
+from conformance.harness import Kube
+from conformance.plugin.preflight import class_manifests
 from conformance.profiles import load
 from driver.breakage import RULES as SWITCHES
 from tests.conformance.suitekit import area_rules, quick_profile, run_suite

@@ -1,11 +1,11 @@
-"""conformance.devices: selectors, counters and attributes read from slice devices."""
+"""conformance.harness.devices: selectors, counters and attributes read from slice devices."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 from typing import Any
 
-from conformance.devices import (
+from conformance.harness import (
     cel_literal,
     consumption,
     counter_sets,
@@ -126,7 +126,7 @@ def test_takeable_devices_fit_the_counters_together() -> None:
 
 
 def test_attribute_values_and_their_selectors() -> None:
-    from conformance.devices import attribute_value, match_cel
+    from conformance.harness import attribute_value, match_cel
 
     device = {
         "name": "gpu-0",

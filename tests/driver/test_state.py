@@ -349,4 +349,4 @@ def test_claim_locks_do_not_pile_up(node: Node) -> None:
         claim = node.put(make_claim(f"c{i}", [result("gpu", "gpu-0")]))
         state.prepare(ref(claim))
         state.unprepare(ref(claim))
-    assert state._claim_locks == {}
+    assert state.book.locked_claims() == set()

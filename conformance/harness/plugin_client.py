@@ -21,6 +21,7 @@ import draproto
 from conformance.errors import ConformanceError
 
 __all__ = [
+    "DRA_SERVICES",
     "ClaimAnswer",
     "ClaimRef",
     "Device",
@@ -29,6 +30,8 @@ __all__ = [
     "PluginNotFound",
     "find_plugin",
     "get_info",
+    "is_socket",
+    "notify",
 ]
 
 DRA_SERVICES = {draproto.DRA_V1: "v1", draproto.DRA_V1BETA1: "v1beta1"}

@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from conformance.errors import ConformanceError
-from conformance.kube import ApiError, Kube, meta
+from conformance.harness.kube import ApiError, Kube, meta
 
-__all__ = ["WaitTimeout", "until", "watch_until"]
+__all__ = ["Objects", "WaitTimeout", "until", "watch_until"]
 
 T = TypeVar("T")
 

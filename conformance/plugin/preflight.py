@@ -21,9 +21,8 @@ from typing import Any
 import yaml
 
 from conformance.errors import PreflightFailed
-from conformance.kube import ApiError, Kube, meta
+from conformance.harness import ApiError, Kube, WaitTimeout, meta, watch_until
 from conformance.profiles import DriverProfile
-from conformance.waiting import WaitTimeout, watch_until
 
 __all__ = ["PRE_RULES", "Verdict", "class_manifests", "cleanup", "run"]
 

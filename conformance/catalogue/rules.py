@@ -5,7 +5,7 @@ profiles' known failures and vendors refer to it. ``needs`` lists the capabiliti
 an entry ``"grpc | view"`` is satisfied by either. Capabilities are either claimed by the driver
 profile (``v1beta1``, ``health``, ``taints``, ...) or provided by the cluster backend (``grpc``,
 ``view``, ``restart-driver``, ``restart-kubelet``, ``restart-apiserver``, ``faults``); see
-:mod:`conformance.capabilities`.
+:mod:`conformance.harness.capabilities`.
 """
 
 from __future__ import annotations

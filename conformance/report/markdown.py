@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 
 from conformance.catalogue import AREAS
-from conformance.report import DISPLAY_ORDER, Report, clip, fmt_duration, iso_utc, run_duration
-from conformance.results import RuleResult, TestRecord
+from conformance.report.model import Report
+from conformance.report.results import RuleResult, TestRecord
+from conformance.report.text import DISPLAY_ORDER, clip, fmt_duration, iso_utc, run_duration
 
 __all__ = ["render"]
 

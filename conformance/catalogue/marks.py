@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from conformance.catalogue import AREAS, Rule, by_id
+from conformance.catalogue.rules import AREAS, Rule, by_id
 
 __all__ = [
     "EXCLUSIVE_CLUSTER_MARK",

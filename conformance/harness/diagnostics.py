@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from clusters import Cluster
-from conformance.kube import ApiError, Kube, meta
+from conformance.harness.kube import ApiError, Kube, meta
 
 __all__ = ["LogMarks", "collect"]
 

@@ -28,11 +28,11 @@ from typing import Any
 
 from clusters import Cluster
 from clusters.errors import CapabilityMissing
-from conformance import devices as slicedevices
 from conformance.errors import ConformanceError
-from conformance.kube import Kube
+from conformance.harness import devices as slicedevices
+from conformance.harness.kube import Kube
+from conformance.harness.waiting import Objects, watch_until
 from conformance.profiles import DriverProfile
-from conformance.waiting import Objects, watch_until
 
 __all__ = ["FaultCommandFailed", "FaultCommands", "tainted_since", "wait_untainted"]
 
@@ -154,7 +154,7 @@ def tainted_since(slices: Objects, node: str, before: set[str]) -> set[str]:
 
 def wait_untainted(kube: Kube, driver: str, node: str, before: set[str], timeout: float) -> None:
     """Wait until no device of ``driver`` on ``node`` carries a taint in its slices, except those in
-    ``before`` (tainted before the faults); raises :class:`~conformance.waiting.WaitTimeout`."""
+    ``before`` (tainted before the faults); raises :class:`~conformance.harness.waiting.WaitTimeout`."""
     watch_until(
         kube,
         "ResourceSlice",

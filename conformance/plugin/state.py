@@ -1,18 +1,18 @@
-"""The suite's pytest plugin (``pytest11`` entry point ``dra_conformance``).
+"""The plugin's state in one pytest process: :class:`ConformanceRun` and the stash keys that find it.
 
-``pytest --pyargs conformance.suite --dra-profile NAME|PATH`` runs the suite. Without
-``--dra-profile`` the plugin only registers its markers: other pytest runs in the same
-environment (the project's own tests) are untouched. With a profile it registers one stateful
-object, :class:`ConformanceRun`, which
+With a profile, :func:`~conformance.plugin.hooks.pytest_configure` registers one
+:class:`ConformanceRun` (kept in ``config.stash[RUN_KEY]``), which
 
 * points the session's cluster (``clusters.pytest_plugin``) at the driver: a local cluster that
   starts the profile's command on every node, or an existing cluster (``--dra-cluster external``);
-* selects rules (``--dra-rules``, ``-m AREA``), runs preflight first, and turns a profile's known
+* selects rules (``--dra-rules``, ``-m AREA``), keeps preflight first, and turns a profile's known
   failures into expected failures with their reason;
-* gives each test its :class:`~conformance.harness.Harness` (``dra`` fixture): a namespace, a node
-  leased shared or exclusively, skips for missing capabilities, diagnostics on failure;
 * writes ``run.json``, ``records.jsonl`` and ``collected.json`` to the run directory (controller
-  side, also under xdist), ``allure-results/`` through allure-pytest, and the report at the end.
+  side, also under xdist), and the report at the end;
+* collects diagnostics when a test fails (the test's harness is in ``item.stash[HARNESS_KEY]``).
+
+The fixtures (:mod:`conformance.plugin.fixtures`) and the hooks both import this module; it
+imports neither.
 """
 
 from __future__ import annotations
@@ -33,91 +33,22 @@ from clusters.external import ExternalCluster
 from clusters.k3s import K3sCluster
 from clusters.kind import KindCluster
 from clusters.pytest_plugin import ClusterSession, cluster_session
-from conformance import preflight, report
+from conformance import report
 from conformance._files import write_atomic
-from conformance.catalogue import AREAS, RULES
+from conformance.catalogue import AREAS, RULES, check_docstring, rule_of
 from conformance.config import IN_CLUSTER, SuiteConfig
-from conformance.diagnostics import collect
-from conformance.errors import UsageError
-from conformance.fixtures import HARNESS_KEY, RUN_KEY, dra, dra_env, dra_pre, dra_preflight
-from conformance.harness import MEASURE_PREFIX
-from conformance.kube import Kube
-from conformance.results import RunInfo, TestRecord
-from conformance.rules import EXCLUSIVE_CLUSTER_MARK, EXCLUSIVE_MARK, RULE_MARK, check_docstring, rule_of
+from conformance.harness import Harness, Kube, collect
+from conformance.plugin import preflight
+from conformance.plugin.records import record_of
+from conformance.report import RunInfo
+from conformance.suite import SUITE_DIR
 
-__all__ = ["RUN_KEY", "ConformanceRun", "dra", "dra_env", "dra_pre", "dra_preflight"]
+__all__ = ["HARNESS_KEY", "RUN_KEY", "ConformanceRun"]
 
-SUITE_DIR = Path(__file__).resolve().parent / "suite"
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("dra-conformance suite")
-    group.addoption("--dra-profile", default=None, help="driver profile: a shipped name or a YAML file")
-    group.addoption(
-        "--dra-cluster",
-        default="local",
-        help="local (start a cluster and the driver), kind or k3s (attach to the cluster of "
-        "--dra-cluster-info), or external (--dra-kubeconfig)",
-    )
-    group.addoption("--dra-kubeconfig", default=None, help="kubeconfig of an external cluster")
-    group.addoption(
-        "--dra-cluster-info",
-        default=None,
-        help="kind/k3s: the cluster.json of the cluster 'dra-conformance run --cluster kind|k3s' made",
-    )
-    group.addoption("--dra-driver-command", default=None, help="overrides the profile's local start command")
-    group.addoption("--dra-nodes", type=int, default=None, help="nodes of the local cluster")
-    group.addoption("--dra-rules", default="", help="comma list of rule ids to run (default: all)")
-    group.addoption(
-        "--dra-areas", default="", help="comma list of areas to run, by id or marker (default: all)"
-    )
-    group.addoption("--dra-report-dir", default=None, help="the run's directory (default reports/<run-id>)")
-    group.addoption(
-        "--dra-started",
-        type=float,
-        default=None,
-        help="unix time the run began (when a runner started it earlier)",
-    )
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{RULE_MARK}(id): the conformance rule a test checks")
-    config.addinivalue_line("markers", f"{EXCLUSIVE_MARK}: the test holds its node alone")
-    config.addinivalue_line("markers", f"{EXCLUSIVE_CLUSTER_MARK}: the test holds every node alone")
-    for area in AREAS.values():
-        config.addinivalue_line("markers", f"{area.marker}: conformance area {area.id} ({area.title})")
-    profile = config.getoption("dra_profile")
-    if not profile:
-        return
-    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
-    report_dir = config.getoption("dra_report_dir")
-    try:
-        suite = SuiteConfig.build(
-            profile,
-            cluster=config.getoption("dra_cluster"),
-            kubeconfig=config.getoption("dra_kubeconfig"),
-            cluster_info=config.getoption("dra_cluster_info"),
-            driver_command=config.getoption("dra_driver_command"),
-            nodes=config.getoption("dra_nodes"),
-            rules=config.getoption("dra_rules"),
-            areas=config.getoption("dra_areas"),
-            run_id=Path(report_dir).name if report_dir else (workerinput or {}).get("dra_run_id"),
-            reports_dir=Path(report_dir).parent if report_dir else "reports",
-            k8s_version=config.getoption("k8s_version", None),
-        )
-    except UsageError as e:
-        raise pytest.UsageError(str(e)) from None
-    run_dir = suite.run_dir.resolve()
-    if workerinput is None:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if config.pluginmanager.hasplugin("allure_pytest") and not config.option.allure_report_dir:
-            config.option.allure_report_dir = str(run_dir / "allure-results")
-        if not getattr(config.option, "xmlpath", None):
-            config.option.xmlpath = str(run_dir / "junit.xml")
-    run = ConformanceRun(config, suite, run_dir, controller=workerinput is None)
-    config.stash[RUN_KEY] = run
-    config.pluginmanager.register(run, "dra-conformance-run")
+RUN_KEY = pytest.StashKey["ConformanceRun"]()
+"""Where the plugin keeps its state in ``config.stash``."""
+HARNESS_KEY = pytest.StashKey[Harness]()
+"""Where a test's harness is kept in ``item.stash`` (for diagnostics on failure)."""
 
 
 def _attach_factory(suite: SuiteConfig) -> Callable[[], Cluster]:
@@ -237,7 +168,7 @@ class ConformanceRun:
         if report.when != "teardown":
             return
         phases = self._phases.pop(report.nodeid)
-        record = _record(phases)
+        record = record_of(phases)
         if record is None:
             return
         with (self.run_dir / "records.jsonl").open("a") as f:
@@ -370,52 +301,6 @@ def _attach_to_allure(diagnostics: dict[str, str]) -> None:
     for name, text in diagnostics.items():
         with contextlib.suppress(Exception):  # allure is off in this run: nothing to attach to
             allure.attach(text, name=name, attachment_type=allure.attachment_type.TEXT)
-
-
-def _record(phases: list[pytest.TestReport]) -> TestRecord | None:
-    """One record from the setup, call and teardown reports of a test."""
-    props: dict[str, Any] = {
-        str(p[0]): p[1] for r in phases for p in r.user_properties if isinstance(p, tuple) and len(p) == 2
-    }
-    rule = props.get("dra_rule")
-    if not rule:
-        return None
-    outcome, reason, longrepr = "passed", "", ""
-    for r in phases:
-        wasxfail = getattr(r, "wasxfail", None)
-        if r.when == "call" and wasxfail is not None:
-            outcome, reason = ("xfailed", wasxfail) if r.skipped else ("xpassed", wasxfail)
-        elif r.skipped and outcome == "passed":
-            outcome, reason = "skipped", _skip_reason(r)
-        elif r.failed and outcome in ("passed", "xpassed"):
-            outcome = "failed" if r.when == "call" else "error"
-            reason, longrepr = _crash_message(r), str(r.longrepr)
-    return TestRecord(
-        nodeid=phases[0].nodeid,
-        rule=str(rule),
-        outcome=outcome,  # type: ignore[arg-type]
-        reason=reason,
-        duration_s=round(sum(r.duration for r in phases), 3),
-        started=float(getattr(phases[0], "start", 0.0)),
-        longrepr=longrepr,
-        diagnostics={str(k): str(v) for k, v in dict(props.get("dra_diagnostics") or {}).items()},
-        measures={
-            k.removeprefix(MEASURE_PREFIX): float(v) for k, v in props.items() if k.startswith(MEASURE_PREFIX)
-        },
-    )
-
-
-def _skip_reason(report: pytest.TestReport) -> str:
-    longrepr = report.longrepr
-    if isinstance(longrepr, tuple) and len(longrepr) == 3:
-        return str(longrepr[2]).removeprefix("Skipped: ")
-    return str(longrepr)
-
-
-def _crash_message(report: pytest.TestReport) -> str:
-    crash = getattr(report.longrepr, "reprcrash", None)
-    message = str(getattr(crash, "message", "") or report.longrepr)
-    return message.splitlines()[0][:500] if message else ""
 
 
 def _link_latest(run_dir: Path) -> None:

@@ -20,18 +20,17 @@ import yaml
 
 from clusters import Cluster, ContainerView
 from clusters.pytest_plugin import SESSION_LABEL
-from conformance import devices as slicedevices
 from conformance import manifests
-from conformance.capabilities import Environment
 from conformance.catalogue import Rule
-from conformance.diagnostics import LogMarks
-from conformance.faults import FaultCommands, wait_untainted
-from conformance.healthstream import HealthStream, choose_version
-from conformance.kube import KINDS, Kube, meta
-from conformance.plugin_client import ClaimRef, PluginClient, PluginInfo, find_plugin
-from conformance.profiles import AttributeMatch, DriverProfile
-from conformance.resources import Tracker
-from conformance.status import (
+from conformance.harness import devices as slicedevices
+from conformance.harness.capabilities import Environment
+from conformance.harness.diagnostics import LogMarks
+from conformance.harness.faults import FaultCommands, wait_untainted
+from conformance.harness.healthstream import HealthStream, choose_version
+from conformance.harness.kube import KINDS, Kube, meta
+from conformance.harness.plugin_client import ClaimRef, PluginClient, PluginInfo, find_plugin
+from conformance.harness.resources import Tracker
+from conformance.harness.status import (
     AllocatedDevice,
     allocated_devices,
     allocation,
@@ -40,7 +39,8 @@ from conformance.status import (
     reserved_for,
     unschedulable,
 )
-from conformance.waiting import Objects, WaitTimeout, until, watch_until
+from conformance.harness.waiting import Objects, WaitTimeout, until, watch_until
+from conformance.profiles import AttributeMatch, DriverProfile
 
 __all__ = ["MEASURE_PREFIX", "TEST_TAINT_KEY", "Harness"]
 
@@ -156,7 +156,8 @@ class Harness:
 
     def widest(self) -> dict[str, Any]:
         """Claim arguments for as many devices of the default class on one node as one claim can hold:
-        every one (``allocationMode: All``), or :data:`~conformance.devices.MAX_RESULTS_PER_CLAIM` of them."""
+        every one (``allocationMode: All``), or
+        :data:`~conformance.harness.devices.MAX_RESULTS_PER_CLAIM` of them."""
         if self.profile.devices.in_class <= slicedevices.MAX_RESULTS_PER_CLAIM:
             return {"all_devices": True}
         return {"count": slicedevices.MAX_RESULTS_PER_CLAIM}

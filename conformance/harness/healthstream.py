@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import grpc
 
 import draproto
-from conformance.waiting import WaitTimeout
+from conformance.harness.waiting import WaitTimeout
 
 __all__ = ["HEALTH_VERSIONS", "DeviceHealth", "HealthReport", "HealthStream", "choose_version"]
 
@@ -165,7 +165,7 @@ class HealthStream:
         after: int = 0,
     ) -> tuple[int, T]:
         """Wait for the first message from index ``after`` on for which ``check`` is truthy; its
-        index and the value. Raises :class:`~conformance.waiting.WaitTimeout` naming ``what``."""
+        index and the value. Raises :class:`~conformance.harness.waiting.WaitTimeout` naming ``what``."""
         found = self._first(check, timeout, after, what)
         if found is None:
             reports = self.reports

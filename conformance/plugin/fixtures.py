@@ -1,6 +1,6 @@
 """The suite's fixtures: the preflight verdict, the run's environment, and each test's harness.
 
-Registered through :mod:`conformance.plugin` (which imports them), used only when a profile is
+Registered through :mod:`conformance.plugin.hooks` (which imports them), used only when a profile is
 given: without one, a suite test is skipped with the reason.
 """
 
@@ -9,32 +9,20 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 from filelock import FileLock
 
 from clusters import Cluster
-from conformance import preflight
 from conformance._files import write_atomic
-from conformance.capabilities import Environment, missing, parse_minor
-from conformance.catalogue import AREAS, by_id
-from conformance.diagnostics import LogMarks
+from conformance.catalogue import AREAS, EXCLUSIVE_CLUSTER_MARK, EXCLUSIVE_MARK, by_id, rule_of
 from conformance.errors import UsageError
-from conformance.harness import Harness
-from conformance.kube import Kube
-from conformance.rules import EXCLUSIVE_CLUSTER_MARK, EXCLUSIVE_MARK, rule_of
-from conformance.waiting import until
+from conformance.harness import Environment, Harness, Kube, LogMarks, missing, parse_minor, until
+from conformance.plugin import preflight
+from conformance.plugin.state import HARNESS_KEY, RUN_KEY, ConformanceRun
 
-if TYPE_CHECKING:
-    from conformance.plugin import ConformanceRun
-
-__all__ = ["HARNESS_KEY", "RUN_KEY", "dra", "dra_env", "dra_pre", "dra_preflight"]
-
-RUN_KEY = pytest.StashKey["ConformanceRun"]()
-"""Where the plugin keeps its state in ``config.stash``."""
-HARNESS_KEY = pytest.StashKey[Harness]()
-"""Where a test's harness is kept in ``item.stash`` (for diagnostics on failure)."""
+__all__ = ["dra", "dra_env", "dra_pre", "dra_preflight"]
 
 
 def _run(request: pytest.FixtureRequest) -> ConformanceRun:

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from conformance.kube import meta
-from conformance.plugin_client import ClaimRef
+from conformance.harness.kube import meta
+from conformance.harness.plugin_client import ClaimRef
 
 __all__ = [
     "AllocatedDevice",

@@ -16,8 +16,9 @@ import hashlib
 from html import escape
 
 from conformance.catalogue import AREAS
-from conformance.report import DISPLAY_ORDER, Report, clip, fmt_duration, iso_utc, run_duration
-from conformance.results import RuleResult, TestRecord
+from conformance.report.model import Report
+from conformance.report.results import RuleResult, TestRecord
+from conformance.report.text import DISPLAY_ORDER, clip, fmt_duration, iso_utc, run_duration
 
 __all__ = ["render"]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.errors import ResourceError
-from conformance.kube import ApiError, Kube, meta
+from conformance.harness.kube import ApiError, Kube, meta
 
 __all__ = ["Created", "Tracker"]
 

@@ -1,0 +1,82 @@
+"""What a suite test works with: the :class:`Harness` (the ``dra`` fixture) and its Kubernetes helpers.
+
+The harness holds a test's namespace and node; beside it: JSON requests (``kube``), the one way to
+wait (``waiting``), the tracker of created objects (``resources``), plain functions on slice devices
+(``devices``) and on claims and pods (``status``), direct gRPC on a driver's sockets (``plugin_client``,
+``healthstream``), fault commands (``faults``), what a failed test saw (``diagnostics``) and whether
+a rule can be checked here (``capabilities``). Re-exported here: what the suite and the plugin use.
+"""
+
+from __future__ import annotations
+
+from conformance.harness.capabilities import Environment, missing, parse_minor
+from conformance.harness.devices import (
+    MAX_RESULTS_PER_CLAIM,
+    attribute_value,
+    cel_literal,
+    consumption,
+    counter_sets,
+    exact_cel,
+    match_cel,
+    quantity,
+    scalar_attributes,
+    takeable,
+    twins,
+    varying_attribute,
+    who_overlaps,
+)
+from conformance.harness.diagnostics import LogMarks, collect
+from conformance.harness.faults import FaultCommandFailed, FaultCommands, tainted_since
+from conformance.harness.harness import MEASURE_PREFIX, TEST_TAINT_KEY, Harness
+from conformance.harness.healthstream import HealthReport, HealthStream, choose_version
+from conformance.harness.kube import ApiError, Kube, meta
+from conformance.harness.plugin_client import DRA_SERVICES, ClaimRef, PluginClient, get_info, notify
+from conformance.harness.status import allocated_devices, pod_phase, ref, reserved_for, unschedulable
+from conformance.harness.waiting import Objects, WaitTimeout, until, watch_until
+
+__all__ = [
+    "DRA_SERVICES",
+    "MAX_RESULTS_PER_CLAIM",
+    "MEASURE_PREFIX",
+    "TEST_TAINT_KEY",
+    "ApiError",
+    "ClaimRef",
+    "Environment",
+    "FaultCommandFailed",
+    "FaultCommands",
+    "Harness",
+    "HealthReport",
+    "HealthStream",
+    "Kube",
+    "LogMarks",
+    "Objects",
+    "PluginClient",
+    "WaitTimeout",
+    "allocated_devices",
+    "attribute_value",
+    "cel_literal",
+    "choose_version",
+    "collect",
+    "consumption",
+    "counter_sets",
+    "exact_cel",
+    "get_info",
+    "match_cel",
+    "meta",
+    "missing",
+    "notify",
+    "parse_minor",
+    "pod_phase",
+    "quantity",
+    "ref",
+    "reserved_for",
+    "scalar_attributes",
+    "tainted_since",
+    "takeable",
+    "twins",
+    "unschedulable",
+    "until",
+    "varying_attribute",
+    "watch_until",
+    "who_overlaps",
+]

@@ -1,0 +1,47 @@
+"""The report of a run: records and verdicts, the model, and its renderings (JSON, Markdown, HTML, Allure).
+
+Layers inside, each importing only those above it: ``results`` (a record per test, a verdict per
+rule), ``model`` (:class:`Report`, :func:`build`), ``text`` (what every rendering shares),
+the renderings ``jsonfile`` (``conformance.json``, :func:`load`), ``markdown``, ``htmlpage`` and
+``allure_env``, and ``writing`` (:func:`write`, the one caller of the renderers). pytest writes
+``junit.xml`` itself (the plugin points ``--junitxml`` into the run directory).
+"""
+
+from __future__ import annotations
+
+from conformance.report.allure_env import write_allure_environment
+from conformance.report.jsonfile import load
+from conformance.report.model import SCHEMA_VERSION, Report, ReportError, build
+from conformance.report.results import (
+    RULE_OUTCOMES,
+    TEST_OUTCOMES,
+    RuleOutcome,
+    RuleResult,
+    RunInfo,
+    TestOutcome,
+    TestRecord,
+    read_records,
+)
+from conformance.report.text import clip, fmt_duration, summary_table
+from conformance.report.writing import write
+
+__all__ = [
+    "RULE_OUTCOMES",
+    "SCHEMA_VERSION",
+    "TEST_OUTCOMES",
+    "Report",
+    "ReportError",
+    "RuleOutcome",
+    "RuleResult",
+    "RunInfo",
+    "TestOutcome",
+    "TestRecord",
+    "build",
+    "clip",
+    "fmt_duration",
+    "load",
+    "read_records",
+    "summary_table",
+    "write",
+    "write_allure_environment",
+]
