@@ -53,7 +53,8 @@ def add_commands(top: Any) -> None:
     up.add_argument(
         "--driver-command",
         help="driver command per node (shell words; placeholders {node} {root} {kubeconfig} {driver}, "
-        "{bin:dra-example-kubeletplugin} for a driver built from Go modules); "
+        "{bin:dra-example-kubeletplugin} for a driver built from Go modules, {nvml_lib} {driver_root} "
+        "with --fake-nvml); "
         "'none' for no driver; default: the reference driver on a fake DGX H100",
     )
     up.add_argument(
@@ -63,6 +64,13 @@ def add_commands(top: Any) -> None:
         "is up (default: the reference driver's classes when it is the driver, else none)",
     )
     up.add_argument("--driver-name", help="DRA driver name (default gpu.dra-conformance.io)")
+    up.add_argument(
+        "--fake-nvml",
+        metavar="PROFILE",
+        help="the driver calls NVML itself (a Go driver over go-nvml, say): give each node the fakegpu "
+        "machine PROFILE (e.g. dgx-h100) in {root}/gpus, a fake driver root {driver_root} and fakegpu's "
+        "libnvidia-ml.so.1 ({nvml_lib}) on the driver's LD_LIBRARY_PATH",
+    )
     up.add_argument("--bin-dir", type=Path, help="directory with etcd and the kube-* binaries")
     up.add_argument(
         "--timeout", type=float, default=None, help="seconds to wait for the cluster (default: no limit)"
@@ -109,6 +117,7 @@ def _settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettings:
         device_classes=getattr(args, "device_classes", None),
         example_driver_bin=getattr(args, "example_driver_bin", None),
         example_driver_version=getattr(args, "example_driver_version", None),
+        fake_nvml=getattr(args, "fake_nvml", None),
     )
 
 

@@ -22,6 +22,7 @@ this module never imports it. The node agent too is only started as a process
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import shutil
 import string
@@ -34,7 +35,7 @@ from typing import Any
 
 from clusters.base import Cluster, ContainerView, PodRef, pod_key
 from clusters.errors import ClusterError, NodeError
-from clusters.local import kubeletnode, pki
+from clusters.local import fakenvml, kubeletnode, pki
 from clusters.local.binaries import Binaries, resolve, resolve_kubelet
 from clusters.local.controlplane import ControlPlane, ControlPlaneConfig, free_port
 from clusters.local.driverproc import (
@@ -113,6 +114,8 @@ class LocalNode:
     """The driver under test on this node."""
     driver_command: tuple[str, ...] = ()
     """The driver's command line with placeholders filled in (empty: none)."""
+    driver_env: dict[str, str] | None = None
+    """The driver's environment when it differs from ours (fake NVML: :mod:`clusters.local.fakenvml`)."""
 
     @property
     def layout(self) -> NodeLayout:
@@ -154,6 +157,8 @@ class LocalCluster(Cluster):
         self.kubelet: Path | None = None
         """The kubelet binary of kubelet nodes (after :meth:`start`, when there are any)."""
         self.fakecri: Path | None = None
+        self.nvml_lib: Path | None = None
+        """fakegpu's libnvidia-ml.so.1 directory, for a driver on fake NVML (``settings.fake_nvml``)."""
         """The fake container runtime of kubelet nodes (likewise)."""
 
     # --- Cluster ---------------------------------------------------------------------------
@@ -360,9 +365,18 @@ class LocalCluster(Cluster):
             raise NodeError(f"unknown node {name!r}; nodes: {sorted(self.local_nodes)}") from None
 
     def _expand(self, n: LocalNode, command: Sequence[str]) -> list[str]:
-        return expand_command(
-            command, **self.node_values(n.name), driver=self.settings.driver_name, python=sys.executable
-        )
+        values = self.node_values(n.name)
+        if self.nvml_lib is not None:
+            values = {**values, "nvml_lib": str(self.nvml_lib), "driver_root": str(n.root / "driver")}
+        else:
+            used = [p for p in fakenvml.PLACEHOLDERS if any("{" + p + "}" in w for w in command)]
+            if used:
+                raise ClusterError(
+                    f"the driver command uses {{{used[0]}}}, which only a driver on fakegpu's "
+                    "libnvidia-ml.so.1 has: set the profile's local.nvml: fake "
+                    "(cluster up --fake-nvml PROFILE)"
+                )
+        return expand_command(command, **values, driver=self.settings.driver_name, python=sys.executable)
 
     def _make_nodes(self) -> None:
         assert self.root is not None
@@ -371,11 +385,17 @@ class LocalCluster(Cluster):
         if s.driver_command is not None:
             # a driver built from Go modules ({bin:NAME}) is built (or found in the cache) once, here
             command = fill_binaries(s.driver_command, s, self.progress) if s.nodes else list(s.driver_command)
+        if s.fake_nvml and s.nodes:
+            self.progress(f"fake NVML for the driver: fakegpu's libnvidia-ml.so.1, profile {s.fake_nvml}")
+            self.nvml_lib = fakenvml.library_dir()
         for i in range(s.nodes):
             n = LocalNode(f"node-{i}", self.root / f"n{i}", kind=s.node_kind(i))
             n.layout.create(drivers=(s.driver_name,))
             (n.root / "logs").mkdir(exist_ok=True)
             self.local_nodes[n.name] = n
+            if s.fake_nvml and self.nvml_lib is not None:
+                fakenvml.prepare_node(n.root, n.name, s.fake_nvml)
+                n.driver_env = fakenvml.driver_env(os.environ, self.nvml_lib, n.root, n.name, s.fake_nvml)
             n.driver_command = tuple(self._expand(n, command)) if command else ()
 
     def _start_agent(self, n: LocalNode) -> None:
@@ -431,7 +451,7 @@ class LocalCluster(Cluster):
 
     def _start_driver(self, n: LocalNode) -> None:
         log_path = n.log_files["driver"]
-        n.driver = ManagedProcess(f"driver-{n.name}", n.driver_command, log_path).start()
+        n.driver = ManagedProcess(f"driver-{n.name}", n.driver_command, log_path, env=n.driver_env).start()
 
     def _driver_sockets(self, n: LocalNode) -> dict[Path, tuple[int, int]]:
         return driver_sockets(n.layout.registry_dir, self.settings.driver_name)

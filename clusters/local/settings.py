@@ -167,6 +167,11 @@ class LocalSettings:
     example_driver_bin: Path | None = None
     """A prebuilt ``dra-example-kubeletplugin`` (flag ``--example-driver-bin``, env
     ``DRAC_EXAMPLE_DRIVER_BIN``), used as is instead of the cache or a build."""
+    fake_nvml: str | None = None
+    """The fakegpu profile of a driver that calls NVML itself (a Go driver over go-nvml, say): each
+    node gets that machine, a fake driver root and fakegpu's ``libnvidia-ml.so.1`` in the driver's
+    ``LD_LIBRARY_PATH`` (:mod:`clusters.local.fakenvml`; flag ``--fake-nvml``, a profile's
+    ``local.nvml: fake``). None: the driver brings its own GPUs (the reference driver's fake backend)."""
 
     @property
     def drivers_cache_root(self) -> Path:
@@ -245,6 +250,7 @@ class LocalSettings:
         example_driver_bin: Path | None = None,
         example_driver_version: str | None = None,
         node_kind: str | None = None,
+        fake_nvml: str | None = None,
     ) -> LocalSettings:
         """A copy with the command-line options that were given (None: keep the current value).
 
@@ -275,6 +281,8 @@ class LocalSettings:
             changes["example_driver_bin"] = example_driver_bin.expanduser().resolve()
         if node_kind:
             changes["node_kinds"] = parse_node_kinds(node_kind)
+        if fake_nvml:
+            changes["fake_nvml"] = fake_nvml
         if example_driver_version:
             v = example_driver_version.strip()
             changes["example_driver_version"] = v if v.startswith("v") else f"v{v}"
