@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -71,6 +72,13 @@ def _parser() -> argparse.ArgumentParser:
         help="a prebuilt dra-example-kubeletplugin for the example-* profiles (env DRAC_EXAMPLE_DRIVER_BIN; "
         "default: the cache, else a build from Go modules)",
     )
+    r.add_argument(
+        "--driver-bin",
+        type=Path,
+        default=os.environ.get("DRAC_DRIVER_BIN") or None,
+        help="the driver binary a profile's local.command names as {driver_bin} (a driver you bring, "
+        "e.g. NVIDIA's gpu-kubelet-plugin for nvidia-gpu-local; env DRAC_DRIVER_BIN)",
+    )
     r.add_argument("--reports-dir", default="reports", help="where run directories go (default ./reports)")
     r.add_argument(
         "--keep-cluster", action="store_true", help="leave the local or kind cluster running afterwards"
@@ -100,6 +108,7 @@ def _run(args: argparse.Namespace) -> int:
         bin_dir=args.bin_dir,
         pytest_args=args.pytest_args,
         example_driver_bin=args.example_driver_bin,
+        driver_bin=args.driver_bin,
     )
     result = run(config, progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(report.summary_table(result))
@@ -124,7 +133,13 @@ def _profiles(args: argparse.Namespace) -> int:
         print(f"  capabilities: {', '.join(sorted(profile.capabilities)) or '-'}")
         devices = profile.devices
         print(f"  devices per node: {devices.per_node} ({devices.in_class} in the default class)")
-        print(f"  local: {'yes' if profile.local else 'no (external clusters only)'}")
+        local = profile.local
+        if local is None:
+            print("  local: no (external clusters only)")
+        else:
+            extra = f" (on fake NVML: fakegpu profile {local.fake_profile})" if local.nvml == "fake" else ""
+            needs = "; needs --driver-bin" if "{driver_bin}" in local.command else ""
+            print(f"  local: yes{extra}{needs}")
         for rule_id, reason in profile.known_failures.items():
             print(f"  known failure {rule_id}: {reason}")
         return 0

@@ -6,6 +6,7 @@ report goes. Built in one place (:meth:`SuiteConfig.build`) by the CLI, the pyte
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 import time
 import uuid
@@ -72,6 +73,9 @@ class SuiteConfig:
     else a Go build)."""
     pytest_args: tuple[str, ...] = ()
     """Extra pytest arguments."""
+    driver_bin: Path | None = None
+    """The driver binary a profile's local command names as ``{driver_bin}`` (a vendor's driver the
+    user brings, e.g. NVIDIA's gpu-kubelet-plugin; ``--driver-bin``, env ``DRAC_DRIVER_BIN``)."""
 
     @property
     def run_dir(self) -> Path:
@@ -94,6 +98,28 @@ class SuiteConfig:
                 "local tier: add one, give --driver-command, or use --cluster external --kubeconfig K"
             )
         return self.profile.local.command
+
+    @property
+    def start_command(self) -> str:
+        """:attr:`local_command` with ``{driver_bin}`` filled in; UsageError when it needs a binary
+        that was not given."""
+        command = self.local_command
+        if "{driver_bin}" not in command:
+            return command
+        if self.driver_bin is None:
+            raise UsageError(
+                f"profile {self.profile.name!r} runs a driver binary you bring ({{driver_bin}} in its "
+                "local.command): pass --driver-bin PATH (env DRAC_DRIVER_BIN)"
+            )
+        if not (self.driver_bin.is_file() and os.access(self.driver_bin, os.X_OK)):
+            raise UsageError(f"--driver-bin {self.driver_bin} is not an executable file")
+        return command.replace("{driver_bin}", shlex.quote(str(self.driver_bin.resolve())))
+
+    @property
+    def fake_nvml(self) -> str | None:
+        """The fakegpu profile of each local node when the driver runs on fake NVML, else None."""
+        local = self.profile.local
+        return local.fake_profile if local is not None and local.nvml == "fake" else None
 
     @property
     def release(self) -> DriverRelease:
@@ -142,6 +168,7 @@ class SuiteConfig:
         pytest_args: Sequence[str] = (),
         example_driver_bin: str | Path | None = None,
         cluster_info: str | Path | None = None,
+        driver_bin: str | Path | None = None,
     ) -> SuiteConfig:
         """Validate the options and build the config; :class:`UsageError` names a bad one."""
         loaded = profile if isinstance(profile, DriverProfile) else load(profile)
@@ -189,6 +216,7 @@ class SuiteConfig:
             pytest_args=tuple(pytest_args),
             example_driver_bin=Path(example_driver_bin) if example_driver_bin else None,
             cluster_info=Path(cluster_info) if cluster_info else None,
+            driver_bin=Path(driver_bin).expanduser() if driver_bin else None,
         )
         if run_id:
             config = dataclasses.replace(config, run_id=run_id)

@@ -92,8 +92,9 @@ def _local_settings(config: SuiteConfig) -> LocalSettings:
         bin_dir=config.bin_dir,
         nodes=config.local_nodes,
         driver_name=config.profile.driver,
-        driver_command=config.local_command,
+        driver_command=config.start_command,
         example_driver_bin=config.example_driver_bin,
+        fake_nvml=config.fake_nvml,
     )
     # whether the driver publishes slices is for preflight (PRE-SLICES) to judge, not for the start
     return dataclasses.replace(settings, wait_slices=False)
@@ -231,9 +232,10 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
         _check_api(config, say)
     elif config.cluster in IN_CLUSTER:
         made, config = _start_in_cluster(config, say)
-    run_dir.mkdir(parents=True, exist_ok=True)
     if config.cluster == "local":
-        settings = _local_settings(config)
+        settings = _local_settings(config)  # a bad --driver-bin stops the run before its directory
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if settings is not None:
         if settings.driver_command and gobins.placeholders(settings.driver_command):
             # a driver built from Go modules: found in the cache or built now, with progress
             try:

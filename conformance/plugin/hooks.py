@@ -40,6 +40,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--dra-driver-command", default=None, help="overrides the profile's local start command")
     group.addoption("--dra-nodes", type=int, default=None, help="nodes of the local cluster")
+    group.addoption(
+        "--dra-driver-bin", default=None, help="the binary a profile's local.command names as {driver_bin}"
+    )
     group.addoption("--dra-rules", default="", help="comma list of rule ids to run (default: all)")
     group.addoption(
         "--dra-areas", default="", help="comma list of areas to run, by id or marker (default: all)"
@@ -72,6 +75,7 @@ def pytest_configure(config: pytest.Config) -> None:
             kubeconfig=config.getoption("dra_kubeconfig"),
             cluster_info=config.getoption("dra_cluster_info"),
             driver_command=config.getoption("dra_driver_command"),
+            driver_bin=config.getoption("dra_driver_bin"),
             nodes=config.getoption("dra_nodes"),
             rules=config.getoption("dra_rules"),
             areas=config.getoption("dra_areas"),

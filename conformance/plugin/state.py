@@ -104,8 +104,9 @@ class ConformanceRun:
         elif cs.external is None:
             settings = cs.settings.with_options(
                 driver_name=suite.profile.driver,
-                driver_command=suite.local_command,
+                driver_command=suite.start_command,
                 nodes=suite.local_nodes,
+                fake_nvml=suite.fake_nvml,
             )
             # whether the driver publishes slices is for preflight (PRE-SLICES) to judge
             cs.settings = replace(settings, wait_slices=False)

@@ -86,6 +86,13 @@ class LocalDriver:
     ``{driver}``, ``{python}``."""
     nodes: int = 2
     """Nodes of the local cluster (some rules need two)."""
+    nvml: str = "none"
+    """``fake``: the driver calls NVML itself (a Go driver over go-nvml, say) and runs on fakegpu's
+    ``libnvidia-ml.so.1``: each node gets the machine :attr:`fake_profile`, a fake driver root
+    (``{driver_root}``) and the library on the driver's ``LD_LIBRARY_PATH`` (``{nvml_lib}``).
+    ``none`` (default): the driver brings its own devices."""
+    fake_profile: str = "dgx-h100"
+    """The fakegpu machine profile of each node when :attr:`nvml` is ``fake`` (``fakeProfile``)."""
 
 
 @dataclass(frozen=True)
@@ -541,11 +548,15 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
     local = None
     lr = r.sub("local")
     if lr is not None:
-        lr.known(["command", "nodes"])
+        lr.known(["command", "nodes", "nvml", "fakeProfile"])
         nodes = lr.get("nodes", int, 2)
         if nodes < 1:
             lr.fail(nodes, "at least 1 node", "nodes")
-        local = LocalDriver(lr.get("command", str, required=True), nodes)
+        nvml = lr.get("nvml", str, "none")
+        if nvml not in ("none", "fake"):
+            lr.fail(nvml, "fake (the driver runs on fakegpu's libnvidia-ml.so.1) or none", "nvml")
+        fake_profile = lr.get("fakeProfile", str, "dgx-h100")
+        local = LocalDriver(lr.get("command", str, required=True), nodes, nvml, fake_profile)
     container = ContainerSpec()
     cr = r.sub("container")
     if cr is not None:

@@ -26,6 +26,7 @@ def test_shipped_profiles_load() -> None:
         "example-gpu",
         "example-net",
         "nvidia-gpu",
+        "nvidia-gpu-local",
         "reference-gpu",
         "reference-l4",
         "reference-mig",
@@ -43,6 +44,36 @@ def test_shipped_profiles_load() -> None:
         else:
             assert profile.local is not None and "{node}" in profile.local.command
         assert profile.devices.in_class <= profile.devices.per_node
+
+
+def test_nvidia_gpu_local_runs_the_binary_you_bring_on_fake_nvml(tmp_path: Path) -> None:
+    """nvidia-gpu-local: fake NVML nodes; the run refuses without --driver-bin, names a bad one,
+    and puts a good one where {driver_bin} stands."""
+    from conformance import SuiteConfig
+    from conformance.errors import UsageError
+
+    profile = load("nvidia-gpu-local")
+    assert profile.local is not None and profile.local.nvml == "fake"
+    assert "{driver_root}" in profile.local.command and "{driver_bin}" in profile.local.command
+    config = SuiteConfig.build("nvidia-gpu-local")
+    assert config.fake_nvml == "dgx-h100"
+    with pytest.raises(UsageError, match="--driver-bin PATH"):
+        config.start_command  # noqa: B018
+    bad = tmp_path / "plugin"
+    bad.write_text("")
+    with pytest.raises(UsageError, match="not an executable file"):
+        SuiteConfig.build("nvidia-gpu-local", driver_bin=bad).start_command  # noqa: B018
+    bad.chmod(0o755)
+    filled = SuiteConfig.build("nvidia-gpu-local", driver_bin=bad).start_command
+    assert filled.startswith(f"env NODE_NAME={{node}} {bad.resolve()} --node-name")
+    assert SuiteConfig.build("reference-gpu").fake_nvml is None
+
+
+def test_local_nvml_takes_fake_or_none() -> None:
+    data = _good()
+    data["local"]["nvml"] = "real"
+    with pytest.raises(ProfileError, match=r"local.nvml: 'real' is not valid; expected fake"):
+        parse(data, "x.yaml")
 
 
 def test_readme_lists_every_shipped_profile_and_its_example_validates() -> None:
