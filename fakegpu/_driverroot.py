@@ -36,6 +36,8 @@ STAND_IN_LIBRARIES = (
 """Driver libraries the NVIDIA container toolkit's CDI generator mounts, as empty stand-ins."""
 
 STAND_IN_BINARIES = (
+    "nvidia-cdi-hook",
+    "nvidia-ctk",
     "nvidia-debugdump",
     "nvidia-persistenced",
     "nvidia-cuda-mps-control",
