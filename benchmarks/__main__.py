@@ -16,6 +16,7 @@ from pathlib import Path
 
 ENTRIES: list[str] = [
     "fakegpu_calls",
+    "fakegpu_cabi",
     "driver_prepare",
     "prepare_compare",
     "driver_slices",

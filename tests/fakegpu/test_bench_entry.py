@@ -28,3 +28,16 @@ def test_fakegpu_bench_is_the_first_entry() -> None:
     code = "from benchmarks.__main__ import ENTRIES; print(ENTRIES[0])"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "fakegpu_calls"
+
+
+def test_the_c_abi_bench_times_both_paths_and_the_go_walks(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "benchmarks", "fakegpu_cabi", "--out", str(tmp_path)]
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, timeout=600)
+    results = json.loads((tmp_path / "fakegpu_cabi.json").read_text())["results"]
+    assert set(results["pynvml_install"]) == set(results["c_over_pynvml_p50"])
+    for figures in (results["c_abi"], results["pynvml_install"]):
+        assert all(0 < f["p50_us"] <= f["p99_us"] for f in figures.values())
+    walks = results["go_nvlib_walk"]
+    if "skipped" not in walks:
+        assert walks["dgx-h100-mig"]["devices"] == 8 and walks["hgx-16xh100"]["devices"] == 16
+        assert all(w["walk_min_ms"] > 0 for w in walks.values())

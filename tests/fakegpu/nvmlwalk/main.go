@@ -8,6 +8,7 @@
 //	nvmlwalk events N TIMEOUT_MS  register XID and ECC events on every GPU, print "ready", then
 //	                              print each event (or the return code that ends the wait)
 //	nvmlwalk threads N CALLS      N goroutines, each on its own OS thread, CALLS UUID reads each
+//	nvmlwalk bench N              the walk (without printing it) N times: milliseconds of each
 package main
 
 import (
@@ -17,6 +18,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -342,6 +344,26 @@ func events(lib nvml.Interface, n int, timeout int) {
 	set.Free()
 }
 
+func bench(lib nvml.Interface, n int) {
+	runs := []float64{}
+	devices := 0
+	for k := 0; k < n; k++ {
+		devlib := device.New(lib) // a fresh one each time: go-nvlib caches MIG profiles per device
+		started := time.Now()
+		devices = 0
+		err := devlib.VisitDevices(func(i int, d device.Device) error {
+			walkDevice(devlib, i, d)
+			devices++
+			return nil
+		})
+		if err != nil {
+			fail("VisitDevices: %v", err)
+		}
+		runs = append(runs, float64(time.Since(started).Microseconds())/1000)
+	}
+	emit(obj{"devices": devices, "walk_ms": runs})
+}
+
 func threads(lib nvml.Interface, n int, calls int) {
 	count, _ := lib.DeviceGetCount()
 	want := make([]string, count)
@@ -375,7 +397,7 @@ func threads(lib nvml.Interface, n int, calls int) {
 
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: nvmlwalk walk | mig GPU PROFILE | events N TIMEOUT_MS | threads N CALLS")
+		fail("usage: nvmlwalk walk | mig GPU PROFILE | events N TIMEOUT_MS | threads N CALLS | bench N")
 	}
 	lib := nvml.New()
 	if ret := lib.Init(); ret != nvml.SUCCESS {
@@ -388,6 +410,9 @@ func main() {
 	case "mig":
 		gpu, _ := strconv.Atoi(os.Args[2])
 		mig(lib, gpu, os.Args[3])
+	case "bench":
+		n, _ := strconv.Atoi(os.Args[2])
+		bench(lib, n)
 	case "threads":
 		n, _ := strconv.Atoi(os.Args[2])
 		calls, _ := strconv.Atoi(os.Args[3])
