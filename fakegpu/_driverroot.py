@@ -96,7 +96,7 @@ def make_driver_root(root: Path, machine: FakeMachine, lib_dir: Path | None = No
         _link(libs / f"{lib}.1", f"{lib}.{version}")
     env = {
         "FAKEGPU_STATE_DIR": str(machine.state_dir),
-        "PYTHONPATH": _libbuild.python_facts().root,
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),  # where this fakegpu is
     }
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     smi = (

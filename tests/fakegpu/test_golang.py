@@ -8,6 +8,7 @@ digest beside the project's other Go builds; without ``go`` these tests skip, sa
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -37,8 +38,6 @@ def lib_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def walker() -> Path:
-    import os
-
     if shutil.which("go") is None:
         pytest.skip("'go' is not on PATH: the Go proof builds nvmlwalk from Go modules (install Go 1.26+)")
     try:
@@ -180,7 +179,7 @@ def test_every_nvml_call_of_go_nvml_is_exported(walker: Path) -> None:
         cwd=clibkit.NVMLWALK_SOURCE,
         capture_output=True,
         text=True,
-        env={**__import__("os").environ, "GOFLAGS": "-mod=mod"},
+        env={**os.environ, "GOFLAGS": "-mod=mod"},
         check=False,
     )
     assert done.returncode == 0, done.stderr
