@@ -295,6 +295,9 @@ class LocalCluster(Cluster):
                 self.binaries, self.root / "cp", ControlPlaneConfig(ready_timeout=s.ready_timeout)
             ).start()
             self.timings["control_plane"] = time.monotonic() - t
+            for step, seconds in self.control_plane.timings.items():
+                if step != "total":
+                    self.timings[f"control_plane.{step}"] = seconds
             self._make_nodes()
             if s.agent and self.local_nodes:
                 t = time.monotonic()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import logging
 import os
 import re
@@ -67,6 +68,14 @@ class ControlPlaneConfig:
     """Extra flags per component name."""
 
 
+FLAG_FIXES_FILE = "flag-fixes.json"
+"""Beside cached binaries: the flags their API server was left with after refusing those asked for."""
+
+_FLAG_FIXES: dict[str, tuple[dict[str, bool], list[str]]] = {}
+"""The same, read or learnt by this process: the next control plane starts the API server once
+instead of twice (a refusal costs a start)."""
+
+
 class ControlPlane:
     """A running (or stopped) local control plane."""
 
@@ -90,6 +99,9 @@ class ControlPlane:
         self._known_gates: list[dict[str, features.FeatureGate]] = []
         self._argv: dict[str, list[str]] = {}
         self._health: dict[str, Callable[[], bool]] = {}
+        self.timings: dict[str, float] = {}
+        """Seconds of each start step: prepare (gates, certificates, flags), etcd, kube-apiserver,
+        controllers (scheduler and controller manager together), total."""
 
     @property
     def server(self) -> str:
@@ -115,17 +127,36 @@ class ControlPlane:
     # --- start -------------------------------------------------------------------------------
 
     def start(self) -> ControlPlane:
-        """Start every component and wait until each is healthy; returns self."""
+        """Start every component and wait until each is healthy; returns self.
+
+        The scheduler and the controller manager start together once the API server is healthy
+        (neither needs the other); :attr:`timings` records each step."""
         started = time.monotonic()
         try:
+            t = time.monotonic()
             self._prepare()
-            for name in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"):
+            self.timings["prepare"] = time.monotonic() - t
+            for name in ("etcd", "kube-apiserver"):
+                t = time.monotonic()
                 self._start_component(name)
+                self.timings[name] = time.monotonic() - t
+            t = time.monotonic()
+            controllers = ("kube-scheduler", "kube-controller-manager")
+            procs = {name: self._spawn(name) for name in controllers}
+            for name in controllers:
+                self._wait_healthy(name, procs[name])
+            self.timings["controllers"] = time.monotonic() - t
         except BaseException:
             self.stop()
             raise
-        log.info("control plane up in %.1f s at %s", time.monotonic() - started, self.server)
+        self.timings["total"] = time.monotonic() - started
+        log.info("control plane up in %.1f s at %s", self.timings["total"], self.server)
         return self
+
+    def _spawn(self, name: str) -> ManagedProcess:
+        proc = ManagedProcess(name, self._component_argv(name), self.log_path(name)).start()
+        self.processes[name] = proc
+        return proc
 
     def _prepare(self) -> None:
         """Read what the binaries offer, make the PKI and kubeconfigs, build each command line."""
@@ -257,11 +288,16 @@ class ControlPlane:
     def _start_component(self, name: str) -> None:
         # kube-apiserver validates gates and runtime-config first and exits at once on a
         # problem; fix what it names (a gate's dependency, an unknown API version) and retry
+        asked = self._fix_key()
+        memo = self._known_fix(asked) if name == "kube-apiserver" else None
+        if memo is not None:  # this binary refused these flags before: start with what it took
+            self.feature_gates, self.runtime_config = memo
         for _attempt in range(12):
-            proc = ManagedProcess(name, self._component_argv(name), self.log_path(name)).start()
-            self.processes[name] = proc
+            proc = self._spawn(name)
             try:
                 self._wait_healthy(name, proc)
+                if name == "kube-apiserver" and memo is None and self._fix_key() != asked:
+                    self._remember_fix(asked)
                 return
             except ControlPlaneError:
                 fixed = self._fix_flags(proc) if name == "kube-apiserver" and not proc.alive() else None
@@ -270,6 +306,52 @@ class ControlPlane:
                     raise
                 log.info("kube-apiserver refused its flags; %s", fixed)
         raise ControlPlaneError(f"{name} did not start; see {self.log_path(name)}")
+
+    def _fix_key(self) -> str:
+        """What the API server's flag fixes depend on: its binary and the flags asked for."""
+        binary = self.binaries.path("kube-apiserver")
+        try:
+            st = binary.stat()
+            ident = f"{binary}:{st.st_size}:{st.st_mtime_ns}"
+        except OSError:
+            ident = str(binary)
+        gates = ",".join(f"{k}={v}" for k, v in sorted(self.feature_gates.items()))
+        return f"{ident}|{gates}|{','.join(self.runtime_config)}"
+
+    @property
+    def _fixes_file(self) -> Path | None:
+        """Where the fixes persist: beside binaries of our own cache (never in a user's --bin-dir)."""
+        return self.binaries.directory / FLAG_FIXES_FILE if self.binaries.source != "dir" else None
+
+    def _known_fix(self, key: str) -> tuple[dict[str, bool], list[str]] | None:
+        if key not in _FLAG_FIXES and self._fixes_file is not None:
+            try:
+                saved = json.loads(self._fixes_file.read_text())
+                gates, runtime = saved[key]
+                _FLAG_FIXES[key] = ({str(k): bool(v) for k, v in gates.items()}, [str(g) for g in runtime])
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                return None  # none saved, or unreadable: the refusal teaches it again
+        gates, runtime = _FLAG_FIXES[key]
+        return dict(gates), list(runtime)
+
+    def _remember_fix(self, key: str) -> None:
+        _FLAG_FIXES[key] = (dict(self.feature_gates), list(self.runtime_config))
+        target = self._fixes_file
+        if target is None:
+            return
+        try:
+            saved = json.loads(target.read_text()) if target.exists() else {}
+            saved = saved if isinstance(saved, dict) else {}
+        except (OSError, ValueError):
+            saved = {}
+        saved[key] = [self.feature_gates, self.runtime_config]
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(saved, indent=1, sort_keys=True))
+            os.replace(tmp, target)
+        except OSError as e:  # a read-only cache only costs the next start its refusal
+            log.debug("cannot save the API server's flag fixes to %s: %s", target, e)
+            tmp.unlink(missing_ok=True)
 
     def _fix_flags(self, proc: ManagedProcess) -> str | None:
         """Adjust gates or runtime-config after the API server refused them; say what changed."""

@@ -193,3 +193,39 @@ def test_a_port_counts_as_ours_only_when_our_process_listens_on_it() -> None:
         assert _listens(os.getpid(), port)
         assert not _listens(os.getppid(), port)  # someone else's process
         assert not _listens(os.getpid(), port + 1 if port < 65535 else port - 1)
+
+
+def test_a_flag_the_api_server_refused_is_learnt_once(
+    local_binaries: Binaries,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A refusal (a gate whose dependency is off) costs the first start a second API server start;
+    the next control plane, in a new process (nothing in memory), starts it once with the same flags."""
+    import dataclasses
+    import logging
+
+    from clusters.local import controlplane
+
+    # a cache entry of its own (links to the binaries), so this test learns from nothing
+    entry = tmp_path / "cache"
+    entry.mkdir()
+    for name in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"):
+        (entry / name).symlink_to(local_binaries.path(name))
+    binaries = dataclasses.replace(local_binaries, directory=entry, source="cache")
+    monkeypatch.setattr(controlplane, "_FLAG_FIXES", {})
+    first = ControlPlane(binaries, tmp_path / "a").start()
+    gates, runtime = dict(first.feature_gates), list(first.runtime_config)
+    first.stop()
+    learnt = (entry / controlplane.FLAG_FIXES_FILE).exists()
+    monkeypatch.setattr(controlplane, "_FLAG_FIXES", {})  # as in a new process: only the file is left
+    with caplog.at_level(logging.INFO, logger="clusters.local.controlplane"):
+        second = ControlPlane(binaries, tmp_path / "b").start()
+    try:
+        assert (second.feature_gates, second.runtime_config) == (gates, runtime)
+        if learnt:
+            assert "refused its flags" not in caplog.text
+        assert set(second.timings) >= {"prepare", "etcd", "kube-apiserver", "controllers", "total"}
+    finally:
+        second.stop()
