@@ -331,6 +331,8 @@ class ControlPlane:
                 _FLAG_FIXES[key] = ({str(k): bool(v) for k, v in gates.items()}, [str(g) for g in runtime])
             except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 return None  # none saved, or unreadable: the refusal teaches it again
+        if key not in _FLAG_FIXES:  # nothing learnt for this binary and these flags
+            return None
         gates, runtime = _FLAG_FIXES[key]
         return dict(gates), list(runtime)
 

@@ -229,3 +229,13 @@ def test_a_flag_the_api_server_refused_is_learnt_once(
         assert set(second.timings) >= {"prepare", "etcd", "kube-apiserver", "controllers", "total"}
     finally:
         second.stop()
+    # binaries of a --bin-dir: nothing is written beside them, and a new process learns again
+    monkeypatch.setattr(controlplane, "_FLAG_FIXES", {})
+    theirs = dataclasses.replace(binaries, source="dir")
+    (entry / controlplane.FLAG_FIXES_FILE).unlink(missing_ok=True)
+    third = ControlPlane(theirs, tmp_path / "c").start()
+    try:
+        assert (third.feature_gates, third.runtime_config) == (gates, runtime)
+        assert not (entry / controlplane.FLAG_FIXES_FILE).exists()
+    finally:
+        third.stop()
