@@ -37,8 +37,8 @@ from clusters.incluster import (
     parse_specs,
     wait_slices,
 )
-from clusters.kind.config import dra_gates_for
-from clusters.local.settings import DEFAULT_K8S_VERSION, LocalSettings, normalize_version
+from clusters.kind.config import dra_gates
+from clusters.local.settings import DEFAULT_K8S_VERSION, normalize_version
 
 __all__ = ["K3S_CAPABILITIES", "K3sCluster", "K3sSettings", "k3s_args", "k3s_image"]
 
@@ -165,8 +165,7 @@ class K3sCluster(Cluster):
         s = self.settings
         found = find_tools(self._env, install_driver=s.install_driver)
         self._docker = docker = found.docker
-        gates, source = dra_gates_for(s.k8s_version, LocalSettings.from_env(self._env).binaries.cache_root)
-        self._say(f"DRA feature gates for {s.k8s_version} from {source}: {', '.join(gates) or 'none'}")
+        gates = dra_gates(s.k8s_version, self._env, self._say)
         self._say(f"starting k3s ({s.server_image}) ...")
         container = self._factory(s.server_image)
         container.with_command(" ".join(k3s_args(gates)))

@@ -34,7 +34,7 @@ from clusters.incluster import (
     parse_specs,
     wait_slices,
 )
-from clusters.kind.config import dra_gates_for, render
+from clusters.kind.config import dra_gates, render
 from clusters.kind.settings import KindSettings
 from clusters.local.gobins import GoBinary, cached_build
 from clusters.local.settings import LocalSettings
@@ -160,9 +160,7 @@ class KindCluster(Cluster):
 
     def _create(self, kind: Path) -> None:
         s = self.settings
-        local = LocalSettings.from_env(self._env)
-        gates, source = dra_gates_for(s.k8s_version, local.binaries.cache_root)
-        self._say(f"DRA feature gates for {s.k8s_version} from {source}: {', '.join(gates) or 'none'}")
+        gates = dra_gates(s.k8s_version, self._env, self._say)
         config = self.state_dir / "kind-config.yaml"
         config.write_text(render(workers=s.workers, gates=gates, image=s.node_image))
         self._say(f"creating kind cluster {s.name} ({s.node_image}, {s.workers} worker(s)) ...")
