@@ -324,7 +324,9 @@ class ControlPlane:
         return self.binaries.directory / FLAG_FIXES_FILE if self.binaries.source != "dir" else None
 
     def _known_fix(self, key: str) -> tuple[dict[str, bool], list[str]] | None:
-        if key not in _FLAG_FIXES and self._fixes_file is not None:
+        if key not in _FLAG_FIXES:
+            if self._fixes_file is None:
+                return None  # a --bin-dir keeps no file: only this process's refusals are known
             try:
                 saved = json.loads(self._fixes_file.read_text())
                 gates, runtime = saved[key]
