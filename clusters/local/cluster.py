@@ -188,9 +188,9 @@ class LocalCluster(LocalClusterBase):
         self.kubelet: Path | None = None
         """The kubelet binary of kubelet nodes (after :meth:`start`, when there are any)."""
         self.fakecri: Path | None = None
+        """The fake container runtime of kubelet nodes (likewise)."""
         self.nvml_lib: Path | None = None
         """fakegpu's libnvidia-ml.so.1 directory, for a driver on fake NVML (``settings.fake_nvml``)."""
-        """The fake container runtime of kubelet nodes (likewise)."""
 
     # --- Cluster ---------------------------------------------------------------------------
 
