@@ -17,28 +17,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from clusters import apicheck, tools
-from clusters.base import Cluster, ContainerView, PodRef
+from clusters.base import ContainerView, PodRef
 from clusters.errors import ClusterError, ToolError
-from clusters.incluster import (
-    CAT_SPECS,
-    FAKE_ROOT,
-    DriverRelease,
-    InCluster,
-    find_tools,
-    give_up,
-    load_image,
-    parse_specs,
-    wait_slices,
-)
-from clusters.kind.config import dra_gates_for
-from clusters.local.settings import DEFAULT_K8S_VERSION, LocalSettings, normalize_version
+from clusters.incluster import CAT_SPECS, InCluster, find_tools, give_up, parse_specs
+from clusters.kind.config import dra_gates
+from clusters.local.settings import normalize_version, xdg_state_dir
+from clusters.podcluster import PodCluster, PodClusterSettings
 
 __all__ = ["K3S_CAPABILITIES", "K3sCluster", "K3sSettings", "k3s_args", "k3s_image"]
 
@@ -95,23 +85,17 @@ def _testcontainers(image: str) -> Container:
 
 
 @dataclass(frozen=True)
-class K3sSettings:
-    """What the k3s backend makes (env: ``DRAC_K3S_IMAGE``, ``DRAC_K8S_VERSION``)."""
+class K3sSettings(PodClusterSettings):
+    """What the k3s backend makes (env: ``DRAC_K3S_IMAGE``, ``DRAC_K8S_VERSION``), with
+    ``k8s_version``, ``release``, ``install_driver`` and ``slices_timeout`` of
+    :class:`~clusters.podcluster.PodClusterSettings`."""
 
-    k8s_version: str = DEFAULT_K8S_VERSION
-    """Kubernetes version (picks the image and the gates)."""
+    backend: ClassVar[str] = "k3s"
+
     image: str = ""
     """k3s image (empty: :func:`k3s_image` of the version)."""
-    release: DriverRelease = field(default_factory=DriverRelease)
-    """The reference driver's image and chart values."""
-    install_driver: bool = True
-    """Build, load and install the reference driver."""
-    work_dir: Path = field(
-        default_factory=lambda: Path.home() / ".local" / "state" / "dra-conformance" / "k3s"
-    )
+    work_dir: Path = field(default_factory=lambda: xdg_state_dir("k3s", {}))
     """Where the kubeconfig and logs go."""
-    slices_timeout: float = 180.0
-    """Seconds the node may take to publish its first slice after the chart installed."""
 
     @property
     def server_image(self) -> str:
@@ -121,17 +105,13 @@ class K3sSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> K3sSettings:
         """Defaults, then ``DRAC_K3S_IMAGE``, ``DRAC_K8S_VERSION``, ``XDG_STATE_HOME``."""
-        changes: dict[str, Any] = {}
+        changes = cls._env_changes(env)
         if env.get("DRAC_K3S_IMAGE"):
             changes["image"] = env["DRAC_K3S_IMAGE"]
-        if env.get("DRAC_K8S_VERSION"):
-            changes["k8s_version"] = normalize_version(env["DRAC_K8S_VERSION"])
-        if env.get("XDG_STATE_HOME"):
-            changes["work_dir"] = Path(env["XDG_STATE_HOME"]) / "dra-conformance" / "k3s"
         return dataclasses.replace(cls(), **changes)
 
 
-class K3sCluster(Cluster):
+class K3sCluster(PodCluster[K3sSettings]):
     """A one-node k3s cluster for the suite (see the module docstring)."""
 
     backend = "k3s"
@@ -144,15 +124,10 @@ class K3sCluster(Cluster):
         env: Mapping[str, str] | None = None,
         factory: ContainerFactory = _testcontainers,
     ) -> None:
-        self.settings = settings
-        """What to make."""
-        self._say = progress or (lambda m: log.info("%s", m))
-        self._env = dict(os.environ if env is None else env)
+        super().__init__(settings, progress or (lambda m: log.info("%s", m)), env)
         self._factory = factory
         self._container: Container | None = None
         self._container_ref = ""
-        self._docker: Path | None = None
-        self._in: InCluster | None = None
         self._nodes: list[str] = []
 
     @property
@@ -165,8 +140,7 @@ class K3sCluster(Cluster):
         s = self.settings
         found = find_tools(self._env, install_driver=s.install_driver)
         self._docker = docker = found.docker
-        gates, source = dra_gates_for(s.k8s_version, LocalSettings.from_env(self._env).binaries.cache_root)
-        self._say(f"DRA feature gates for {s.k8s_version} from {source}: {', '.join(gates) or 'none'}")
+        gates = dra_gates(s.k8s_version, self._env, self._say)
         self._say(f"starting k3s ({s.server_image}) ...")
         container = self._factory(s.server_image)
         container.with_command(" ".join(k3s_args(gates)))
@@ -180,7 +154,7 @@ class K3sCluster(Cluster):
             self._in = InCluster(self.kubeconfig, s.release, kubectl=found.kubectl, helm=found.helm)
             self._say(f"k3s: Kubernetes {version}, node {', '.join(self.nodes())}")
             if s.install_driver:
-                self._install_driver(docker)
+                self._install_driver(docker, [self._container_id()])
         except BaseException:
             self._after_failure()
             raise
@@ -206,25 +180,9 @@ class K3sCluster(Cluster):
         """The cluster another process started (:meth:`info`); stopping this object leaves it running."""
         settings = dataclasses.replace(K3sSettings(), work_dir=Path(info["kubeconfig"]).parent)
         cluster = cls(settings, env=env)
-        cluster._docker = tools.find("docker", cluster._env)
+        cluster._attach_tools()
         cluster._container_ref = info["container"]
-        cluster._in = InCluster(
-            cluster.kubeconfig, settings.release, kubectl=tools.find("kubectl", cluster._env)
-        )
         return cluster
-
-    def _install_driver(self, docker: Path) -> None:
-        assert self._in is not None
-        load_image(docker, self.settings.release.image, [self._container_id()], self._say)
-        self._in.install(self._say)
-        wait_slices(
-            self._in.kubectl,
-            self.settings.release.driver,
-            self.nodes(),
-            timeout=self.settings.slices_timeout,
-            progress=self._say,
-            report=self._in.pods_report,
-        )
 
     def _after_failure(self) -> None:
         give_up(self, self.settings.work_dir / "logs", self._say)
@@ -247,29 +205,12 @@ class K3sCluster(Cluster):
             self._container = None
             self.kubeconfig.unlink(missing_ok=True)
 
-    def _incluster(self) -> InCluster:
-        if self._in is None:
-            raise ClusterError("the k3s cluster is not started")
-        return self._in
-
     def nodes(self) -> list[str]:
         """The k3s node (the server is its only node)."""
         if not self._nodes:
             out = self._incluster().kubectl("get", "nodes", "-o", "name")
             self._nodes = sorted(n.rpartition("/")[2] for n in out.split())
         return list(self._nodes)
-
-    def node_values(self, node: str) -> dict[str, str]:
-        """``root`` and ``python`` as the driver pod sees them."""
-        return {**super().node_values(node), "root": FAKE_ROOT, "python": "python"}
-
-    def on_node(self, node: str, argv: Sequence[str]) -> list[str]:
-        """The argv that runs ``argv`` in the driver pod of ``node``."""
-        return self._incluster().exec_driver(node, argv)
-
-    def restart_driver(self, node: str, *, crash: bool = False) -> None:
-        """Delete the driver pod; its DaemonSet starts a new one."""
-        self._incluster().restart_driver(node, crash=crash)
 
     def container_view(self, pod: PodRef, container: str) -> ContainerView:
         """What the container sees (``kubectl exec``), CDI devices inferred from the node's specs."""

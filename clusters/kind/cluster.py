@@ -18,26 +18,18 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from clusters import apicheck, tools
-from clusters.base import Cluster, ContainerView, PodRef, pod_key
+from clusters.base import ContainerView, PodRef, pod_key
 from clusters.errors import ClusterError, ToolError
-from clusters.incluster import (
-    CAT_SPECS,
-    FAKE_ROOT,
-    InCluster,
-    find_tools,
-    give_up,
-    load_image,
-    parse_specs,
-    wait_slices,
-)
-from clusters.kind.config import dra_gates_for, render
+from clusters.incluster import CAT_SPECS, InCluster, find_tools, give_up, parse_specs
+from clusters.kind.config import dra_gates, render
 from clusters.kind.settings import KindSettings
 from clusters.local.gobins import GoBinary, cached_build
 from clusters.local.settings import LocalSettings
+from clusters.podcluster import PodCluster
 
 __all__ = ["KIND_BINARY", "KIND_CAPABILITIES", "KindCluster", "find_kind"]
 
@@ -78,7 +70,7 @@ def find_kind(settings: KindSettings, env: Mapping[str, str], progress: Progress
             raise ToolError(f"{missing}; building it failed too: {e}") from e
 
 
-class KindCluster(Cluster):
+class KindCluster(PodCluster[KindSettings]):
     """A kind cluster for the suite (see the module docstring)."""
 
     backend = "kind"
@@ -87,14 +79,9 @@ class KindCluster(Cluster):
     def __init__(
         self, settings: KindSettings, progress: Progress | None = None, env: Mapping[str, str] | None = None
     ) -> None:
-        self.settings = settings
-        """What to make."""
-        self._say = progress or _say
-        self._env = dict(os.environ if env is None else env)
+        super().__init__(settings, progress or _say, env)
         self._created = False
-        self._docker: Path | None = None
         self._kind: Path | None = None
-        self._in: InCluster | None = None
         self._workers: list[str] = []
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -130,7 +117,7 @@ class KindCluster(Cluster):
             version = apicheck.check(self.kubeconfig)
             self._say(f"kind cluster {s.name}: Kubernetes {version}, workers {', '.join(self.nodes())}")
             if s.install_driver:
-                self._install_driver(docker)
+                self._install_driver(docker, self._all_nodes())
         except BaseException:
             self._after_failure()
             raise
@@ -151,18 +138,13 @@ class KindCluster(Cluster):
         base = KindSettings.from_env(os.environ if env is None else env)
         settings = base.with_options(name=info["name"], work_dir=Path(info["work_dir"]))
         cluster = cls(settings, env=env)
-        cluster._docker = tools.find("docker", cluster._env)
+        cluster._attach_tools()
         cluster._kind = find_kind(settings, cluster._env, cluster._say)
-        cluster._in = InCluster(
-            cluster.kubeconfig, settings.release, kubectl=tools.find("kubectl", cluster._env)
-        )
         return cluster
 
     def _create(self, kind: Path) -> None:
         s = self.settings
-        local = LocalSettings.from_env(self._env)
-        gates, source = dra_gates_for(s.k8s_version, local.binaries.cache_root)
-        self._say(f"DRA feature gates for {s.k8s_version} from {source}: {', '.join(gates) or 'none'}")
+        gates = dra_gates(s.k8s_version, self._env, self._say)
         config = self.state_dir / "kind-config.yaml"
         config.write_text(render(workers=s.workers, gates=gates, image=s.node_image))
         self._say(f"creating kind cluster {s.name} ({s.node_image}, {s.workers} worker(s)) ...")
@@ -187,20 +169,6 @@ class KindCluster(Cluster):
             timeout=900,
         )
         self._say(f"kind cluster {s.name} created in {time.monotonic() - started:.0f} s")
-
-    def _install_driver(self, docker: Path) -> None:
-        assert self._in is not None
-        s = self.settings
-        load_image(docker, s.release.image, self._all_nodes(), self._say)
-        self._in.install(self._say)
-        wait_slices(
-            self._in.kubectl,
-            s.release.driver,
-            self.nodes(),
-            timeout=s.slices_timeout,
-            progress=self._say,
-            report=self._in.pods_report,
-        )
 
     def _after_failure(self) -> None:
         give_up(self, self.state_dir / "logs", self._say)
@@ -239,29 +207,12 @@ class KindCluster(Cluster):
             self._workers = [n for n in self._all_nodes() if not n.endswith("-control-plane")]
         return list(self._workers)
 
-    def node_values(self, node: str) -> dict[str, str]:
-        """``root`` and ``python`` as the driver pod of ``node`` sees them (see :meth:`on_node`)."""
-        return {**super().node_values(node), "root": FAKE_ROOT, "python": "python"}
-
-    def on_node(self, node: str, argv: Sequence[str]) -> list[str]:
-        """The argv that runs ``argv`` in the driver pod of ``node``."""
-        return self._incluster().exec_driver(node, argv)
-
-    def _incluster(self) -> InCluster:
-        if self._in is None:
-            raise ClusterError("the kind cluster is not started")
-        return self._in
-
     def _docker_exec(self, node: str, *argv: str, timeout: float = 120.0) -> str:
         if self._docker is None:
             raise ClusterError("the kind cluster is not started")
         return tools.run([self._docker, "exec", node, *argv], timeout=timeout).stdout
 
     # --- what tests ask for -----------------------------------------------------------------
-
-    def restart_driver(self, node: str, *, crash: bool = False) -> None:
-        """Delete the driver pod of ``node``; its DaemonSet starts a new one."""
-        self._incluster().restart_driver(node, crash=crash)
 
     def restart_kubelet(self, node: str, *, crash: bool = False) -> None:
         """``systemctl restart kubelet`` in the node's container (``crash``: SIGKILL, then start)."""

@@ -9,7 +9,7 @@ then off, and the rules that need them skip).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,9 @@ import yaml
 
 from clusters.local import binaries, features
 from clusters.local.controlplane import features_binaries
+from clusters.local.settings import LocalSettings
 
-__all__ = ["CDI_PATCH", "KNOWN_GATES", "dra_gates_for", "render"]
+__all__ = ["CDI_PATCH", "KNOWN_GATES", "dra_gates", "dra_gates_for", "render"]
 
 KNOWN_GATES: Mapping[str, tuple[str, ...]] = {
     "1.37": (
@@ -59,6 +60,15 @@ def dra_gates_for(k8s_version: str, cache_root: Path) -> tuple[dict[str, bool], 
     if minor in KNOWN_GATES:
         return {g: True for g in KNOWN_GATES[minor]}, f"the table of {minor} gates (KNOWN_GATES)"
     return {}, f"nothing: no binaries of {k8s_version} cached and no table entry, so only GA DRA is on"
+
+
+def dra_gates(k8s_version: str, env: Mapping[str, str], progress: Callable[[str], None]) -> dict[str, bool]:
+    """The gates of :func:`dra_gates_for`, read from the binaries cache the local tier would use
+    under ``env``, with a line to ``progress`` saying which gates and from where (the first start
+    step of the kind and k3s backends: a run's log then says why a gated rule skipped)."""
+    gates, source = dra_gates_for(k8s_version, LocalSettings.from_env(env).binaries.cache_root)
+    progress(f"DRA feature gates for {k8s_version} from {source}: {', '.join(gates) or 'none'}")
+    return gates
 
 
 def render(

@@ -18,9 +18,10 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
-from clusters.incluster import DriverRelease
-from clusters.local.settings import DEFAULT_K8S_VERSION, normalize_version
+from clusters.local.settings import normalize_version, xdg_state_dir
+from clusters.podcluster import PodClusterSettings
 
 __all__ = ["KIND_VERSION", "NODE_IMAGES", "KindSettings", "node_image"]
 
@@ -54,13 +55,14 @@ def node_image(k8s_version: str) -> str:
 
 
 @dataclass(frozen=True)
-class KindSettings:
-    """What the kind backend makes."""
+class KindSettings(PodClusterSettings):
+    """What the kind backend makes (with ``k8s_version``, ``release``, ``install_driver`` and
+    ``slices_timeout`` of :class:`~clusters.podcluster.PodClusterSettings`)."""
+
+    backend: ClassVar[str] = "kind"
 
     name: str = "dra-conformance"
     """Cluster name (``kind create cluster --name``)."""
-    k8s_version: str = DEFAULT_K8S_VERSION
-    """Kubernetes version (picks the node image and the feature gates)."""
     workers: int = 2
     """Worker nodes, where the driver runs (one control-plane node besides)."""
     image: str = ""
@@ -69,16 +71,8 @@ class KindSettings:
     """kind version to build when no ``kind`` is found."""
     keep: bool = False
     """Leave the cluster after the run (a run always reuses a cluster of the same name)."""
-    release: DriverRelease = field(default_factory=DriverRelease)
-    """The reference driver's image and chart values."""
-    install_driver: bool = True
-    """Build, load and install the reference driver (off: the driver is installed otherwise)."""
-    work_dir: Path = field(
-        default_factory=lambda: Path.home() / ".local" / "state" / "dra-conformance" / "kind"
-    )
+    work_dir: Path = field(default_factory=lambda: xdg_state_dir("kind", {}))
     """Where the kubeconfig, the cluster config and logs go."""
-    slices_timeout: float = 180.0
-    """Seconds every worker may take to publish its first slice after the chart installed."""
 
     @property
     def node_image(self) -> str:
@@ -93,19 +87,15 @@ class KindSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> KindSettings:
         """Defaults, then the env vars of the module docstring."""
-        changes: dict[str, object] = {}
+        changes = cls._env_changes(env)
         if env.get("DRAC_KIND_NAME"):
             changes["name"] = env["DRAC_KIND_NAME"]
         if env.get("DRAC_KIND_VERSION"):
             changes["kind_version"] = env["DRAC_KIND_VERSION"]
         if env.get("DRAC_KIND_NODE_IMAGE"):
             changes["image"] = env["DRAC_KIND_NODE_IMAGE"]
-        if env.get("DRAC_K8S_VERSION"):
-            changes["k8s_version"] = normalize_version(env["DRAC_K8S_VERSION"])
         changes["keep"] = env.get("DRAC_KIND_KEEP", "").lower() in _TRUE
-        if env.get("XDG_STATE_HOME"):
-            changes["work_dir"] = Path(env["XDG_STATE_HOME"]) / "dra-conformance" / "kind"
-        return dataclasses.replace(cls(), **changes)  # type: ignore[arg-type]
+        return dataclasses.replace(cls(), **changes)
 
     def with_options(self, **options: object) -> KindSettings:
         """These settings with the options that are not None."""

@@ -6,24 +6,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from clusters.base import Cluster, ContainerView, PodRef
 from clusters.errors import ClusterError, ClusterStateError
 from clusters.local import daemon
-from clusters.local.cluster import LOCAL_CAPABILITIES, LocalNode, find_container_view
+from clusters.local.cluster import LocalClusterBase, LocalNode
 
 __all__ = ["AttachedLocalCluster"]
 
 
-class AttachedLocalCluster(Cluster):
+class AttachedLocalCluster(LocalClusterBase):
     """Talks to the daemon that owns a :class:`~clusters.local.cluster.LocalCluster`.
 
     Restarts go through the daemon (it owns the processes); container views are read from
     the node roots directly. :meth:`stop` only closes the API client: the cluster stays up
     (use :meth:`shutdown` to stop it).
     """
-
-    backend = "local"
-    capabilities = LOCAL_CAPABILITIES
 
     def __init__(self, state_dir: Path, state: dict[str, Any] | None = None) -> None:
         found = state if state is not None else daemon.read_state(state_dir)
@@ -57,24 +53,8 @@ class AttachedLocalCluster(Cluster):
         except KeyError:
             raise ClusterError(f"unknown node {node!r}; nodes: {self.nodes()}") from None
 
-    def node_values(self, node: str) -> dict[str, str]:
-        """``node``, ``kubeconfig`` and ``root`` (the node's root dir)."""
-        return {**super().node_values(node), "root": str(self.node_root(node))}
-
-    def _local_node(self, node: str) -> LocalNode:
-        return LocalNode(node, self.node_root(node))
-
-    def registry_dir(self, node: str) -> Path:
-        """The node's plugin-registration directory."""
-        return self._local_node(node).layout.registry_dir
-
-    def cdi_dir(self, node: str) -> Path:
-        """The node's CDI spec directory."""
-        return self._local_node(node).layout.cdi_dir
-
-    def node_logs(self, node: str) -> dict[str, Path]:
-        """The driver's and the node agent's log files."""
-        return self._local_node(node).log_files
+    def _local_node(self, name: str) -> LocalNode:
+        return LocalNode(name, self.node_root(name))
 
     def stop_driver(self, node: str) -> None:
         """Stop the driver on ``node`` until :meth:`restart_driver`."""
@@ -99,10 +79,6 @@ class AttachedLocalCluster(Cluster):
     def restart_component(self, component: str, *, crash: bool = False) -> None:
         """Restart one control-plane component (e.g. ``kube-apiserver``; ``crash``: SIGKILL)."""
         daemon.request(self.state_dir, "restart_component", component=component, crash=crash)
-
-    def container_view(self, pod: PodRef, container: str) -> ContainerView:
-        """Read the view the node agent wrote for a running container."""
-        return find_container_view([self.node_root(n) for n in self.nodes()], pod, container)
 
     def status(self) -> dict[str, Any]:
         """Health of every process and their memory, from the daemon."""

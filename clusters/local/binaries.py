@@ -31,7 +31,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +51,7 @@ __all__ = [
     "Binaries",
     "cache_lock",
     "download_release",
+    "fill_entry",
     "read_stamp",
     "resolve",
     "resolve_kubelet",
@@ -89,8 +90,8 @@ class Binaries:
         return self.directory / name
 
 
-def _missing(directory: Path) -> list[str]:
-    return [n for n in COMPONENTS if not os.access(directory / n, os.X_OK) or not (directory / n).is_file()]
+def _missing(directory: Path, names: Sequence[str] = COMPONENTS) -> list[str]:
+    return [n for n in names if not os.access(directory / n, os.X_OK) or not (directory / n).is_file()]
 
 
 def read_stamp(directory: Path) -> dict[str, Any] | None:
@@ -149,64 +150,106 @@ def resolve(settings: BinariesSettings, progress: Progress = _log_progress) -> B
     ):
         if read_stamp(cache_dir) is not None:  # filled while we waited
             return Binaries(cache_dir, version, "cache")
-        failures: list[str] = []
-        if settings.download:
-            try:
-                _fill(settings, progress, "download", lambda tmp: download_release(settings, tmp, progress))
-                return Binaries(cache_dir, version, "download")
-            except BinariesError as e:
-                failures.append(f"download: {e}")
-                progress(f"release download failed ({e}); trying the next way")
-        if settings.build and shutil.which("go"):
-            try:
-                _fill(settings, progress, "build", lambda tmp: _go_build(settings, tmp, progress))
-                return Binaries(cache_dir, version, "build")
-            except (GoBuildError, OSError) as e:
-                failures.append(f"go build: {e}")
-        elif settings.build:
-            failures.append("go build: 'go' is not on PATH")
-        detail = "\n  ".join(failures) or "downloads and builds are both turned off"
-        raise BinariesError(
-            f"no control-plane binaries for Kubernetes {version}:\n  {detail}\n"
-            "Do one of: pass --bin-dir DIR (or set DRAC_BIN_DIR) to a directory with "
-            f"{', '.join(COMPONENTS)}; allow downloads (unset DRAC_NO_DOWNLOAD, or point "
-            "DRAC_RELEASE_URL / DRAC_ETCD_RELEASE_URL at a mirror); "
-            "or install Go 1.24+ (https://go.dev/doc/install) so they can be built from Go modules"
+        source = _download_or_build(
+            settings,
+            progress,
+            "release",
+            _filler(settings, progress),
+            download=lambda tmp: download_release(settings, tmp, progress),
+            build=lambda tmp: _go_build(settings, tmp, progress),
+            nothing=f"no control-plane binaries for Kubernetes {version}",
+            advice=(
+                "Do one of: pass --bin-dir DIR (or set DRAC_BIN_DIR) to a directory with "
+                f"{', '.join(COMPONENTS)}; allow downloads (unset DRAC_NO_DOWNLOAD, or point "
+                "DRAC_RELEASE_URL / DRAC_ETCD_RELEASE_URL at a mirror); "
+                "or install Go 1.24+ (https://go.dev/doc/install) so they can be built from Go modules"
+            ),
         )
+        return Binaries(cache_dir, version, source)
 
 
-def _fill(settings: BinariesSettings, progress: Progress, source: str, fetch: Callable[[Path], None]) -> None:
-    """Run ``fetch`` into a temp dir beside the cache entry, stamp it, rename it into place."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{settings.k8s_version}.tmp-", dir=settings.cache_root))
+Fill = Callable[[str, Callable[[Path], object]], None]
+"""Fill a cache entry from a source (``download``, ``build``) with what a fetch writes into a dir
+(:func:`_filler`)."""
+
+
+def _download_or_build(
+    settings: BinariesSettings,
+    progress: Progress,
+    what: str,
+    fill: Fill,
+    *,
+    download: Callable[[Path], object],
+    build: Callable[[Path], object],
+    nothing: str,
+    advice: str,
+) -> str:
+    """Fill a cache entry by the release ``download``, else by a Go ``build``, as the settings allow;
+    the source that did. Raises :class:`BinariesError`, ``nothing`` with each way's failure and
+    ``advice``, when neither does."""
+    failures: list[str] = []
+    if settings.download:
+        try:
+            fill("download", download)
+            return "download"
+        except BinariesError as e:
+            failures.append(f"download: {e}")
+            progress(f"{what} download failed ({e}); trying the next way")
+    if settings.build and shutil.which("go"):
+        try:
+            fill("build", build)
+            return "build"
+        except (GoBuildError, OSError) as e:
+            failures.append(f"go build: {e}")
+    elif settings.build:
+        failures.append("go build: 'go' is not on PATH")
+    detail = "\n  ".join(failures) or "downloads and builds are both turned off"
+    raise BinariesError(f"{nothing}:\n  {detail}\n{advice}")
+
+
+def fill_entry(entry: Path, version: str, fetch: Callable[[Path], object], stamp: Mapping[str, Any]) -> float:
+    """Fill the cache entry ``entry`` of ``version`` at once: ``fetch`` into a temp dir beside it,
+    write its ``stamp.json`` (``stamp``, the seconds ``fetch`` took, the time), rename it into place;
+    the seconds. A failed ``fetch`` leaves nothing behind, so the cache never holds a partial entry.
+    The caller holds the entry's lock (:func:`cache_lock`)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{version}.tmp-", dir=entry.parent))
     try:
         start = time.monotonic()
         fetch(tmp)
-        missing = _missing(tmp)
-        if missing:
-            raise BinariesError(f"{source} produced no {', '.join(missing)} in {tmp}")
         seconds = time.monotonic() - start
-        _write_stamp(tmp, settings, source, seconds)
-        if settings.cache_dir.exists():  # an incomplete leftover (no stamp): we hold the lock
-            shutil.rmtree(settings.cache_dir)
-        os.replace(tmp, settings.cache_dir)
-        progress(
-            f"binaries for Kubernetes {settings.k8s_version} ({source}, {seconds:.0f} s) "
-            f"in {settings.cache_dir}"
-        )
+        full = {**stamp, "seconds": round(seconds, 1), "created": time.time()}
+        (tmp / STAMP).write_text(json.dumps(full, indent=2) + "\n")
+        if entry.exists():  # an incomplete leftover (no stamp): we hold the lock
+            shutil.rmtree(entry)
+        os.replace(tmp, entry)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return seconds
 
 
-def _write_stamp(directory: Path, settings: BinariesSettings, source: str, seconds: float) -> None:
-    stamp = {
-        "k8s_version": settings.k8s_version,
-        "etcd_version": settings.etcd_version,
-        "arch": settings.arch,
-        "source": source,
-        "seconds": round(seconds, 1),
-        "created": time.time(),
-    }
-    (directory / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+def _filler(settings: BinariesSettings, progress: Progress, *, kubelet: bool = False) -> Fill:
+    """What fills the cache entry of the control plane (or of the kubelet) of ``settings``: once
+    every binary is there, it is stamped and renamed into place, and ``progress`` hears of it."""
+    entry, names = (settings.kubelet_cache_dir, (KUBELET,)) if kubelet else (settings.cache_dir, COMPONENTS)
+    what = "kubelet" if kubelet else "binaries for Kubernetes"
+
+    def fill(source: str, fetch: Callable[[Path], object]) -> None:
+        def fetch_all(tmp: Path) -> None:
+            fetch(tmp)
+            missing = _missing(tmp, names)
+            if missing:
+                raise BinariesError(f"{source} produced no {', '.join(missing)} in {tmp}")
+
+        stamp = {
+            "k8s_version": settings.k8s_version,
+            "etcd_version": settings.etcd_version,
+            "arch": settings.arch,
+            "source": source,
+        }
+        seconds = fill_entry(entry, settings.k8s_version, fetch_all, stamp)
+        progress(f"{what} {settings.k8s_version} ({source}, {seconds:.0f} s) in {entry}")
+
+    return fill
 
 
 def store_in_cache(
@@ -225,7 +268,7 @@ def store_in_cache(
             for name in COMPONENTS:
                 shutil.copy2(source_dir / name, tmp / name)
 
-        _fill(settings, _log_progress, source, copy)
+        _filler(settings, _log_progress)(source, copy)
         stamp = json.loads((settings.cache_dir / STAMP).read_text())
         stamp["seconds"] = round(seconds, 1)
         (settings.cache_dir / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
@@ -275,58 +318,23 @@ def resolve_kubelet(settings: BinariesSettings, progress: Progress = _log_progre
     ):
         if _usable(target) and (entry / STAMP).is_file():  # filled while we waited
             return target
-        failures: list[str] = []
-        if settings.download:
-            try:
-                _fill_kubelet(
-                    settings, progress, "download", lambda tmp: _download_kubelet(settings, tmp, progress)
-                )
-                return target
-            except BinariesError as e:
-                failures.append(f"download: {e}")
-                progress(f"kubelet download failed ({e}); trying the next way")
-        if settings.build and shutil.which("go"):
-            try:
-                _fill_kubelet(
-                    settings,
-                    progress,
-                    "build",
-                    lambda tmp: gobuild.build_kubernetes(
-                        version, tmp, progress, commands=gobuild.NODE_COMMANDS
-                    ),
-                )
-                return target
-            except (GoBuildError, OSError) as e:
-                failures.append(f"go build: {e}")
-        elif settings.build:
-            failures.append("go build: 'go' is not on PATH")
-        detail = "\n  ".join(failures) or "downloads and builds are both turned off"
-        raise BinariesError(
-            f"no kubelet for Kubernetes {version}:\n  {detail}\n"
-            "Do one of: pass --bin-dir DIR (or set DRAC_BIN_DIR) to a directory with the control-plane "
-            "binaries and kubelet; allow downloads (unset DRAC_NO_DOWNLOAD, or point DRAC_RELEASE_URL at a "
-            "mirror); install Go 1.24+ (https://go.dev/doc/install); or use nodes of kind agent"
+        _download_or_build(
+            settings,
+            progress,
+            "kubelet",
+            _filler(settings, progress, kubelet=True),
+            download=lambda tmp: _download_kubelet(settings, tmp, progress),
+            build=lambda tmp: gobuild.build_kubernetes(
+                version, tmp, progress, commands=gobuild.NODE_COMMANDS
+            ),
+            nothing=f"no kubelet for Kubernetes {version}",
+            advice=(
+                "Do one of: pass --bin-dir DIR (or set DRAC_BIN_DIR) to a directory with the control-plane "
+                "binaries and kubelet; allow downloads (unset DRAC_NO_DOWNLOAD, or point DRAC_RELEASE_URL "
+                "at a mirror); install Go 1.24+ (https://go.dev/doc/install); or use nodes of kind agent"
+            ),
         )
-
-
-def _fill_kubelet(
-    settings: BinariesSettings, progress: Progress, source: str, fetch: Callable[[Path], Any]
-) -> None:
-    entry = settings.kubelet_cache_dir
-    tmp = Path(tempfile.mkdtemp(prefix=f".{settings.k8s_version}.tmp-", dir=entry.parent))
-    try:
-        start = time.monotonic()
-        fetch(tmp)
-        if not _usable(tmp / KUBELET):
-            raise BinariesError(f"{source} produced no kubelet in {tmp}")
-        seconds = time.monotonic() - start
-        _write_stamp(tmp, settings, source, seconds)
-        if entry.exists():  # an incomplete leftover (no stamp): we hold the lock
-            shutil.rmtree(entry)
-        os.replace(tmp, entry)
-        progress(f"kubelet {settings.k8s_version} ({source}, {seconds:.0f} s) in {entry}")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        return target
 
 
 def _download_kubelet(settings: BinariesSettings, dest: Path, progress: Progress) -> None:

@@ -21,6 +21,7 @@ this module never imports it. The node agent too is only started as a process
 
 from __future__ import annotations
 
+import abc
 import logging
 import os
 import secrets
@@ -51,7 +52,7 @@ from clusters.local.processes import ManagedProcess, install_signal_handlers
 from clusters.local.settings import LocalSettings
 from nodeagent.layout import NodeLayout
 
-__all__ = ["LOCAL_CAPABILITIES", "LocalCluster", "LocalNode", "find_container_view"]
+__all__ = ["LOCAL_CAPABILITIES", "LocalCluster", "LocalClusterBase", "LocalNode", "find_container_view"]
 
 log = logging.getLogger(__name__)
 
@@ -134,11 +135,41 @@ class LocalNode:
         return {"driver": self.root / "logs" / "driver.log", "kubelet": self.root / "logs" / "agent.log"}
 
 
-class LocalCluster(Cluster):
-    """Control-plane processes and fake nodes on this machine (no Docker, no root)."""
+class LocalClusterBase(Cluster):
+    """A local cluster seen from the process that runs it (:class:`LocalCluster`) or from another
+    one (:class:`~clusters.local.attached.AttachedLocalCluster`): either way its nodes are
+    directories on this machine, so what a test reads of a node comes from the node's root."""
 
     backend = "local"
     capabilities = LOCAL_CAPABILITIES
+
+    @abc.abstractmethod
+    def _local_node(self, name: str) -> LocalNode:
+        """The node ``name``; raises :class:`~clusters.errors.ClusterError` for an unknown one."""
+
+    def node_values(self, node: str) -> dict[str, str]:
+        """``node``, ``kubeconfig`` and ``root`` (the node's root dir)."""
+        return {**super().node_values(node), "root": str(self._local_node(node).root)}
+
+    def container_view(self, pod: PodRef, container: str) -> ContainerView:
+        """Read the view the node agent wrote for a running container."""
+        return find_container_view([self._local_node(n).root for n in self.nodes()], pod, container)
+
+    def registry_dir(self, node: str) -> Path:
+        """The node's plugin-registration directory."""
+        return self._local_node(node).layout.registry_dir
+
+    def cdi_dir(self, node: str) -> Path:
+        """The node's CDI spec directory."""
+        return self._local_node(node).layout.cdi_dir
+
+    def node_logs(self, node: str) -> dict[str, Path]:
+        """The driver's and the node agent's log files."""
+        return self._local_node(node).log_files
+
+
+class LocalCluster(LocalClusterBase):
+    """Control-plane processes and fake nodes on this machine (no Docker, no root)."""
 
     def __init__(self, settings: LocalSettings, progress: Progress | None = None) -> None:
         self.settings = settings
@@ -174,13 +205,9 @@ class LocalCluster(Cluster):
         """Names of the fake nodes."""
         return list(self.local_nodes)
 
-    def node_values(self, node: str) -> dict[str, str]:
-        """``node``, ``kubeconfig`` and ``root`` (the node's root dir)."""
-        return {**super().node_values(node), "root": str(self._node(node).root)}
-
     def start_driver(self, node: str, command: Sequence[str]) -> None:
         """Replace the driver on ``node`` with ``command`` (placeholders allowed) and wait for it."""
-        n = self._node(node)
+        n = self._local_node(node)
         if n.driver is not None:
             n.driver.stop()
         n.driver_command = tuple(self._expand(n, fill_binaries(command, self.settings, self.progress)))
@@ -191,7 +218,7 @@ class LocalCluster(Cluster):
 
     def stop_driver(self, node: str) -> None:
         """Stop (SIGTERM) the driver on ``node``; :meth:`restart_driver` starts it again."""
-        n = self._node(node)
+        n = self._local_node(node)
         if n.driver is not None:
             n.driver.stop()
 
@@ -200,7 +227,7 @@ class LocalCluster(Cluster):
 
         A driver stopped by :meth:`stop_driver` is just started again.
         """
-        n = self._node(node)
+        n = self._local_node(node)
         if not n.driver_command:
             raise NodeError(f"node {node} has no driver command to restart")
         old_sockets = set(self._driver_sockets(n).values())
@@ -220,7 +247,7 @@ class LocalCluster(Cluster):
 
         A node agent stopped by :meth:`stop_kubelet` is just started again.
         """
-        n = self._node(node)
+        n = self._local_node(node)
         if n.agent is None:
             raise NodeError(f"no node agent runs on node {node}")
         started = time.time()
@@ -244,7 +271,7 @@ class LocalCluster(Cluster):
 
         Its Node, Lease, pods and prepared claims stay as they are, as with a stopped kubelet.
         """
-        n = self._node(node)
+        n = self._local_node(node)
         if n.agent is None:
             raise NodeError(f"no node agent runs on node {node}")
         n.agent.stop()
@@ -255,22 +282,6 @@ class LocalCluster(Cluster):
         if self.control_plane is None:
             raise ClusterError("the local cluster has not been started")
         self.control_plane.restart(component, crash=crash)
-
-    def container_view(self, pod: PodRef, container: str) -> ContainerView:
-        """Read the view the node agent wrote for a running container."""
-        return find_container_view([n.root for n in self.local_nodes.values()], pod, container)
-
-    def registry_dir(self, node: str) -> Path:
-        """The node's plugin-registration directory."""
-        return self._node(node).layout.registry_dir
-
-    def cdi_dir(self, node: str) -> Path:
-        """The node's CDI spec directory."""
-        return self._node(node).layout.cdi_dir
-
-    def node_logs(self, node: str) -> dict[str, Path]:
-        """The driver's and the node agent's log files."""
-        return self._node(node).log_files
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -361,7 +372,7 @@ class LocalCluster(Cluster):
                 "set DRAC_WORK_DIR to a short path such as /tmp"
             )
 
-    def _node(self, name: str) -> LocalNode:
+    def _local_node(self, name: str) -> LocalNode:
         try:
             return self.local_nodes[name]
         except KeyError:

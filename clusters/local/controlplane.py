@@ -324,15 +324,15 @@ class ControlPlane:
         return self.binaries.directory / FLAG_FIXES_FILE if self.binaries.source != "dir" else None
 
     def _known_fix(self, key: str) -> tuple[dict[str, bool], list[str]] | None:
-        if key not in _FLAG_FIXES and self._fixes_file is not None:
+        if key not in _FLAG_FIXES:
+            if self._fixes_file is None:
+                return None  # a --bin-dir keeps no file: only this process's refusals are known
             try:
                 saved = json.loads(self._fixes_file.read_text())
                 gates, runtime = saved[key]
                 _FLAG_FIXES[key] = ({str(k): bool(v) for k, v in gates.items()}, [str(g) for g in runtime])
             except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 return None  # none saved, or unreadable: the refusal teaches it again
-        if key not in _FLAG_FIXES:  # nothing learnt for this binary and these flags
-            return None
         gates, runtime = _FLAG_FIXES[key]
         return dict(gates), list(runtime)
 

@@ -17,20 +17,17 @@ The version of each module is pinned once, in :mod:`clusters.local.settings`
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
 import shutil
-import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from clusters.errors import BinariesError, GoBuildError
 from clusters.local import gobuild
-from clusters.local.binaries import STAMP, cache_lock
+from clusters.local.binaries import STAMP, cache_lock, fill_entry
 from clusters.local.settings import LocalSettings
 
 __all__ = [
@@ -166,9 +163,8 @@ def cached_build(
                 f"no {name} {version} in the cache ({entry}) and 'go' is not on PATH to build it; "
                 f"install Go 1.24+ (https://go.dev/doc/install){suffix}"
             )
-        tmp = Path(tempfile.mkdtemp(prefix=f".{version}.tmp-", dir=entry.parent))
-        try:
-            start = time.monotonic()
+
+        def build_into(tmp: Path) -> None:
             try:
                 if builder is not None:
                     builder(tmp)
@@ -176,22 +172,10 @@ def cached_build(
                     gobuild.build_go_command(binary.module, version, binary.package, tmp, progress)
             except OSError as e:
                 raise GoBuildError(f"building {binary.package} {version}: {e}") from e
-            seconds = time.monotonic() - start
-            stamp = {
-                "module": binary.module,
-                "version": version,
-                "package": binary.package,
-                "source": "build",
-                "seconds": round(seconds, 1),
-                "created": time.time(),
-            }
-            (tmp / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
-            if entry.exists():  # an incomplete leftover (no stamp): we hold the lock
-                shutil.rmtree(entry)
-            os.replace(tmp, entry)
-            progress(f"{name} {version} (build, {seconds:.0f} s) in {entry}")
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+
+        stamp = {"module": binary.module, "version": version, "package": binary.package, "source": "build"}
+        seconds = fill_entry(entry, version, build_into, stamp)
+        progress(f"{name} {version} (build, {seconds:.0f} s) in {entry}")
         return target
 
 

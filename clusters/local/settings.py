@@ -43,6 +43,7 @@ __all__ = [
     "LocalSettings",
     "normalize_version",
     "parse_node_kinds",
+    "xdg_state_dir",
 ]
 
 DEFAULT_K8S_VERSION = "1.37.2"
@@ -85,6 +86,13 @@ def normalize_version(version: str) -> str:
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
         raise ValueError(f"Kubernetes version {version!r} is not of the form 1.37.2 (or 1.37)")
     return v
+
+
+def xdg_state_dir(name: str, env: Mapping[str, str]) -> Path:
+    """``$XDG_STATE_HOME/dra-conformance/<name>`` (XDG's default ``~/.local/state`` when unset): where
+    a cluster of one backend (``cluster``, ``kind``, ``k3s``) keeps what outlives a process."""
+    root = Path(env["XDG_STATE_HOME"]) if env.get("XDG_STATE_HOME") else Path.home() / ".local" / "state"
+    return root / "dra-conformance" / name
 
 
 def _arch() -> str:
@@ -155,9 +163,7 @@ class LocalSettings:
     wait_slices: bool = True
     """Wait for every node's ResourceSlices before the cluster counts as ready (off: the drivers'
     registration sockets are enough; a suite judges the slices itself)."""
-    state_dir: Path = field(
-        default_factory=lambda: Path.home() / ".local" / "state" / "dra-conformance" / "cluster"
-    )
+    state_dir: Path = field(default_factory=lambda: xdg_state_dir("cluster", {}))
     """Where a background cluster (``cluster up``) records PIDs, kubeconfig and logs."""
     device_classes: Path | None = None
     """A YAML file of DeviceClass manifests that ``cluster up`` creates for a driver of its own
@@ -215,8 +221,7 @@ class LocalSettings:
         if env.get("DRAC_STATE_DIR"):
             settings = dataclasses.replace(settings, state_dir=Path(env["DRAC_STATE_DIR"]))
         elif env.get("XDG_STATE_HOME"):
-            state = Path(env["XDG_STATE_HOME"]) / "dra-conformance" / "cluster"
-            settings = dataclasses.replace(settings, state_dir=state)
+            settings = dataclasses.replace(settings, state_dir=xdg_state_dir("cluster", env))
         if env.get("DRAC_EXAMPLE_DRIVER_VERSION"):
             version = env["DRAC_EXAMPLE_DRIVER_VERSION"].strip()
             version = version if version.startswith("v") else f"v{version}"

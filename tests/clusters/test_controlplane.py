@@ -239,3 +239,12 @@ def test_a_flag_the_api_server_refused_is_learnt_once(
         assert not (entry / controlplane.FLAG_FIXES_FILE).exists()
     finally:
         third.stop()
+
+
+def test_binaries_of_a_given_dir_start_with_no_fix_known(tmp_path: Path) -> None:
+    """``--bin-dir`` binaries keep no fixes file: a first start asks with the flags as they are."""
+    from clusters.local import controlplane
+
+    cp = ControlPlane(Binaries(tmp_path, "1.37.2", "dir"), tmp_path / "cp")
+    assert cp._known_fix(cp._fix_key() + "|never asked") is None
+    assert not (tmp_path / controlplane.FLAG_FIXES_FILE).exists()

@@ -1,0 +1,109 @@
+"""What the kind and k3s backends share as settings and as a :class:`~clusters.base.Cluster`.
+
+Both run the reference driver as pods of its chart (:mod:`clusters.incluster` drives ``kubectl``
+and ``helm``), so both need the same settings besides their own (:class:`PodClusterSettings`:
+Kubernetes version, driver release, whether to install it, how long to wait for slices, the env
+vars of these) and do the same on a started cluster (:class:`PodCluster`: install the driver,
+give a node's placeholder values, run a command in the node's driver pod, restart that pod).
+What differs (how nodes are made, listed, logged and stopped) stays in each backend.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar
+
+from clusters import tools
+from clusters.base import Cluster
+from clusters.errors import ClusterError
+from clusters.incluster import FAKE_ROOT, DriverRelease, InCluster, load_image, wait_slices
+from clusters.local.settings import DEFAULT_K8S_VERSION, normalize_version, xdg_state_dir
+
+__all__ = ["PodCluster", "PodClusterSettings"]
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class PodClusterSettings:
+    """The settings every backend with the driver in pods has; each backend adds its own fields,
+    among them ``work_dir`` (its default: :func:`~clusters.local.settings.xdg_state_dir` of
+    :attr:`backend`)."""
+
+    backend: ClassVar[str] = ""
+    """The backend's name (``kind``, ``k3s``): its state dir below ``$XDG_STATE_HOME/dra-conformance``."""
+
+    k8s_version: str = DEFAULT_K8S_VERSION
+    """Kubernetes version (picks the node image and the feature gates)."""
+    release: DriverRelease = field(default_factory=DriverRelease)
+    """The reference driver's image and chart values."""
+    install_driver: bool = True
+    """Build, load and install the reference driver (off: the driver is installed otherwise)."""
+    slices_timeout: float = 180.0
+    """Seconds every node with the driver may take to publish its first slice after the chart installed."""
+
+    @classmethod
+    def _env_changes(cls, env: Mapping[str, str]) -> dict[str, Any]:
+        """The changes the env vars every such backend reads make: ``DRAC_K8S_VERSION`` and
+        ``XDG_STATE_HOME`` (its ``work_dir``)."""
+        changes: dict[str, Any] = {}
+        if env.get("DRAC_K8S_VERSION"):
+            changes["k8s_version"] = normalize_version(env["DRAC_K8S_VERSION"])
+        if env.get("XDG_STATE_HOME"):
+            changes["work_dir"] = xdg_state_dir(cls.backend, env)
+        return changes
+
+
+S = TypeVar("S", bound=PodClusterSettings)
+
+
+class PodCluster(Cluster, Generic[S]):
+    """A cluster whose driver runs as pods of the reference chart (kind, k3s): see the module docstring."""
+
+    def __init__(self, settings: S, progress: Progress, env: Mapping[str, str] | None) -> None:
+        self.settings = settings
+        """What to make."""
+        self._say = progress
+        self._env = dict(os.environ if env is None else env)
+        self._docker: Path | None = None
+        self._in: InCluster | None = None
+
+    def _incluster(self) -> InCluster:
+        if self._in is None:
+            raise ClusterError(f"the {self.backend} cluster is not started")
+        return self._in
+
+    def _attach_tools(self) -> None:
+        """For :meth:`attach`: docker and kubectl from the env (no helm: attaching installs nothing)."""
+        self._docker = tools.find("docker", self._env)
+        self._in = InCluster(self.kubeconfig, self.settings.release, kubectl=tools.find("kubectl", self._env))
+
+    def _install_driver(self, docker: Path, containers: Sequence[str]) -> None:
+        """Load the driver's image into the node ``containers``, install the chart, wait for slices."""
+        incluster = self._incluster()
+        s = self.settings
+        load_image(docker, s.release.image, containers, self._say)
+        incluster.install(self._say)
+        wait_slices(
+            incluster.kubectl,
+            s.release.driver,
+            self.nodes(),
+            timeout=s.slices_timeout,
+            progress=self._say,
+            report=incluster.pods_report,
+        )
+
+    def node_values(self, node: str) -> dict[str, str]:
+        """``root`` and ``python`` as the driver pod of ``node`` sees them (see :meth:`on_node`)."""
+        return {**super().node_values(node), "root": FAKE_ROOT, "python": "python"}
+
+    def on_node(self, node: str, argv: Sequence[str]) -> list[str]:
+        """The argv that runs ``argv`` in the driver pod of ``node``."""
+        return self._incluster().exec_driver(node, argv)
+
+    def restart_driver(self, node: str, *, crash: bool = False) -> None:
+        """Delete the driver pod of ``node``; its DaemonSet starts a new one."""
+        self._incluster().restart_driver(node, crash=crash)
