@@ -64,6 +64,11 @@ class AttachedLocalCluster(LocalClusterBase):
         """Replace the driver on ``node`` (placeholders ``{node}``, ``{root}``, ``{kubeconfig}``)."""
         daemon.request(self.state_dir, "start_driver", node=node, command=list(command))
 
+    def reset_drivers(self, command: Sequence[str] | None = None) -> None:
+        """Give every node a fresh driver running ``command`` (None: the one it had), as
+        :meth:`~clusters.local.cluster.LocalCluster.reset_drivers` says."""
+        daemon.request(self.state_dir, "reset_drivers", command=None if command is None else list(command))
+
     def restart_driver(self, node: str, *, crash: bool = False) -> None:
         """Restart the driver on ``node`` (``crash``: SIGKILL instead of SIGTERM)."""
         daemon.request(self.state_dir, "restart_driver", node=node, crash=crash)

@@ -216,6 +216,52 @@ class LocalCluster(LocalClusterBase):
             self._start_driver(n)
             self._wait_driver_registered(n)
 
+    def reset_drivers(self, command: Sequence[str] | None = None) -> None:
+        """Give every node a fresh driver: stop each, delete what it left, and start ``command``
+        (placeholders allowed; None: the command each had) on every node, waiting until each has
+        registered (not for its slices: a driver under test that publishes none is for the suite
+        to find).
+
+        What a driver leaves is its sockets, its plugin dir (checkpoint), the node's CDI specs, the
+        node's fake GPU machine and driver root (``gpus/``, ``driver/``: made again from the
+        profile) and its ResourceSlices, on any node. The control plane and the node agents keep
+        running: one cluster serves many driver configurations, each as if on a new cluster.
+        """
+        nodes = list(self.local_nodes.values())
+        for n in nodes:
+            if n.driver is not None:
+                n.driver.terminate()
+        for n in nodes:
+            if n.driver is not None:
+                n.driver.stop()
+                n.driver = None
+        self._delete_slices()
+        driver = self.settings.driver_name
+        for n in nodes:
+            for path in (n.layout.plugin_dir(driver), n.layout.cdi_dir, n.root / "gpus", n.root / "driver"):
+                shutil.rmtree(path, ignore_errors=True)
+            for sock in n.layout.registry_dir.glob(f"{driver}*"):
+                sock.unlink(missing_ok=True)
+            n.layout.create(drivers=(driver,))
+            if self.settings.fake_nvml and self.nvml_lib is not None:
+                fakenvml.prepare_node(n.root, n.name, self.settings.fake_nvml)
+            if command is not None:
+                filled = fill_binaries(command, self.settings, self.progress)
+                n.driver_command = tuple(self._expand(n, filled))
+        started = [n for n in nodes if n.driver_command]
+        for n in started:
+            self._start_driver(n)
+        for n in started:
+            self._wait_driver_registered(n)
+
+    def _delete_slices(self) -> None:
+        """Delete every ResourceSlice of the driver, whichever node it names (or none)."""
+        from kubernetes import client
+
+        api = client.ResourceV1Api(self.api_client())
+        selector = f"spec.driver={self.settings.driver_name}"
+        api.delete_collection_resource_slice(field_selector=selector, _request_timeout=30)
+
     def stop_driver(self, node: str) -> None:
         """Stop (SIGTERM) the driver on ``node``; :meth:`restart_driver` starts it again."""
         n = self._local_node(node)

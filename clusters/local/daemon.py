@@ -11,7 +11,7 @@ that crashed). ``shutdown(state_dir)`` asks it to stop and waits.
 Protocol: one JSON object per connection each way: ``{"op": ..., ...}`` ->
 ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. Ops: ``status``,
 ``restart_driver``, ``stop_driver``, ``restart_kubelet``, ``stop_kubelet``, ``start_driver``,
-``restart_component``, ``stop``.
+``restart_component``, ``reset_drivers``, ``stop``.
 """
 
 from __future__ import annotations
@@ -360,6 +360,9 @@ class _Daemon:
             c.stop_kubelet(req["node"])
         elif op == "start_driver":
             c.start_driver(req["node"], list(req["command"]))
+        elif op == "reset_drivers":
+            command = req.get("command")
+            c.reset_drivers(None if command is None else list(command))
         elif op == "restart_component":
             c.restart_component(req["component"], crash=bool(req.get("crash")))
         else:

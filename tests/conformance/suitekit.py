@@ -1,25 +1,40 @@
 """Running the conformance suite from the project's tests, against the reference driver.
 
 :func:`run_suite` runs ``pytest --pyargs conformance.suite`` in a child process (pytester) on a
-local cluster of its own, with the reference driver's rule-breaking switches when asked, and
-returns the verdict on each rule from the report the run wrote. Profiles are the shipped ones
-with shorter timeouts (:func:`quick_profile`), so a broken driver fails in seconds, not minutes.
+local cluster, with the reference driver's rule-breaking switches when asked, and returns the
+verdict on each rule from the report the run wrote. Profiles are the shipped ones with shorter
+timeouts (:func:`quick_profile`), so a broken driver fails in seconds, not minutes.
+
+The cluster is the run's own, or one of a :class:`ClusterPool`: a local cluster kept across runs
+in one pytest process, whose control plane and node agents stay up while only the drivers are
+replaced (a switch set is the driver's start-up flags), each run starting on a clean slate.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import shlex
+import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from clusters.errors import ClusterError
+from clusters.local import daemon
+from clusters.local.attached import AttachedLocalCluster
 from clusters.local.binaries import Binaries
+from clusters.local.settings import LocalSettings
 from conformance import report
 from conformance.catalogue import select
-from conformance.profiles import SHIPPED_DIR, load
+from conformance.harness import Kube, meta
+from conformance.harness.status import allocation
+from conformance.profiles import SHIPPED_DIR, DriverProfile, load
 from conformance.suite import SUITE_DIR
 
 SUITE_INI = SUITE_DIR / "pytest.ini"
@@ -77,6 +92,93 @@ def quick_profile(name: str, directory: Path, **changes: object) -> Path:
     return path
 
 
+QUIET_TIMEOUT = 90.0
+"""Seconds a pooled cluster may take to release what the previous run held (its pods gone, its
+claims deallocated) before it is replaced by a new one."""
+
+
+class ClusterPool:
+    """Local clusters kept across suite runs in one pytest process (an xdist worker runs its
+    cases one after another): one at a time, for the driver name, node count and NVML setting of
+    the last run; another combination replaces it.
+
+    Before each run the pool waits until the previous run's pods are gone and its claims
+    deallocated, then gives every node a fresh driver with the run's command
+    (:meth:`~clusters.local.cluster.LocalCluster.reset_drivers`: sockets, checkpoint, CDI specs,
+    fake GPU machine and slices are deleted first). A cluster that does not get quiet in
+    :data:`QUIET_TIMEOUT` seconds, or whose daemon is gone, is replaced by a new one.
+    """
+
+    def __init__(self, binaries: Binaries, work_dir: Path) -> None:
+        self.binaries = binaries
+        self.work_dir = work_dir
+        """Where the pool's state dirs go (short: the cluster's sockets live under its temp root)."""
+        self._key: tuple[Any, ...] | None = None
+        self._state_dir: Path | None = None
+        self.started = 0
+        """Clusters this pool started (a measure of what it saved)."""
+
+    def cluster_for(self, profile: DriverProfile, command: str) -> Path:
+        """The state dir of a cluster whose every node runs ``command`` (fresh), ready for a run."""
+        local = profile.local
+        assert local is not None, f"profile {profile.name} cannot run locally"
+        fake = local.fake_profile if local.nvml == "fake" else None
+        key = (profile.driver, local.nodes, fake)
+        words = shlex.split(command)
+        if self._state_dir is not None and key == self._key and daemon.read_state(self._state_dir):
+            cluster = AttachedLocalCluster(self._state_dir)
+            try:
+                _wait_quiet(cluster)
+                cluster.reset_drivers(words)
+                return self._state_dir
+            except (ClusterError, TimeoutError) as e:
+                print(f"[suitekit] replacing the pooled cluster: {e}", flush=True)
+            finally:
+                cluster.stop()
+        self.close()
+        settings = LocalSettings(
+            nodes=local.nodes, driver_name=profile.driver, driver_command=tuple(words), fake_nvml=fake
+        )
+        settings = settings.with_bin_dir(self.binaries.directory).with_version(self.binaries.version)
+        settings = dataclasses.replace(settings, wait_slices=False)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        state_dir = self.work_dir / f"pool-{os.getpid()}-{self.started}"
+        daemon.launch(settings, state_dir, watch_pid=os.getpid())
+        self._key, self._state_dir = key, state_dir
+        self.started += 1
+        return state_dir
+
+    def close(self) -> None:
+        """Stop the pooled cluster, if any."""
+        if self._state_dir is not None:
+            daemon.shutdown(self._state_dir)
+            shutil.rmtree(self._state_dir, ignore_errors=True)
+        self._key = self._state_dir = None
+
+
+def _wait_quiet(cluster: AttachedLocalCluster) -> None:
+    """Wait until no pod is bound to the cluster's nodes and no claim is allocated."""
+    kube = Kube(cluster.api_client())
+    nodes = set(cluster.nodes())
+    deadline = time.monotonic() + QUIET_TIMEOUT
+    while True:
+        pods = [_key(p) for p in kube.objects("Pod") if (p.get("spec") or {}).get("nodeName") in nodes]
+        claims = [_key(c) for c in kube.objects("ResourceClaim") if allocation(c) is not None]
+        if not pods and not claims:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"after {QUIET_TIMEOUT:.0f} s still on the nodes: pods {pods[:5]}, "
+                f"allocated claims {claims[:5]}"
+            )
+        time.sleep(0.2)
+
+
+def _key(obj: dict[str, Any]) -> str:
+    m = meta(obj)
+    return f"{m.get('namespace')}/{m.get('name')}"
+
+
 def run_suite(
     pytester: pytest.Pytester,
     binaries: Binaries,
@@ -87,9 +189,11 @@ def run_suite(
     breaks: Sequence[str] = (),
     workers: int = 1,
     external: Path | None = None,
+    pool: ClusterPool | None = None,
 ) -> SuiteRun:
     """Run the suite against the reference driver (with the switches ``breaks`` on), on a local
-    cluster of its own, or on the cluster of the kubeconfig ``external`` as ``--dra-cluster external``."""
+    cluster of its own, on a cluster of ``pool``, or on the cluster of the kubeconfig ``external``
+    as ``--dra-cluster external``."""
     loaded = load(profile)
     assert loaded.local is not None, f"profile {profile} cannot run locally"
     command = loaded.local.command + "".join(f" --testing-break-rule {shlex.quote(b)}" for b in breaks)
@@ -97,6 +201,8 @@ def run_suite(
     target = [f"--dra-driver-command={command}"]
     if external is not None:
         target = ["--dra-cluster=external", f"--dra-kubeconfig={external}"]
+    elif pool is not None:
+        target = [f"--cluster-state-dir={pool.cluster_for(loaded, command)}"]
     args = [
         "--pyargs",
         "conformance.suite",

@@ -1,9 +1,10 @@
 """The suite tested against the reference driver: clean, it passes; with a switch on, exactly the
 rules that switch breaks fail.
 
-Each case runs the areas its switch concerns on a local cluster of its own (pytester, a child
-pytest) and compares the set of failed rule ids with the table below, which
-``conformance/README.md`` repeats. A switch that stops breaking its rules, a test that stops
+Each case runs the areas its switch concerns (pytester, a child pytest) on a pooled local cluster
+whose drivers are replaced, fresh, with the case's switch on (``suitekit.ClusterPool``), and
+compares the set of failed rule ids with the table below, which ``conformance/README.md``
+repeats. A switch that stops breaking its rules, a test that stops
 catching them, or a test that starts failing for an unrelated reason all fail here.
 """
 
@@ -26,7 +27,7 @@ from conformance.harness import Kube
 from conformance.plugin.preflight import class_manifests
 from conformance.profiles import load
 from driver.breakage import RULES as SWITCHES
-from tests.conformance.suitekit import area_rules, quick_profile, run_suite
+from tests.conformance.suitekit import ClusterPool, area_rules, quick_profile, run_suite
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.selftest, pytest.mark.timeout(1500)]
 
@@ -176,12 +177,23 @@ def test_readme_table_is_the_case_table() -> None:
 
 @pytest.mark.parametrize("switch", sorted(CASES))
 def test_switch_fails_exactly_its_rules(
-    switch: str, pytester: pytest.Pytester, local_binaries: Binaries, tmp_path: Path
+    switch: str,
+    pytester: pytest.Pytester,
+    local_binaries: Binaries,
+    cluster_pool: ClusterPool,
+    tmp_path: Path,
 ) -> None:
     c = CASES[switch]
     profile = quick_profile(c.profile, tmp_path)
     run = run_suite(
-        pytester, local_binaries, profile, areas=c.areas, rules=c.rules, breaks=[switch], workers=2
+        pytester,
+        local_binaries,
+        profile,
+        areas=c.areas,
+        rules=c.rules,
+        breaks=[switch],
+        workers=2,
+        pool=cluster_pool,
     )
     assert run.failed == c.fails, run.explain()
     assert not run.having("unexpected-pass"), run.explain()
@@ -189,9 +201,13 @@ def test_switch_fails_exactly_its_rules(
 
 @pytest.mark.parametrize("profile", ["reference-gpu", "reference-mig", "reference-l4", "reference-mixed"])
 def test_clean_run_passes(
-    profile: str, pytester: pytest.Pytester, local_binaries: Binaries, tmp_path: Path
+    profile: str,
+    pytester: pytest.Pytester,
+    local_binaries: Binaries,
+    cluster_pool: ClusterPool,
+    tmp_path: Path,
 ) -> None:
-    run = run_suite(pytester, local_binaries, quick_profile(profile, tmp_path), workers=2)
+    run = run_suite(pytester, local_binaries, quick_profile(profile, tmp_path), workers=2, pool=cluster_pool)
     assert not run.failed, run.explain()
     ran = {rule for rule, outcome in run.outcomes.items() if outcome in ("passed", "skipped")}
     assert {r for r in ran if r.split("-")[0] in ("PRE", "REG", "SLICE", "ALLOC", "PREP")}, run.explain()
