@@ -35,7 +35,7 @@ from clusters.kind import KindCluster
 from clusters.pytest_plugin import ClusterSession, cluster_session
 from conformance import report
 from conformance._files import write_atomic
-from conformance.catalogue import AREAS, RULES, check_docstring, rule_of
+from conformance.catalogue import AREAS, RULES, by_id, check_docstring, rule_of
 from conformance.config import IN_CLUSTER, SuiteConfig
 from conformance.harness import Harness, Kube, collect
 from conformance.plugin import preflight
@@ -78,6 +78,12 @@ class ConformanceRun:
         self.started: float = config.getoption("dra_started") or time.time()
         self._phases: dict[str, list[pytest.TestReport]] = {}
         self._preflight_failed = ""
+        self._stopped = ""
+        """Why the run stopped early (preflight, ``--dra-fail-fast``); empty while it goes on."""
+        self._failed_area = ""
+        self._first_failure = ""
+        """With ``--dra-fail-fast``: the area of the first failed rule, until its tests are done."""
+        self._recorded: set[str] = set()
         self._narrowed = False
 
     # --- configuration of the session's cluster ------------------------------------------------
@@ -181,8 +187,38 @@ class ConformanceRun:
         ):
             self._preflight_failed = f"{record.rule}: {record.reason}"
             self._stop(report, f"preflight failed: {self._preflight_failed}")
+        elif self.suite.fail_fast:
+            self._fail_fast(report, record.nodeid, record.rule, record.outcome, record.reason)
+
+    def _fail_fast(
+        self, report: pytest.TestReport, nodeid: str, rule: str, outcome: str, reason: str
+    ) -> None:
+        """Stop once every test of the area of the first failed rule has a record (tests run area
+        by area, so that is soon): its verdict is whole, and nothing of the next areas starts."""
+        self._recorded.add(nodeid)
+        if self._stopped:
+            return
+        if outcome in ("failed", "error") and not self._failed_area:
+            self._failed_area = by_id(rule).area
+            self._first_failure = f"{rule}: {reason.splitlines()[0] if reason else outcome}"
+        if not self._failed_area:
+            return
+        try:
+            collected = json.loads((self.run_dir / "collected.json").read_text())["tests"]
+        except (OSError, ValueError, KeyError):
+            collected = []
+        pending = [
+            e["nodeid"]
+            for e in collected
+            if by_id(e["rule"]).area == self._failed_area and e["nodeid"] not in self._recorded
+        ]
+        if not pending:
+            self._stop(
+                report, f"--fail-fast: area {self._failed_area} has a failed rule ({self._first_failure})"
+            )
 
     def _stop(self, report: pytest.TestReport, why: str) -> None:
+        self._stopped = why
         dsession = self.config.pluginmanager.getplugin("dsession")
         if dsession is not None:
             dsession.shouldstop = why
@@ -247,7 +283,7 @@ class ConformanceRun:
             if self.suite.rules or self.suite.areas
             else (),
             known_failures=dict(profile.known_failures),
-            stopped=f"preflight failed: {self._preflight_failed}" if self._preflight_failed else "",
+            stopped=self._stopped,
         )
         write_atomic(self.run_dir / "run.json", info.to_json())
 

@@ -87,9 +87,11 @@ def run_suite(
     breaks: Sequence[str] = (),
     workers: int = 1,
     external: Path | None = None,
+    options: Sequence[str] = (),
 ) -> SuiteRun:
     """Run the suite against the reference driver (with the switches ``breaks`` on), on a local
-    cluster of its own, or on the cluster of the kubeconfig ``external`` as ``--dra-cluster external``."""
+    cluster of its own, or on the cluster of the kubeconfig ``external`` as ``--dra-cluster external``;
+    ``options`` are more pytest arguments (``--dra-fail-fast``)."""
     loaded = load(profile)
     assert loaded.local is not None, f"profile {profile} cannot run locally"
     command = loaded.local.command + "".join(f" --testing-break-rule {shlex.quote(b)}" for b in breaks)
@@ -117,6 +119,7 @@ def run_suite(
     elif areas:
         args.append(f"--dra-areas={','.join(areas)}")
     args += ["-n", str(workers)] if workers > 1 else ["-p", "no:xdist"]
+    args += options
     result = pytester.runpytest_subprocess(*args, timeout=900)
     output = result.stdout.str() + result.stderr.str()
     path = run_dir / "conformance.json"

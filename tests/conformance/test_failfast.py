@@ -39,3 +39,24 @@ def test_pod_tests_fail_fast_quoting_the_node(
         assert "gave up after" in result.reason and "timed out" not in result.reason, result.reason
         # the grace period, the node's first retry and the test's own setup: far below the timeout
         assert result.duration_s < GRACE_SECONDS + 25, f"{result.rule.id} took {result.duration_s:.1f} s"
+
+
+def test_fail_fast_stops_after_the_first_area_with_a_failed_rule(
+    pytester: pytest.Pytester, local_binaries: Binaries, tmp_path: Path
+) -> None:
+    """ALLOC comes before PREP: ALLOC-ONE fails, its area is done, so PREP-VIEW never starts."""
+    profile = quick_profile("reference-gpu", tmp_path)
+    run = run_suite(
+        pytester,
+        local_binaries,
+        profile,
+        rules=["ALLOC-ONE", "PREP-VIEW"],
+        breaks=["invalid-cdi-spec"],
+        options=["--dra-fail-fast"],
+    )
+    assert run.failed == {"ALLOC-ONE"}, run.explain()
+    assert run.report.run.stopped.startswith("--fail-fast: area ALLOC has a failed rule (ALLOC-ONE: "), (
+        run.report.run.stopped
+    )
+    view = next(r for r in run.report.rules if r.rule.id == "PREP-VIEW")
+    assert view.outcome == "not-run" and "the run stopped early (--fail-fast" in view.reason, view.reason
