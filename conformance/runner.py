@@ -37,7 +37,7 @@ from conformance import report
 from conformance.catalogue import AREAS, by_id
 from conformance.config import IN_CLUSTER, SuiteConfig
 from conformance.errors import ConformanceError
-from conformance.report import TestRecord, clip, read_records, rule_results
+from conformance.report import TestRecord, read_records, rule_results
 from conformance.suite import SUITE_DIR
 
 __all__ = ["Progress", "pytest_command", "run"]
@@ -98,8 +98,13 @@ def _local_settings(config: SuiteConfig) -> LocalSettings:
         example_driver_bin=config.example_driver_bin,
         fake_nvml=config.fake_nvml,
     )
-    # whether the driver publishes slices is for preflight (PRE-SLICES) to judge, not for the start
-    return dataclasses.replace(settings, wait_slices=False)
+    # whether the driver registers and publishes slices is for preflight to judge (PRE-REGISTERED,
+    # PRE-SLICES): a verdict in the report, not a failed start
+    return dataclasses.replace(settings, wait_slices=False, wait_registered=False)
+
+
+REASON_CHARS = 160
+"""How much of a failed rule's reason its progress line shows (the report has all of it)."""
 
 
 class _Watcher:
@@ -169,7 +174,8 @@ class _Watcher:
             result = rule_results(mine, [by_id(rule_id)])[0]
             why = ""
             if result.outcome in ("failed", "unexpected-pass") and result.reason:
-                why = "  " + clip(result.reason.splitlines()[0], 1, 160)
+                first = result.reason.splitlines()[0]
+                why = "  " + (first if len(first) <= REASON_CHARS else first[: REASON_CHARS - 3] + "...")
             self._line(f"    {rule_id:<34} {result.outcome:<16} {result.duration_s:6.1f} s{why}")
 
     def _line(self, text: str) -> None:
@@ -298,6 +304,8 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
         if failed or code not in (0, 1):
             why = f"{failed[0].rule.id}: {failed[0].reason}" if failed else f"pytest exited with {code}"
             say(f"preflight failed, nothing else runs: {why}")
+            for line in _details(failed[0]) if failed else []:
+                say(f"  {line}")
             return result
         chosen = f"{len(config.selected)} selected rule(s)" if config.rules or config.areas else "every rule"
         say(f"running {chosen} with -n {config.workers} ...")
@@ -327,6 +335,25 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
                     for leftover in state_dir.iterdir():
                         leftover.unlink()
                     state_dir.rmdir()
+
+
+DETAIL_LINES = 40
+"""At most this many lines of a failed PRE rule's message are shown beyond its first."""
+
+
+def _details(result: report.RuleResult) -> list[str]:
+    """The lines of a failed rule's message after its first (what preflight saw on each node, the
+    driver's last log lines), from pytest's report of the assertion."""
+    for test in result.tests:
+        lines = [line[1:].strip() for line in test.longrepr.splitlines() if line.startswith("E ")]
+        body = []
+        for line in lines[1:]:
+            if line.startswith("assert "):  # pytest's rewrite of the assertion: the message has ended
+                break
+            body.append(line)
+        if body:
+            return body[:DETAIL_LINES]
+    return []
 
 
 def _report(config: SuiteConfig) -> report.Report:

@@ -322,8 +322,9 @@ class LocalCluster(LocalClusterBase):
                 self._create_device_classes()
                 for n in drivers:
                     self._start_driver(n)
-                for n in drivers:
-                    self._wait_driver_registered(n)
+                if s.wait_registered:
+                    for n in drivers:
+                        self._wait_driver_registered(n)
                 if s.wait_slices:
                     self._wait_slices(drivers)
                 self.timings["drivers"] = time.monotonic() - t

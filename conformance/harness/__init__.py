@@ -31,7 +31,14 @@ from conformance.harness.faults import FaultCommandFailed, FaultCommands, tainte
 from conformance.harness.harness import MEASURE_PREFIX, TEST_TAINT_KEY, Harness
 from conformance.harness.healthstream import HealthReport, HealthStream, choose_version
 from conformance.harness.kube import ApiError, Kube, meta
-from conformance.harness.plugin_client import DRA_SERVICES, ClaimRef, PluginClient, get_info, notify
+from conformance.harness.plugin_client import (
+    DRA_SERVICES,
+    ClaimRef,
+    PluginClient,
+    get_info,
+    is_socket,
+    notify,
+)
 from conformance.harness.signs import Stuck
 from conformance.harness.status import allocated_devices, pod_phase, ref, reserved_for, unschedulable
 from conformance.harness.waiting import Objects, WaitFailed, WaitTimeout, until, watch_until
@@ -65,6 +72,7 @@ __all__ = [
     "counter_sets",
     "exact_cel",
     "get_info",
+    "is_socket",
     "match_cel",
     "meta",
     "missing",

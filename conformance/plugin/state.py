@@ -40,7 +40,7 @@ from conformance.config import IN_CLUSTER, SuiteConfig
 from conformance.harness import Harness, Kube, collect
 from conformance.plugin import preflight
 from conformance.plugin.records import record_of
-from conformance.report import RunInfo
+from conformance.report import RunInfo, TestRecord
 from conformance.suite import SUITE_DIR
 
 __all__ = ["HARNESS_KEY", "RUN_KEY", "ConformanceRun"]
@@ -84,6 +84,7 @@ class ConformanceRun:
         self._first_failure = ""
         """With ``--dra-fail-fast``: the area of the first failed rule, until its tests are done."""
         self._recorded: set[str] = set()
+        self._also_recorded: set[str] = set()
         self._narrowed = False
 
     # --- configuration of the session's cluster ------------------------------------------------
@@ -114,8 +115,9 @@ class ConformanceRun:
                 nodes=suite.local_nodes,
                 fake_nvml=suite.fake_nvml,
             )
-            # whether the driver publishes slices is for preflight (PRE-SLICES) to judge
-            cs.settings = replace(settings, wait_slices=False)
+            # whether the driver registers and publishes slices is for preflight to judge
+            # (PRE-REGISTERED, PRE-SLICES): a verdict in the report, not a failed start
+            cs.settings = replace(settings, wait_slices=False, wait_registered=False)
         if self.controller:
             self._write_run_info()
 
@@ -178,8 +180,11 @@ class ConformanceRun:
         record = record_of(phases)
         if record is None:
             return
+        records = [record]
+        if record.rule.startswith("PRE-") and record.outcome in ("failed", "error"):
+            records += self._seen_by_preflight(record)
         with (self.run_dir / "records.jsonl").open("a") as f:
-            f.write(record.to_json() + "\n")
+            f.writelines(r.to_json() + "\n" for r in records)
         if (
             record.rule.startswith("PRE-")
             and record.outcome in ("failed", "error")
@@ -189,6 +194,22 @@ class ConformanceRun:
             self._stop(report, f"preflight failed: {self._preflight_failed}")
         elif self.suite.fail_fast:
             self._fail_fast(report, record.nodeid, record.rule, record.outcome, record.reason)
+
+    def _seen_by_preflight(self, record: TestRecord) -> list[TestRecord]:
+        """Records of the rules of other areas that what preflight saw breaks (``Verdict.also``), once,
+        with the failed PRE rule's record: the run stops before their own tests, yet they are named."""
+        path = self._slot_file("preflight.json")
+        if not path.exists():
+            return []
+        also = preflight.Verdict.from_json(path.read_text()).also
+        out = []
+        for rule_id, why in also.items():
+            if rule_id in self._also_recorded:
+                continue
+            self._also_recorded.add(rule_id)
+            nodeid = f"{record.nodeid}::{rule_id}"
+            out.append(TestRecord(nodeid, rule_id, "failed", why, 0.0, record.started, why))
+        return out
 
     def _fail_fast(
         self, report: pytest.TestReport, nodeid: str, rule: str, outcome: str, reason: str
