@@ -12,9 +12,12 @@ the scheduler's own words once a sign is terminal:
 - the scheduler failed on the pod (``PodScheduled=False``, reason ``SchedulerError``: a CEL error
   in a selector, say).
 
-Transient signs are not terminal. Each sign above must persist for :data:`GRACE_SECONDS` (the
-kubelet, and the node agent, retry a failed prepare within a second or two, e.g. while a driver
-restarts); a later event or a pod that moved on starts the grace period anew. Prepare failures
+Transient signs are not terminal. Each sign above must persist for :data:`GRACE_SECONDS`, so a
+failure whose retry is already under way (the node agent retries a failed prepare after 1 s, then
+2 s) can still clear; a pod that moved on, or a later event of another kind, starts the grace
+period anew. A real kubelet retries a failed pod sync only after about 10 s: a driver that answers
+a prepare with an error is at fault whenever it does so (the suite counts any
+FailedPrepareDynamicResources of a clean run as a failure), so the grace is not stretched to that. Prepare failures
 that say the driver is away (not registered, gRPC ``UNAVAILABLE``) or the claim is not ready yet
 never count: tests restart drivers and kubelets on purpose, and those signs last as long as that
 takes. ``PodScheduled=False`` with reason ``Unschedulable`` never counts either: in a parallel
