@@ -17,13 +17,14 @@ failure whose retry is already under way (the node agent retries a failed prepar
 2 s) can still clear; a pod that moved on, or a later event of another kind, starts the grace
 period anew. A real kubelet retries a failed pod sync only after about 10 s: a driver that answers
 a prepare with an error is at fault whenever it does so (the suite counts any
-FailedPrepareDynamicResources of a clean run as a failure), so the grace is not stretched to that. Prepare failures
-that say the driver is away (not registered, gRPC ``UNAVAILABLE``) or the claim is not ready yet
-never count: tests restart drivers and kubelets on purpose, and those signs last as long as that
-takes. ``PodScheduled=False`` with reason ``Unschedulable`` never counts either: in a parallel
-run a pod waits for devices that other tests (or the test's own earlier claims) still hold, and
-the scheduler tries again when they are freed; waits that expect it (``wait_unschedulable``)
-therefore see it as success, never as failure.
+FailedPrepareDynamicResources of a clean run as a failure), so the grace is not stretched to that.
+
+Prepare failures that say the driver is away (not registered, gRPC ``UNAVAILABLE``) or the claim
+is not ready yet never count: tests restart drivers and kubelets on purpose, and those signs last
+as long as that takes. ``PodScheduled=False`` with reason ``Unschedulable`` never counts either: in
+a parallel run a pod waits for devices that other tests (or the test's own earlier claims) still
+hold, and the scheduler tries again when they are freed; waits that expect it
+(``wait_unschedulable``) therefore see it as success, never as failure.
 """
 
 from __future__ import annotations

@@ -81,10 +81,13 @@ class ConformanceRun:
         self._stopped = ""
         """Why the run stopped early (preflight, ``--dra-fail-fast``); empty while it goes on."""
         self._failed_area = ""
-        self._first_failure = ""
         """With ``--dra-fail-fast``: the area of the first failed rule, until its tests are done."""
+        self._first_failure = ""
+        """With ``--dra-fail-fast``: that rule and the first line of why it failed."""
         self._recorded: set[str] = set()
+        """With ``--dra-fail-fast``: the node ids that have a record."""
         self._also_recorded: set[str] = set()
+        """Rules of other areas recorded failed from what preflight saw (each once)."""
         self._narrowed = False
 
     # --- configuration of the session's cluster ------------------------------------------------
