@@ -2,7 +2,7 @@
 
     dra-conformance run --profile NAME|PATH [--cluster local|kind|k3s|external] [--kubeconfig K]
                         [--driver-command '...'] [--rules ID,ID] [-m AREA] [-n N]
-                        [--keep-cluster] [-- PYTEST ARGS]
+                        [--keep-cluster] [--fail-fast] [-q] [-- PYTEST ARGS]
     dra-conformance rules [-m AREA]          the rule catalogue
     dra-conformance profiles [--check PATH]  the shipped profiles, or check one
     dra-conformance cluster up|status|down|binaries
@@ -83,6 +83,18 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--keep-cluster", action="store_true", help="leave the local or kind cluster running afterwards"
     )
+    r.add_argument(
+        "--fail-fast",
+        action="store_true",
+        help="stop once an area with a failed rule has finished: areas run in catalogue order, the tests "
+        "already running finish, nothing else starts (for quick loops on a broken driver)",
+    )
+    r.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="progress as a line per area only (default: also a line per rule as it finishes)",
+    )
     r.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments")
     rules = top.add_parser("rules", help="list the rule catalogue")
     rules.add_argument("-m", dest="areas", action="append", default=[], help="only this area; repeatable")
@@ -109,6 +121,8 @@ def _run(args: argparse.Namespace) -> int:
         pytest_args=args.pytest_args,
         example_driver_bin=args.example_driver_bin,
         driver_bin=args.driver_bin,
+        fail_fast=args.fail_fast,
+        quiet=args.quiet,
     )
     result = run(config, progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(report.summary_table(result))

@@ -76,6 +76,11 @@ class SuiteConfig:
     driver_bin: Path | None = None
     """The driver binary a profile's local command names as ``{driver_bin}`` (a vendor's driver the
     user brings, e.g. NVIDIA's gpu-kubelet-plugin; ``--driver-bin``, env ``DRAC_DRIVER_BIN``)."""
+    fail_fast: bool = False
+    """Stop the run once an area with a failed rule has finished (``--fail-fast``): the tests
+    already running finish, nothing else starts; the report says the run stopped early and why."""
+    quiet: bool = False
+    """Progress without a line per rule: only a line per area (``-q``)."""
 
     @property
     def run_dir(self) -> Path:
@@ -169,6 +174,8 @@ class SuiteConfig:
         example_driver_bin: str | Path | None = None,
         cluster_info: str | Path | None = None,
         driver_bin: str | Path | None = None,
+        fail_fast: bool = False,
+        quiet: bool = False,
     ) -> SuiteConfig:
         """Validate the options and build the config; :class:`UsageError` names a bad one."""
         loaded = profile if isinstance(profile, DriverProfile) else load(profile)
@@ -217,6 +224,8 @@ class SuiteConfig:
             example_driver_bin=Path(example_driver_bin) if example_driver_bin else None,
             cluster_info=Path(cluster_info) if cluster_info else None,
             driver_bin=Path(driver_bin).expanduser() if driver_bin else None,
+            fail_fast=fail_fast,
+            quiet=quiet,
         )
         if run_id:
             config = dataclasses.replace(config, run_id=run_id)

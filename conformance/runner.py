@@ -37,7 +37,7 @@ from conformance import report
 from conformance.catalogue import AREAS, by_id
 from conformance.config import IN_CLUSTER, SuiteConfig
 from conformance.errors import ConformanceError
-from conformance.report import read_records
+from conformance.report import TestRecord, read_records, rule_results
 from conformance.suite import SUITE_DIR
 
 __all__ = ["Progress", "pytest_command", "run"]
@@ -80,6 +80,8 @@ def pytest_command(
         cmd += [f"--dra-areas={','.join(config.areas)}"]
     if marker:
         cmd += ["-m", marker]
+    if config.fail_fast:
+        cmd += ["--dra-fail-fast"]
     chosen = workers if workers is not None else config.workers
     cmd += ["-p", "no:xdist"] if chosen == "0" else ["-n", chosen, "--dist", "load"]
     cmd += ["-q", "-rfEs", *config.pytest_args]
@@ -96,35 +98,49 @@ def _local_settings(config: SuiteConfig) -> LocalSettings:
         example_driver_bin=config.example_driver_bin,
         fake_nvml=config.fake_nvml,
     )
-    # whether the driver publishes slices is for preflight (PRE-SLICES) to judge, not for the start
-    return dataclasses.replace(settings, wait_slices=False)
+    # whether the driver registers and publishes slices is for preflight to judge (PRE-REGISTERED,
+    # PRE-SLICES): a verdict in the report, not a failed start
+    return dataclasses.replace(settings, wait_slices=False, wait_registered=False)
+
+
+REASON_CHARS = 160
+"""How much of a failed rule's reason its progress line shows (the report has all of it)."""
 
 
 class _Watcher:
-    """Follows ``records.jsonl`` while pytest runs: a live count, a line per finished area."""
+    """Follows ``records.jsonl`` while pytest runs: a line per finished rule (id, verdict, seconds;
+    not when ``quiet``), a line per finished area, and a live count on a terminal."""
 
-    def __init__(self, run_dir: Path, progress: Progress, live: bool) -> None:
+    def __init__(self, run_dir: Path, progress: Progress, live: bool, quiet: bool = False) -> None:
         self.run_dir = run_dir
         self.progress = progress
         self.live = live
+        self.quiet = quiet
         self.done_areas: set[str] = set()
+        self.done_rules: set[str] = set()
         self.shown = ""
 
     def _expected(self) -> dict[str, int]:
+        """Tests per rule of the phase that runs (``collected.json``)."""
         try:
             collected = json.loads((self.run_dir / "collected.json").read_text())
         except (OSError, ValueError):
             return {}
         counts: dict[str, int] = {}
         for entry in collected.get("tests", []):
-            area = by_id(entry["rule"]).area
-            counts[area] = counts.get(area, 0) + 1
+            counts[entry["rule"]] = counts.get(entry["rule"], 0) + 1
         return counts
 
     def poll(self, since: float) -> None:
-        expected = self._expected()
+        """Show what finished since the last poll (records of tests that started after ``since``)."""
+        per_rule = self._expected()
+        expected: dict[str, int] = {}
+        for rule_id, n in per_rule.items():
+            expected[by_id(rule_id).area] = expected.get(by_id(rule_id).area, 0) + n
         records = [r for r in read_records(self.run_dir / "records.jsonl") if r.started >= since - 1]
-        latest = {r.nodeid: r for r in records}.values()
+        latest = list({r.nodeid: r for r in records}.values())
+        if not self.quiet:
+            self._rules(latest, per_rule)
         per_area: dict[str, list[str]] = {}
         for r in latest:
             per_area.setdefault(by_id(r.rule).area, []).append(r.outcome)
@@ -145,6 +161,22 @@ class _Watcher:
                 sys.stderr.write("\r" + status + " " * 8)
                 sys.stderr.flush()
                 self.shown = status
+
+    def _rules(self, latest: list[TestRecord], per_rule: dict[str, int]) -> None:
+        """A line per rule whose tests all have records: its verdict, seconds, and why it failed."""
+        tests: dict[str, list[TestRecord]] = {}
+        for r in latest:
+            tests.setdefault(r.rule, []).append(r)
+        for rule_id, mine in tests.items():
+            if rule_id in self.done_rules or len(mine) < per_rule.get(rule_id, 1):
+                continue
+            self.done_rules.add(rule_id)
+            result = rule_results(mine, [by_id(rule_id)])[0]
+            why = ""
+            if result.outcome in ("failed", "unexpected-pass") and result.reason:
+                first = result.reason.splitlines()[0]
+                why = "  " + (first if len(first) <= REASON_CHARS else first[: REASON_CHARS - 3] + "...")
+            self._line(f"    {rule_id:<34} {result.outcome:<16} {result.duration_s:6.1f} s{why}")
 
     def _line(self, text: str) -> None:
         if self.live and self.shown:
@@ -257,7 +289,7 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
         except ClusterError as e:
             raise ConformanceError(f"the local cluster did not start: {e}") from e
         say(f"cluster ready in {time.monotonic() - started:.1f} s: nodes {', '.join(state['nodes'])}")
-    watcher = _Watcher(run_dir, say, live)  # one for both phases: an area is announced once
+    watcher = _Watcher(run_dir, say, live, config.quiet)  # one for both phases: each line comes once
     result: report.Report | None = None
     try:
         say("preflight ...")
@@ -272,6 +304,8 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
         if failed or code not in (0, 1):
             why = f"{failed[0].rule.id}: {failed[0].reason}" if failed else f"pytest exited with {code}"
             say(f"preflight failed, nothing else runs: {why}")
+            for line in _details(failed[0]) if failed else []:
+                say(f"  {line}")
             return result
         chosen = f"{len(config.selected)} selected rule(s)" if config.rules or config.areas else "every rule"
         say(f"running {chosen} with -n {config.workers} ...")
@@ -301,6 +335,25 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
                     for leftover in state_dir.iterdir():
                         leftover.unlink()
                     state_dir.rmdir()
+
+
+DETAIL_LINES = 40
+"""At most this many lines of a failed PRE rule's message are shown beyond its first."""
+
+
+def _details(result: report.RuleResult) -> list[str]:
+    """The lines of a failed rule's message after its first (what preflight saw on each node, the
+    driver's last log lines), from pytest's report of the assertion."""
+    for test in result.tests:
+        lines = [line[1:].strip() for line in test.longrepr.splitlines() if line.startswith("E ")]
+        body = []
+        for line in lines[1:]:
+            if line.startswith("assert "):  # pytest's rewrite of the assertion: the message has ended
+                break
+            body.append(line)
+        if body:
+            return body[:DETAIL_LINES]
+    return []
 
 
 def _report(config: SuiteConfig) -> report.Report:

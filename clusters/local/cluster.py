@@ -42,6 +42,7 @@ from clusters.local.controlplane import ControlPlane, ControlPlaneConfig, free_p
 from clusters.local.driverproc import (
     create_objects,
     default_driver_command,
+    describe_sockets,
     device_class_manifests,
     driver_sockets,
     expand_command,
@@ -251,8 +252,9 @@ class LocalCluster(LocalClusterBase):
         started = [n for n in nodes if n.driver_command]
         for n in started:
             self._start_driver(n)
-        for n in started:
-            self._wait_driver_registered(n)
+        if self.settings.wait_registered:
+            for n in started:
+                self._wait_driver_registered(n)
 
     def _delete_slices(self) -> None:
         """Delete every ResourceSlice of the driver, whichever node it names (or none)."""
@@ -368,8 +370,9 @@ class LocalCluster(LocalClusterBase):
                 self._create_device_classes()
                 for n in drivers:
                     self._start_driver(n)
-                for n in drivers:
-                    self._wait_driver_registered(n)
+                if s.wait_registered:
+                    for n in drivers:
+                        self._wait_driver_registered(n)
                 if s.wait_slices:
                     self._wait_slices(drivers)
                 self.timings["drivers"] = time.monotonic() - t
@@ -555,8 +558,15 @@ class LocalCluster(LocalClusterBase):
         )
 
     def _wait(
-        self, what: str, check: Callable[[], bool], procs: Sequence[ManagedProcess], timeout: float
+        self,
+        what: str,
+        check: Callable[[], bool],
+        procs: Sequence[ManagedProcess],
+        timeout: float,
+        seen: Callable[[], str] | None = None,
     ) -> None:
+        """Wait until ``check()``; NodeError when one of ``procs`` exits or time is up (with ``seen()``,
+        what was there instead, and the processes' last log lines)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for proc in procs:
@@ -569,7 +579,8 @@ class LocalCluster(LocalClusterBase):
                 return
             time.sleep(0.25)
         logs = "\n".join(f"--- {p.name} ({p.log_path}):\n{p.tail(15)}" for p in procs)
-        raise NodeError(f"timed out after {timeout:.0f} s waiting for {what}\n{logs}")
+        instead = f"; seen instead: {seen()}" if seen is not None else ""
+        raise NodeError(f"timed out after {timeout:.0f} s waiting for {what}{instead}\n{logs}")
 
     def _wait_driver_registered(self, n: LocalNode, old: set[tuple[int, int]] | None = None) -> None:
         """Wait for a registration socket whose ``GetInfo`` names the driver, whatever its file name
@@ -582,7 +593,13 @@ class LocalCluster(LocalClusterBase):
 
         driver = self.settings.driver_name
         what = f"a registration socket of driver {driver} in {n.layout.registry_dir} ({n.name})"
-        self._wait(what, fresh, [n.driver], self.settings.ready_timeout)
+        self._wait(
+            what,
+            fresh,
+            [n.driver],
+            self.settings.ready_timeout,
+            seen=lambda: describe_sockets(n.layout.registry_dir),
+        )
 
     def _wait_nodes_ready(self, nodes: Sequence[LocalNode]) -> None:
         from kubernetes import client

@@ -25,6 +25,7 @@ from nodeagent.layout import NodeLayout
 __all__ = [
     "create_objects",
     "default_driver_command",
+    "describe_sockets",
     "device_class_manifests",
     "driver_sockets",
     "expand_command",
@@ -88,13 +89,12 @@ def device_class_manifests(driver_name: str, python: str = sys.executable) -> li
     return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
 
 
-def driver_sockets(registry_dir: Path, driver: str, timeout: float = 2.0) -> dict[Path, tuple[int, int]]:
-    """The registration sockets in ``registry_dir`` whose ``GetInfo`` names ``driver``, whatever their
-    file names (``<driver>-reg.sock``, ``<driver>-<pod uid>-reg.sock`` of a rolling update, or any
-    other), each with its (inode, mtime): what the kubelet's plugin watcher would register."""
+def _scan(registry_dir: Path, timeout: float) -> list[tuple[Path, tuple[int, int], str | None]]:
+    """Every registration socket in ``registry_dir``: path, (inode, mtime), and the driver name its
+    ``GetInfo`` answers (None: no answer, a stale socket or one still starting)."""
     import grpc
 
-    found: dict[Path, tuple[int, int]] = {}
+    found: list[tuple[Path, tuple[int, int], str | None]] = []
     try:
         entries = list(os.scandir(registry_dir))
     except FileNotFoundError:
@@ -106,17 +106,34 @@ def driver_sockets(registry_dir: Path, driver: str, timeout: float = 2.0) -> dic
             continue
         if not stat.S_ISSOCK(st.st_mode) or entry.name.startswith("."):
             continue
+        name: str | None = None
         channel = grpc.insecure_channel(f"unix://{entry.path}")
         with contextlib.closing(channel):
             try:
                 grpc.channel_ready_future(channel).result(timeout=timeout)
                 stub = draproto.registration_pb2_grpc.RegistrationStub(channel)
-                info = stub.GetInfo(draproto.registration_pb2.InfoRequest(), timeout=timeout)
+                name = stub.GetInfo(draproto.registration_pb2.InfoRequest(), timeout=timeout).name
             except (grpc.RpcError, grpc.FutureTimeoutError):
-                continue  # a stale socket, or one still starting
-        if info.name == driver:
-            found[Path(entry.path)] = (st.st_ino, st.st_mtime_ns)
+                pass  # a stale socket, or one still starting: listed without a name
+        found.append((Path(entry.path), (st.st_ino, st.st_mtime_ns), name))
     return found
+
+
+def driver_sockets(registry_dir: Path, driver: str, timeout: float = 2.0) -> dict[Path, tuple[int, int]]:
+    """The registration sockets in ``registry_dir`` whose ``GetInfo`` names ``driver``, whatever their
+    file names (``<driver>-reg.sock``, ``<driver>-<pod uid>-reg.sock`` of a rolling update, or any
+    other), each with its (inode, mtime): what the kubelet's plugin watcher would register."""
+    return {path: ident for path, ident, name in _scan(registry_dir, timeout) if name == driver}
+
+
+def describe_sockets(registry_dir: Path, timeout: float = 2.0) -> str:
+    """What the registration sockets in ``registry_dir`` answer, for a message: ``a-reg.sock answers
+    'gpu.example.com', b-reg.sock does not answer``, or ``no registration socket``."""
+    parts = [
+        f"{path.name} answers {name!r}" if name is not None else f"{path.name} does not answer GetInfo"
+        for path, _, name in sorted(_scan(registry_dir, timeout))
+    ]
+    return ", ".join(parts) or "no registration socket"
 
 
 def manifests_from_file(path: Path, driver_name: str) -> list[dict[str, Any]]:

@@ -163,6 +163,11 @@ class LocalSettings:
     wait_slices: bool = True
     """Wait for every node's ResourceSlices before the cluster counts as ready (off: the drivers'
     registration sockets are enough; a suite judges the slices itself)."""
+    wait_registered: bool = True
+    """Wait for every node's driver to register (a registration socket answering ``GetInfo`` with
+    the driver's name) before the cluster counts as ready (off: started drivers are enough; a suite
+    judges registration itself, so that a driver that never registers is a verdict, not a failed
+    start)."""
     state_dir: Path = field(default_factory=lambda: xdg_state_dir("cluster", {}))
     """Where a background cluster (``cluster up``) records PIDs, kubeconfig and logs."""
     device_classes: Path | None = None

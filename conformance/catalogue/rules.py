@@ -82,6 +82,14 @@ RULES: tuple[Rule, ...] = (
         "-",
     ),
     Rule(
+        "PRE-REGISTERED",
+        "PRE",
+        "the driver registers on every node under test: a registration socket answers `GetInfo` with the profile's driver name within the profile's slices timeout",
+        ("grpc",),
+        "1.34",
+        "kep 1",
+    ),
+    Rule(
         "PRE-SLICES",
         "PRE",
         "the driver publishes slices for every node under test within the profile's timeout",

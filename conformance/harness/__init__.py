@@ -1,10 +1,11 @@
 """What a suite test works with: the :class:`Harness` (the ``dra`` fixture) and its Kubernetes helpers.
 
 The harness holds a test's namespace and node; beside it: JSON requests (``kube``), the one way to
-wait (``waiting``), the tracker of created objects (``resources``), plain functions on slice devices
-(``devices``) and on claims and pods (``status``), direct gRPC on a driver's sockets (``plugin_client``,
-``healthstream``), fault commands (``faults``), what a failed test saw (``diagnostics``) and whether
-a rule can be checked here (``capabilities``). Re-exported here: what the suite and the plugin use.
+wait (``waiting``) and the signs that end a wait early (``signs``), the tracker of created objects
+(``resources``), plain functions on slice devices (``devices``) and on claims and pods
+(``status``), direct gRPC on a driver's sockets (``plugin_client``, ``healthstream``), fault
+commands (``faults``), what a failed test saw (``diagnostics``) and whether a rule can be checked
+here (``capabilities``). Re-exported here: what the suite and the plugin use.
 """
 
 from __future__ import annotations
@@ -30,9 +31,17 @@ from conformance.harness.faults import FaultCommandFailed, FaultCommands, tainte
 from conformance.harness.harness import MEASURE_PREFIX, TEST_TAINT_KEY, Harness
 from conformance.harness.healthstream import HealthReport, HealthStream, choose_version
 from conformance.harness.kube import ApiError, Kube, meta
-from conformance.harness.plugin_client import DRA_SERVICES, ClaimRef, PluginClient, get_info, notify
+from conformance.harness.plugin_client import (
+    DRA_SERVICES,
+    ClaimRef,
+    PluginClient,
+    get_info,
+    is_socket,
+    notify,
+)
+from conformance.harness.signs import Stuck
 from conformance.harness.status import allocated_devices, pod_phase, ref, reserved_for, unschedulable
-from conformance.harness.waiting import Objects, WaitTimeout, until, watch_until
+from conformance.harness.waiting import Objects, WaitFailed, WaitTimeout, until, watch_until
 
 __all__ = [
     "DRA_SERVICES",
@@ -51,6 +60,8 @@ __all__ = [
     "LogMarks",
     "Objects",
     "PluginClient",
+    "Stuck",
+    "WaitFailed",
     "WaitTimeout",
     "allocated_devices",
     "attribute_value",
@@ -61,6 +72,7 @@ __all__ = [
     "counter_sets",
     "exact_cel",
     "get_info",
+    "is_socket",
     "match_cel",
     "meta",
     "missing",

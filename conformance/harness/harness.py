@@ -7,6 +7,7 @@ what containers see, and reaches the driver's sockets. Tests stay short and read
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import re
@@ -30,10 +31,12 @@ from conformance.harness.healthstream import HealthStream, choose_version
 from conformance.harness.kube import KINDS, Kube, meta
 from conformance.harness.plugin_client import ClaimRef, PluginClient, PluginInfo, find_plugin
 from conformance.harness.resources import Tracker
+from conformance.harness.signs import Stuck
 from conformance.harness.status import (
     AllocatedDevice,
     allocated_devices,
     allocation,
+    pod_claim_names,
     pod_phase,
     ref,
     reserved_for,
@@ -188,20 +191,32 @@ class Harness:
     # --- waiting ------------------------------------------------------------------------------
 
     def _events_of(self, name: str) -> str:
-        rows = [
-            f"{e.get('type')} {e.get('reason')}: {e.get('message')}"
-            for e in self.kube.objects("Event", self.namespace)
-            if (e.get("involvedObject") or {}).get("name") == name
-        ]
+        rows = [f"{e.get('type')} {e.get('reason')}: {e.get('message')}" for e in self._pod_events(name)]
         return "; ".join(rows[-5:]) or "no events"
 
-    def wait_pod(self, name: str, what: str, check: Any, timeout: float | None = None) -> Obj:
-        """Wait until ``check(pod)`` holds for pod ``name``; the pod then."""
+    def _pod_events(self, name: str) -> list[Obj]:
+        return self.kube.objects("Event", self.namespace, fields=f"involvedObject.name={name}")
+
+    def wait_pod(
+        self, name: str, what: str, check: Any, timeout: float | None = None, *, fail_fast: bool = True
+    ) -> Obj:
+        """Wait until ``check(pod)`` holds for pod ``name``; the pod then.
+
+        With ``fail_fast`` (the default) the wait fails at once, quoting the node or the scheduler,
+        when the pod shows a terminal sign (:class:`~conformance.harness.signs.Stuck`: a container
+        that cannot be created or started, a prepare or CDI failure that persists a few seconds, a
+        scheduler error) and ``check`` does not hold; a test that expects such a sign either checks
+        for it (``check`` is asked first) or passes ``fail_fast=False``.
+        """
         key = f"{self.namespace}/{name}"
+        judge = Stuck()
 
         def done(objs: Objects) -> Obj | None:
             pod = objs.get(key)
             return pod if pod is not None and check(pod) else None
+
+        def stuck(objs: Objects) -> str:
+            return judge.judge(objs.get(key), lambda: self._pod_events(name))
 
         def describe(objs: Objects) -> str:
             pod = objs.get(key)
@@ -218,6 +233,7 @@ class Harness:
             namespace=self.namespace,
             fields=f"metadata.name={name}",
             describe=describe,
+            stuck=stuck if fail_fast else None,
         )
 
     def wait_running(self, name: str, timeout: float | None = None) -> Obj:
@@ -257,8 +273,26 @@ class Harness:
         )
 
     def wait_allocated(self, claim: str, timeout: float | None = None) -> list[AllocatedDevice]:
-        """Wait until the claim is allocated; its results."""
+        """Wait until the claim is allocated; its results.
+
+        Fails at once, quoting the scheduler, when a pod of the test that uses the claim shows a
+        terminal sign (a scheduler error that persists; see
+        :class:`~conformance.harness.signs.Stuck`). A pod the scheduler finds unschedulable is
+        not one: the devices may yet be freed.
+        """
         key = f"{self.namespace}/{claim}"
+        judges: dict[str, Stuck] = {}
+
+        def stuck(_: Objects) -> str:
+            for pod in self.kube.objects("Pod", self.namespace):
+                if claim not in pod_claim_names(pod):
+                    continue
+                name = meta(pod)["name"]
+                why = judges.setdefault(name, Stuck()).judge(pod, functools.partial(self._pod_events, name))
+                if why:
+                    return f"pod {name}, which uses it: {why}"
+            return ""
+
         found = watch_until(
             self.kube,
             "ResourceClaim",
@@ -267,6 +301,7 @@ class Harness:
             timeout or self.profile.timeouts.pod,
             namespace=self.namespace,
             fields=f"metadata.name={claim}",
+            stuck=stuck,
         )
         return allocated_devices(found)
 

@@ -15,6 +15,7 @@ __all__ = [
     "AllocatedDevice",
     "allocated_devices",
     "allocation",
+    "pod_claim_names",
     "pod_phase",
     "ref",
     "reserved_for",
@@ -49,6 +50,18 @@ def ref(claim: Mapping[str, Any]) -> ClaimRef:
 def pod_phase(pod: Mapping[str, Any]) -> str:
     """The pod's phase (empty when it has none yet)."""
     return str((pod.get("status") or {}).get("phase") or "")
+
+
+def pod_claim_names(pod: Mapping[str, Any]) -> set[str]:
+    """The names of the ResourceClaims a pod uses: named ones, and those made from its templates."""
+    spec = pod.get("spec") or {}
+    names = {
+        str(c["resourceClaimName"]) for c in spec.get("resourceClaims") or [] if c.get("resourceClaimName")
+    }
+    for c in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+        if c.get("resourceClaimName"):
+            names.add(str(c["resourceClaimName"]))
+    return names
 
 
 def unschedulable(pod: Mapping[str, Any]) -> bool:

@@ -4,6 +4,12 @@
 resourceVersion and re-checks on every event, so a pod that starts running is seen at once,
 not at the next poll. :func:`until` polls a function (files on a node, gRPC answers). Both raise
 :class:`WaitTimeout` naming what was awaited and what was last seen.
+
+Both also take ``stuck``: asked after each failed check, it answers why the condition will never
+hold (the node's or the scheduler's message, see :mod:`conformance.harness.signs`), and the wait
+then raises :class:`WaitFailed` at once with that message instead of sitting out its timeout. A
+watch with ``stuck`` wakes at least every ``recheck`` seconds, so that what is not in the watched
+objects (events) and what must persist a while (grace periods) is looked at again.
 """
 
 from __future__ import annotations
@@ -15,13 +21,26 @@ from typing import Any, TypeVar
 from conformance.errors import ConformanceError
 from conformance.harness.kube import ApiError, Kube, meta
 
-__all__ = ["Objects", "WaitTimeout", "until", "watch_until"]
+__all__ = ["Objects", "WaitFailed", "WaitTimeout", "until", "watch_until"]
 
 T = TypeVar("T")
 
 
 class WaitTimeout(ConformanceError, AssertionError):
     """A condition did not hold in time (a test failure, so also an ``AssertionError``)."""
+
+
+class WaitFailed(ConformanceError, AssertionError):
+    """A wait gave up before its timeout: what it saw says the condition will never hold (a test
+    failure, so also an ``AssertionError``; the message quotes the node or the scheduler)."""
+
+
+RECHECK_SECONDS = 1.0
+"""How often a watch with ``stuck`` looks again when no object changed."""
+
+
+def _give_up(what: str, why: str, started: float) -> WaitFailed:
+    return WaitFailed(f"gave up after {time.monotonic() - started:.1f} s waiting for {what}: {why}")
 
 
 def until(
@@ -31,13 +50,19 @@ def until(
     *,
     interval: float = 0.1,
     describe: Callable[[], str] | None = None,
+    stuck: Callable[[], str] | None = None,
 ) -> T:
-    """Call ``check`` until it returns something truthy; return that."""
-    deadline = time.monotonic() + timeout
+    """Call ``check`` until it returns something truthy; return that (or :class:`WaitFailed` as soon
+    as ``stuck()`` says why it never will)."""
+    started = time.monotonic()
+    deadline = started + timeout
     while True:
         value = check()
         if value:
             return value
+        why = stuck() if stuck else ""
+        if why:
+            raise _give_up(what, why, started)
         if time.monotonic() >= deadline:
             seen = f"; last seen: {describe()}" if describe else ""
             raise WaitTimeout(f"timed out after {timeout:.0f} s waiting for {what}{seen}")
@@ -63,16 +88,31 @@ def watch_until(
     namespace: str | None = None,
     fields: str | None = None,
     describe: Callable[[Objects], str] | None = None,
+    stuck: Callable[[Objects], str] | None = None,
+    recheck: float = RECHECK_SECONDS,
 ) -> T:
     """Wait until ``check`` of the current objects of ``kind`` returns something truthy.
 
     ``check`` sees every object that matches ``namespace`` and ``fields`` by ``namespace/name``.
+    ``stuck`` (asked after every failed check, and every ``recheck`` seconds) ends the wait with
+    :class:`WaitFailed` as soon as it names a reason.
     """
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
+
+    def judged(objs: Objects) -> T | None:
+        value = check(objs)
+        if value:
+            return value
+        why = stuck(objs) if stuck else ""
+        if why:
+            raise _give_up(what, why, started)
+        return None
+
     items, version = kube.objects_and_version(kind, namespace, fields=fields)
     current = {_key(o): o for o in items}
     while True:
-        value = check(current)
+        value = judged(current)
         if value:
             return value
         left = deadline - time.monotonic()
@@ -80,19 +120,21 @@ def watch_until(
             seen = describe(current) if describe else f"{len(current)} object(s)"
             raise WaitTimeout(f"timed out after {timeout:.0f} s waiting for {what}; last seen: {seen}")
         try:
+            # with ``stuck``, the server ends the watch every ``recheck`` s and the loop judges again
+            window = min(left, recheck) if stuck else left
             for kind_of_event, obj in kube.watch(
                 kind,
                 namespace,
                 resource_version=version,
                 fields=fields,
-                timeout_seconds=max(1, int(left + 0.999)),
+                timeout_seconds=max(1, int(window + 0.999)),
             ):
                 version = str(meta(obj).get("resourceVersion", version))
                 if kind_of_event == "DELETED":
                     current.pop(_key(obj), None)
                 else:
                     current[_key(obj)] = obj
-                value = check(current)
+                value = judged(current)
                 if value:
                     return value
                 if time.monotonic() >= deadline:

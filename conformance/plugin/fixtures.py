@@ -46,7 +46,9 @@ def dra_preflight(request: pytest.FixtureRequest) -> preflight.Verdict:
         if path.exists():
             return preflight.Verdict.from_json(path.read_text())
         kube = Kube(dra_cluster.api_client())
-        verdict = preflight.run(kube, run.suite.profile, dra_cluster.nodes(), str(dra_cluster.kubeconfig))
+        verdict = preflight.run(
+            kube, run.suite.profile, dra_cluster.nodes(), str(dra_cluster.kubeconfig), dra_cluster
+        )
         write_atomic(path, verdict.to_json())
         return verdict
 

@@ -47,6 +47,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--dra-areas", default="", help="comma list of areas to run, by id or marker (default: all)"
     )
+    group.addoption(
+        "--dra-fail-fast",
+        action="store_true",
+        default=False,
+        help="stop once an area with a failed rule has finished (tests already running finish)",
+    )
     group.addoption("--dra-report-dir", default=None, help="the run's directory (default reports/<run-id>)")
     group.addoption(
         "--dra-started",
@@ -82,6 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
             run_id=Path(report_dir).name if report_dir else (workerinput or {}).get("dra_run_id"),
             reports_dir=Path(report_dir).parent if report_dir else "reports",
             k8s_version=config.getoption("k8s_version", None),
+            fail_fast=config.getoption("dra_fail_fast"),
         )
     except UsageError as e:
         raise pytest.UsageError(str(e)) from None

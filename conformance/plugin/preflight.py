@@ -2,9 +2,16 @@
 
 Run once per session before anything else: the API is served, the DeviceClasses exist (the
 suite creates the profile's classes that are missing and remembers them, to delete them at the
-end), every node under test has the driver's slices, and the nodes are Ready with the profile's
-device count. The first check that fails stops the run with its one message; the checks after it
-are not made.
+end), the driver is registered on every node under test (where the cluster lets the suite reach
+the sockets), every node under test has the driver's slices, and the nodes are Ready with the
+profile's device count. The first check that fails stops the run with its one message; the
+checks after it are not made.
+
+A bring-up failure is a verdict, not a crash: a driver that never registers, registers under
+another name or never publishes slices fails its PRE rule with what was seen (the registration
+sockets and the names their ``GetInfo`` answered, the driver's last log lines). Where what was
+seen also breaks a rule of another area (a socket that answers ``GetInfo`` with another driver
+name breaks REG-GETINFO), :attr:`Verdict.also` says so, and the plugin records that rule failed too.
 """
 
 from __future__ import annotations
@@ -13,20 +20,23 @@ import json
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import yaml
 
+from clusters import Cluster
 from conformance.errors import PreflightFailed
-from conformance.harness import ApiError, Kube, WaitTimeout, meta, watch_until
+from conformance.harness import ApiError, Kube, WaitTimeout, get_info, is_socket, meta, watch_until
 from conformance.profiles import DriverProfile
 
 __all__ = ["PRE_RULES", "Verdict", "class_manifests", "cleanup", "run"]
 
-PRE_RULES = ("PRE-API", "PRE-CLASSES", "PRE-SLICES", "PRE-NODES")
+PRE_RULES = ("PRE-API", "PRE-CLASSES", "PRE-REGISTERED", "PRE-SLICES", "PRE-NODES")
 """The preflight rules, in the order they are checked."""
 
 NEEDED_KINDS = ("DeviceClass", "ResourceClaim", "ResourceSlice")
@@ -47,6 +57,9 @@ class Verdict:
     """The cluster they were created in."""
     nodes: list[str] = field(default_factory=list)
     """The nodes under test."""
+    also: dict[str, str] = field(default_factory=dict)
+    """Rules of other areas that what preflight saw breaks (rule id -> why): the run records them
+    failed though it stops before their own tests."""
 
     @property
     def failure(self) -> str:
@@ -137,7 +150,99 @@ def _check_classes(kube: Kube, profile: DriverProfile, verdict: Verdict) -> str:
     return ""
 
 
-def _check_slices(kube: Kube, profile: DriverProfile, nodes: Sequence[str]) -> str:
+LOG_LINES = 15
+"""How many of the driver's last log lines a bring-up failure quotes."""
+
+WRONG_NAME_GRACE = 3.0
+"""Seconds registration sockets that answer only other driver names must stay so before preflight
+gives up on registration (rather than waiting out ``timeouts.slices``)."""
+
+SOCKET_TIMEOUT = 2.0
+"""Seconds one registration socket has to answer ``GetInfo``."""
+
+
+def _driver_log(cluster: Cluster | None, node: str) -> str:
+    """The driver's last log lines on ``node``, as a block for a message (empty when unknown)."""
+    path = cluster.node_logs(node).get("driver") if cluster is not None else None
+    if path is None:
+        return ""
+    try:
+        lines = path.read_text(errors="replace").splitlines()[-LOG_LINES:]
+    except OSError as e:
+        return f"\n  the driver's log {path} cannot be read: {e.strerror}"
+    shown = "\n".join(f"    {line}" for line in lines) or "    (nothing logged)"
+    return f"\n  the driver's last log lines on {node} ({path}):\n{shown}"
+
+
+def _answers(registry: Path) -> dict[str, str]:
+    """Each registration socket in ``registry`` by file name: the driver name its ``GetInfo`` answers,
+    or why it did not answer (in parentheses)."""
+    found: dict[str, str] = {}
+    for path in sorted(registry.iterdir()) if registry.is_dir() else []:
+        if not is_socket(path):
+            continue
+        try:
+            found[path.name] = get_info(path, SOCKET_TIMEOUT).name
+        except (grpc.RpcError, grpc.FutureTimeoutError) as e:
+            found[path.name] = f"(no answer: {type(e).__name__})"
+    return found
+
+
+def _check_registered(
+    cluster: Cluster | None, profile: DriverProfile, nodes: Sequence[str], verdict: Verdict
+) -> str:
+    if cluster is None or "grpc" not in cluster.capabilities:
+        backend = cluster.backend if cluster is not None else "unknown"
+        return (
+            f"{NOT_CHECKED}: cluster backend {backend!r} cannot reach the driver's sockets on a node (grpc)"
+        )
+    driver = profile.driver
+    started = time.monotonic()
+    deadline = started + profile.timeouts.slices
+    settled: tuple[float, object] = (started, None)
+    early = ""
+    while True:
+        seen = {n: _answers(cluster.registry_dir(n)) for n in nodes}
+        lacking = [n for n in nodes if driver not in seen[n].values()]
+        if not lacking or time.monotonic() >= deadline:
+            break
+        # every node that lacks the driver has a socket that answers another name, and that has not
+        # changed for a while: the driver registered under another name, and waiting on is no use
+        picture = {n: seen[n] for n in lacking}
+        if picture != settled[1]:
+            settled = (time.monotonic(), picture)
+        elif time.monotonic() - settled[0] >= WRONG_NAME_GRACE and all(
+            any(not got.startswith("(") for got in seen[n].values()) for n in lacking
+        ):
+            early = f"the driver registered under another name (unchanged for {WRONG_NAME_GRACE:.0f} s)"
+            break
+        time.sleep(0.5)
+    if not lacking:
+        return ""
+    problems = []
+    others = []
+    for n in lacking:
+        answers = seen[n]
+        shown = ", ".join(
+            f"{name} {got}" if got.startswith("(") else f"{name} answers {got!r}"
+            for name, got in answers.items()
+        )
+        wrong = sorted({got for got in answers.values() if not got.startswith("(")})
+        if wrong:
+            others.append(f"on {n} GetInfo answers driver name {', '.join(map(repr, wrong))}, not {driver!r}")
+        problems.append(
+            f"node {n}: no registration socket in {cluster.registry_dir(n)} answers GetInfo with driver "
+            f"{driver!r}; sockets there: {shown or 'none'}{_driver_log(cluster, n)}"
+        )
+    if others:
+        verdict.also["REG-GETINFO"] = "; ".join(others) + " (seen by preflight)"
+    why = early or f"the driver did not register within {profile.timeouts.slices:.0f} s (timeouts.slices)"
+    return f"{why}: " + "\n".join(problems)
+
+
+def _check_slices(
+    kube: Kube, profile: DriverProfile, nodes: Sequence[str], cluster: Cluster | None = None
+) -> str:
     if not nodes:
         return f"no node under test: no node has ResourceSlices of driver {profile.driver}"
 
@@ -161,7 +266,12 @@ def _check_slices(kube: Kube, profile: DriverProfile, nodes: Sequence[str]) -> s
             describe=describe,
         )
     except WaitTimeout as e:
-        return f"the driver did not publish slices in time (timeouts.slices): {e}"
+        have = {
+            (sl.get("spec") or {}).get("nodeName")
+            for sl in kube.objects("ResourceSlice", fields=f"spec.driver={profile.driver}")
+        }
+        logs = "".join(_driver_log(cluster, n) for n in nodes if n not in have)
+        return f"the driver did not publish slices in time (timeouts.slices): {e}{logs}"
     return ""
 
 
@@ -189,13 +299,21 @@ def _check_nodes(kube: Kube, profile: DriverProfile, nodes: Sequence[str]) -> st
     return "; ".join(problems)
 
 
-def run(kube: Kube, profile: DriverProfile, nodes: Sequence[str], kubeconfig: str = "") -> Verdict:
-    """Make the preflight checks in order; stop at the first failure."""
+def run(
+    kube: Kube,
+    profile: DriverProfile,
+    nodes: Sequence[str],
+    kubeconfig: str = "",
+    cluster: Cluster | None = None,
+) -> Verdict:
+    """Make the preflight checks in order; stop at the first failure. ``cluster`` lets preflight
+    reach the driver's sockets and logs (without it, registration is not checked)."""
     verdict = Verdict(kubeconfig=kubeconfig, nodes=list(nodes))
     checks: dict[str, Callable[[], str]] = {
         "PRE-API": lambda: _check_api(kube),
         "PRE-CLASSES": lambda: _check_classes(kube, profile, verdict),
-        "PRE-SLICES": lambda: _check_slices(kube, profile, nodes),
+        "PRE-REGISTERED": lambda: _check_registered(cluster, profile, nodes, verdict),
+        "PRE-SLICES": lambda: _check_slices(kube, profile, nodes, cluster),
         "PRE-NODES": lambda: _check_nodes(kube, profile, nodes),
     }
     failed = ""
@@ -208,7 +326,7 @@ def run(kube: Kube, profile: DriverProfile, nodes: Sequence[str], kubeconfig: st
         except (PreflightFailed, ApiError) as e:
             message = str(e)
         verdict.results[rule_id] = message
-        if message:
+        if message and not message.startswith(NOT_CHECKED):  # a check that cannot be made stops nothing
             failed = rule_id
     return verdict
 

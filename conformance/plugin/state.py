@@ -35,12 +35,12 @@ from clusters.kind import KindCluster
 from clusters.pytest_plugin import ClusterSession, cluster_session
 from conformance import report
 from conformance._files import write_atomic
-from conformance.catalogue import AREAS, RULES, check_docstring, rule_of
+from conformance.catalogue import AREAS, RULES, by_id, check_docstring, rule_of
 from conformance.config import IN_CLUSTER, SuiteConfig
 from conformance.harness import Harness, Kube, collect
 from conformance.plugin import preflight
 from conformance.plugin.records import record_of
-from conformance.report import RunInfo
+from conformance.report import RunInfo, TestRecord
 from conformance.suite import SUITE_DIR
 
 __all__ = ["HARNESS_KEY", "RUN_KEY", "ConformanceRun"]
@@ -78,6 +78,16 @@ class ConformanceRun:
         self.started: float = config.getoption("dra_started") or time.time()
         self._phases: dict[str, list[pytest.TestReport]] = {}
         self._preflight_failed = ""
+        self._stopped = ""
+        """Why the run stopped early (preflight, ``--dra-fail-fast``); empty while it goes on."""
+        self._failed_area = ""
+        """With ``--dra-fail-fast``: the area of the first failed rule, until its tests are done."""
+        self._first_failure = ""
+        """With ``--dra-fail-fast``: that rule and the first line of why it failed."""
+        self._recorded: set[str] = set()
+        """With ``--dra-fail-fast``: the node ids that have a record."""
+        self._also_recorded: set[str] = set()
+        """Rules of other areas recorded failed from what preflight saw (each once)."""
         self._narrowed = False
 
     # --- configuration of the session's cluster ------------------------------------------------
@@ -108,8 +118,9 @@ class ConformanceRun:
                 nodes=suite.local_nodes,
                 fake_nvml=suite.fake_nvml,
             )
-            # whether the driver publishes slices is for preflight (PRE-SLICES) to judge
-            cs.settings = replace(settings, wait_slices=False)
+            # whether the driver registers and publishes slices is for preflight to judge
+            # (PRE-REGISTERED, PRE-SLICES): a verdict in the report, not a failed start
+            cs.settings = replace(settings, wait_slices=False, wait_registered=False)
         if self.controller:
             self._write_run_info()
 
@@ -172,8 +183,11 @@ class ConformanceRun:
         record = record_of(phases)
         if record is None:
             return
+        records = [record]
+        if record.rule.startswith("PRE-") and record.outcome in ("failed", "error"):
+            records += self._seen_by_preflight(record)
         with (self.run_dir / "records.jsonl").open("a") as f:
-            f.write(record.to_json() + "\n")
+            f.writelines(r.to_json() + "\n" for r in records)
         if (
             record.rule.startswith("PRE-")
             and record.outcome in ("failed", "error")
@@ -181,8 +195,54 @@ class ConformanceRun:
         ):
             self._preflight_failed = f"{record.rule}: {record.reason}"
             self._stop(report, f"preflight failed: {self._preflight_failed}")
+        elif self.suite.fail_fast:
+            self._fail_fast(report, record.nodeid, record.rule, record.outcome, record.reason)
+
+    def _seen_by_preflight(self, record: TestRecord) -> list[TestRecord]:
+        """Records of the rules of other areas that what preflight saw breaks (``Verdict.also``), once,
+        with the failed PRE rule's record: the run stops before their own tests, yet they are named."""
+        path = self._slot_file("preflight.json")
+        if not path.exists():
+            return []
+        also = preflight.Verdict.from_json(path.read_text()).also
+        out = []
+        for rule_id, why in also.items():
+            if rule_id in self._also_recorded:
+                continue
+            self._also_recorded.add(rule_id)
+            nodeid = f"{record.nodeid}::{rule_id}"
+            out.append(TestRecord(nodeid, rule_id, "failed", why, 0.0, record.started, why))
+        return out
+
+    def _fail_fast(
+        self, report: pytest.TestReport, nodeid: str, rule: str, outcome: str, reason: str
+    ) -> None:
+        """Stop once every test of the area of the first failed rule has a record (tests run area
+        by area, so that is soon): its verdict is whole, and nothing of the next areas starts."""
+        self._recorded.add(nodeid)
+        if self._stopped:
+            return
+        if outcome in ("failed", "error") and not self._failed_area:
+            self._failed_area = by_id(rule).area
+            self._first_failure = f"{rule}: {reason.splitlines()[0] if reason else outcome}"
+        if not self._failed_area:
+            return
+        try:
+            collected = json.loads((self.run_dir / "collected.json").read_text())["tests"]
+        except (OSError, ValueError, KeyError):
+            collected = []
+        pending = [
+            e["nodeid"]
+            for e in collected
+            if by_id(e["rule"]).area == self._failed_area and e["nodeid"] not in self._recorded
+        ]
+        if not pending:
+            self._stop(
+                report, f"--fail-fast: area {self._failed_area} has a failed rule ({self._first_failure})"
+            )
 
     def _stop(self, report: pytest.TestReport, why: str) -> None:
+        self._stopped = why
         dsession = self.config.pluginmanager.getplugin("dsession")
         if dsession is not None:
             dsession.shouldstop = why
@@ -247,7 +307,7 @@ class ConformanceRun:
             if self.suite.rules or self.suite.areas
             else (),
             known_failures=dict(profile.known_failures),
-            stopped=f"preflight failed: {self._preflight_failed}" if self._preflight_failed else "",
+            stopped=self._stopped,
         )
         write_atomic(self.run_dir / "run.json", info.to_json())
 

@@ -21,6 +21,7 @@ from conformance.report.results import (
     TestOutcome,
     TestRecord,
     read_records,
+    rule_results,
 )
 from conformance.report.text import clip, fmt_duration, summary_table
 from conformance.report.writing import write
@@ -41,6 +42,7 @@ __all__ = [
     "fmt_duration",
     "load",
     "read_records",
+    "rule_results",
     "summary_table",
     "write",
     "write_allure_environment",

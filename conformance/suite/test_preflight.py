@@ -21,6 +21,13 @@ def test_device_classes_exist(dra_pre: str) -> None:
     assert not dra_pre, dra_pre
 
 
+@rule("PRE-REGISTERED")
+def test_driver_registered(dra_pre: str) -> None:
+    """the driver registers on every node under test: a registration socket answers `GetInfo` with the
+    profile's driver name within the profile's slices timeout"""
+    assert not dra_pre, dra_pre
+
+
 @rule("PRE-SLICES")
 def test_slices_published(dra_pre: str) -> None:
     """the driver publishes slices for every node under test within the profile's timeout"""

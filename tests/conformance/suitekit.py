@@ -140,7 +140,8 @@ class ClusterPool:
             nodes=local.nodes, driver_name=profile.driver, driver_command=tuple(words), fake_nvml=fake
         )
         settings = settings.with_bin_dir(self.binaries.directory).with_version(self.binaries.version)
-        settings = dataclasses.replace(settings, wait_slices=False)
+        # as the suite's own local cluster: registration and slices are for preflight to judge
+        settings = dataclasses.replace(settings, wait_slices=False, wait_registered=False)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         state_dir = self.work_dir / f"pool-{os.getpid()}-{self.started}"
         daemon.launch(settings, state_dir, watch_pid=os.getpid())
@@ -190,10 +191,11 @@ def run_suite(
     workers: int = 1,
     external: Path | None = None,
     pool: ClusterPool | None = None,
+    options: Sequence[str] = (),
 ) -> SuiteRun:
     """Run the suite against the reference driver (with the switches ``breaks`` on), on a local
     cluster of its own, on a cluster of ``pool``, or on the cluster of the kubeconfig ``external``
-    as ``--dra-cluster external``."""
+    as ``--dra-cluster external``; ``options`` are more pytest arguments (``--dra-fail-fast``)."""
     loaded = load(profile)
     assert loaded.local is not None, f"profile {profile} cannot run locally"
     command = loaded.local.command + "".join(f" --testing-break-rule {shlex.quote(b)}" for b in breaks)
@@ -223,6 +225,7 @@ def run_suite(
     elif areas:
         args.append(f"--dra-areas={','.join(areas)}")
     args += ["-n", str(workers)] if workers > 1 else ["-p", "no:xdist"]
+    args += options
     result = pytester.runpytest_subprocess(*args, timeout=900)
     output = result.stdout.str() + result.stderr.str()
     path = run_dir / "conformance.json"

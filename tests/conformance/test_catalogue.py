@@ -14,11 +14,11 @@ COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES
 
 
 def test_catalogue_shape() -> None:
-    assert len(RULES) == 93
-    assert len({r.id for r in RULES}) == 93
+    assert len(RULES) == 94
+    assert len({r.id for r in RULES}) == 94
     counts = {a: sum(r.area == a for r in RULES) for a in AREAS}
     assert counts == {
-        "PRE": 4,
+        "PRE": 5,
         "REG": 18,
         "SLICE": 12,
         "ALLOC": 21,
@@ -43,6 +43,7 @@ def test_lookups_name_what_is_allowed() -> None:
     assert [r.id for r in select(["PRE-API"], ["preflight"])] == [
         "PRE-API",
         "PRE-CLASSES",
+        "PRE-REGISTERED",
         "PRE-SLICES",
         "PRE-NODES",
     ]

@@ -1,0 +1,47 @@
+"""The local cluster's wait for its drivers to register: when it gives up it says what the sockets
+answered instead; and with ``wait_registered`` off, a driver that never registers does not fail the
+start (a suite judges registration itself)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import pytest
+
+from clusters.errors import NodeError
+from clusters.local.binaries import Binaries
+from clusters.local.cluster import LocalCluster
+from clusters.local.driverproc import default_driver_command
+from clusters.local.settings import LocalSettings
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(300)]
+
+DRIVER = "gpu.dra-conformance.io"
+OTHER = "other.dra-conformance.io"
+
+
+def _settings(local_binaries: Binaries, command: list[str], **changes: object) -> LocalSettings:
+    settings = LocalSettings(nodes=1, driver_name=DRIVER, driver_command=tuple(command), wait_slices=False)
+    settings = settings.with_bin_dir(local_binaries.directory).with_version(local_binaries.version)
+    return dataclasses.replace(settings, **changes)  # type: ignore[arg-type]
+
+
+def test_a_driver_registered_under_another_name_is_named_when_the_wait_gives_up(
+    local_binaries: Binaries,
+) -> None:
+    command = [*default_driver_command(DRIVER), "--driver-name", OTHER]
+    cluster = LocalCluster(_settings(local_binaries, command, ready_timeout=30.0))
+    with pytest.raises(NodeError) as caught:
+        cluster.start()
+    message = str(caught.value)
+    assert f"waiting for a registration socket of driver {DRIVER}" in message, message
+    assert f"seen instead: {OTHER}-reg.sock answers {OTHER!r}" in message, message
+
+
+def test_without_wait_registered_a_driver_that_never_registers_does_not_fail_the_start(
+    local_binaries: Binaries,
+) -> None:
+    command = [sys.executable, "-c", "import time; time.sleep(600)"]
+    with LocalCluster(_settings(local_binaries, command, wait_registered=False)).start() as cluster:
+        assert cluster.nodes() == ["node-0"]
