@@ -220,8 +220,8 @@ class LocalCluster(LocalClusterBase):
     def reset_drivers(self, command: Sequence[str] | None = None) -> None:
         """Give every node a fresh driver: stop each, delete what it left, and start ``command``
         (placeholders allowed; None: the command each had) on every node, waiting until each has
-        registered (not for its slices: a driver under test that publishes none is for the suite
-        to find).
+        registered when ``settings.wait_registered`` says so (never for its slices: a driver under
+        test that publishes none is for the suite to find).
 
         What a driver leaves is its sockets, its plugin dir (checkpoint), the node's CDI specs, the
         node's fake GPU machine and driver root (``gpus/``, ``driver/``: made again from the
