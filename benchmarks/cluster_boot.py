@@ -2,7 +2,8 @@
 
 ``run()`` starts a local cluster (2 nodes unless ``DRAC_NODES`` says otherwise: control plane, node
 agents, reference driver on a fake DGX H100) from the binaries cache, creates a claim template and
-a pod, and times each start step (``steps_seconds``) and each phase up to the pod Running (its
+a pod, and times each start step (``steps_seconds``; ``agents`` runs from the agents' start,
+which overlaps ``control_plane.controllers``, to the Nodes Ready) and each phase up to the pod Running (its
 claim allocated by the real scheduler and prepared by the driver). The cold build time comes from
 the cache's stamp (what the build that filled it took).
 """

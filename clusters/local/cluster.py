@@ -350,20 +350,24 @@ class LocalCluster(LocalClusterBase):
             self.root = _short_temp_dir(s.work_dir)
             t = time.monotonic()
             self.progress(f"starting the control plane (Kubernetes {s.k8s_version}) in {self.root}")
+            # the node agents need only the API server: they start while the scheduler and the
+            # controller manager do
             self.control_plane = ControlPlane(
                 self.binaries, self.root / "cp", ControlPlaneConfig(ready_timeout=s.ready_timeout)
-            ).start()
+            ).start(wait_controllers=False)
+            self._make_nodes()
+            t_agents = time.monotonic()
+            if s.agent:
+                for n in self.local_nodes.values():
+                    self._start_agent(n)
+            self.control_plane.wait_controllers()
             self.timings["control_plane"] = time.monotonic() - t
             for step, seconds in self.control_plane.timings.items():
                 if step != "total":
                     self.timings[f"control_plane.{step}"] = seconds
-            self._make_nodes()
             if s.agent and self.local_nodes:
-                t = time.monotonic()
-                for n in self.local_nodes.values():
-                    self._start_agent(n)
                 self._wait_nodes_ready(list(self.local_nodes.values()))
-                self.timings["agents"] = time.monotonic() - t
+                self.timings["agents"] = time.monotonic() - t_agents
             drivers = [n for n in self.local_nodes.values() if n.driver_command]
             if drivers:
                 t = time.monotonic()
@@ -577,7 +581,7 @@ class LocalCluster(LocalClusterBase):
                     )
             if check():
                 return
-            time.sleep(0.25)
+            time.sleep(0.1)
         logs = "\n".join(f"--- {p.name} ({p.log_path}):\n{p.tail(15)}" for p in procs)
         instead = f"; seen instead: {seen()}" if seen is not None else ""
         raise NodeError(f"timed out after {timeout:.0f} s waiting for {what}{instead}\n{logs}")

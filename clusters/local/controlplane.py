@@ -76,6 +76,10 @@ _FLAG_FIXES: dict[str, tuple[dict[str, bool], list[str]]] = {}
 instead of twice (a refusal costs a start)."""
 
 
+_CONTROLLERS = ("kube-scheduler", "kube-controller-manager")
+"""Started together once the API server is healthy."""
+
+
 class ControlPlane:
     """A running (or stopped) local control plane."""
 
@@ -99,6 +103,8 @@ class ControlPlane:
         self._known_gates: list[dict[str, features.FeatureGate]] = []
         self._argv: dict[str, list[str]] = {}
         self._health: dict[str, Callable[[], bool]] = {}
+        self._started = 0.0
+        self._controllers_spawned = 0.0
         self.timings: dict[str, float] = {}
         """Seconds of each start step: prepare (gates, certificates, flags), etcd, kube-apiserver,
         controllers (scheduler and controller manager together), total."""
@@ -126,12 +132,15 @@ class ControlPlane:
 
     # --- start -------------------------------------------------------------------------------
 
-    def start(self) -> ControlPlane:
+    def start(self, *, wait_controllers: bool = True) -> ControlPlane:
         """Start every component and wait until each is healthy; returns self.
 
         The scheduler and the controller manager start together once the API server is healthy
-        (neither needs the other); :attr:`timings` records each step."""
-        started = time.monotonic()
+        (neither needs the other); :attr:`timings` records each step. With ``wait_controllers``
+        False it returns once the API server is healthy, the controllers still starting, so the
+        caller can start its nodes meanwhile; :meth:`wait_controllers` then waits for them.
+        """
+        self._started = time.monotonic()
         try:
             t = time.monotonic()
             self._prepare()
@@ -140,18 +149,28 @@ class ControlPlane:
                 t = time.monotonic()
                 self._start_component(name)
                 self.timings[name] = time.monotonic() - t
-            t = time.monotonic()
-            controllers = ("kube-scheduler", "kube-controller-manager")
-            procs = {name: self._spawn(name) for name in controllers}
-            for name in controllers:
-                self._wait_healthy(name, procs[name])
-            self.timings["controllers"] = time.monotonic() - t
+            self._controllers_spawned = time.monotonic()
+            for name in _CONTROLLERS:
+                self._spawn(name)
         except BaseException:
             self.stop()
             raise
-        self.timings["total"] = time.monotonic() - started
-        log.info("control plane up in %.1f s at %s", self.timings["total"], self.server)
+        if wait_controllers:
+            self.wait_controllers()
         return self
+
+    def wait_controllers(self) -> None:
+        """Wait until the scheduler and the controller manager are healthy (after :meth:`start`)."""
+        try:
+            for name in _CONTROLLERS:
+                self._wait_healthy(name, self.processes[name])
+        except BaseException:
+            self.stop()
+            raise
+        now = time.monotonic()
+        self.timings["controllers"] = now - self._controllers_spawned
+        self.timings["total"] = now - self._started
+        log.info("control plane up in %.1f s at %s", self.timings["total"], self.server)
 
     def _spawn(self, name: str) -> ManagedProcess:
         proc = ManagedProcess(name, self._component_argv(name), self.log_path(name)).start()
@@ -391,7 +410,7 @@ class ControlPlane:
             if check():
                 log.debug("%s healthy", name)
                 return
-            time.sleep(0.2)
+            time.sleep(0.05)
         raise ControlPlaneError(
             f"{name} not healthy after {self.config.ready_timeout:.0f} s; "
             f"log {proc.log_path}:\n{proc.tail(25)}"
