@@ -552,7 +552,14 @@ class LocalCluster(LocalClusterBase):
         coord = client.CoordinationV1Api(self.api_client())
 
         def renewed() -> bool:
-            lease = coord.read_namespaced_lease(n.name, "kube-node-lease", _request_timeout=10)
+            from kubernetes.client.exceptions import ApiException
+
+            try:
+                lease = coord.read_namespaced_lease(n.name, "kube-node-lease", _request_timeout=10)
+            except ApiException as e:
+                if e.status == 404:  # not made yet (a kubelet makes it some time after its start)
+                    return False
+                raise
             renew = lease.spec.renew_time if lease.spec else None
             return renew is not None and renew.timestamp() >= since - 1.0
 
