@@ -34,7 +34,8 @@ def test_version_boots_and_prepares_a_claim(
     settings = settings.with_options(node_kind=node_kind)
     if read_stamp(settings.binaries.cache_dir) is None:
         pytest.skip(
-            f"no cached binaries for Kubernetes {settings.k8s_version} in {settings.binaries.cache_dir}"
+            f"no cached binaries for Kubernetes {settings.k8s_version} in {settings.binaries.cache_dir} "
+            f"(dra-conformance cluster binaries --k8s-version {minor})"
         )
     if node_kind == "kubelet":
         if not (settings.binaries.kubelet_cache_dir / STAMP).is_file():
