@@ -45,6 +45,7 @@ RULES: dict[str, str] = {
     "refuse-reregister": "once registered, GetInfo lists no DRAPlugin version: a new kubelet refuses it",
     "recreate-slices-on-start": "at start the node's ResourceSlices are deleted and published anew",
     "no-rewatch": "a slice watch that fails (the API server restarts) is not set up again; no resync",
+    "ignore-extended-resource-claims": "a claim the scheduler made for extended resources is answered empty",
 }
 """Every switch, with the rule it breaks."""
 

@@ -64,6 +64,7 @@ def test_every_rule_is_documented() -> None:
         "fault-on-wrong-device", "sticky-taint", "benign-faults-count",
         "forget-checkpoint", "leak-restored-claims", "refuse-reregister", "recreate-slices-on-start",
         "no-rewatch",
+        "ignore-extended-resource-claims",
     }  # fmt: skip
 
 
@@ -422,6 +423,21 @@ def _slices_restored_after_api_restart(node: Node) -> tuple[bool, ...]:
         publisher.stop()
 
 
+def _extended_resource_claim(name: str = "p-extended-resources-x7k") -> dict[str, Any]:
+    """A claim as kube-scheduler makes it for a pod's extended resources (KEP-5004)."""
+    claim = make_claim(name, [result("container-0-request-0", "gpu-0")])
+    claim["metadata"]["annotations"] = {"resource.kubernetes.io/extended-resource-claim": "true"}
+    return claim
+
+
+def _extended_resource_claim_answered(node: Node) -> tuple[bool, ...]:
+    node.serve()
+    claim = node.put(_extended_resource_claim())
+    answer = prepare(node, claim).claims[claim["metadata"]["uid"]]
+    assert answer.error == ""
+    return ([d.device_name for d in answer.devices] == ["gpu-0"],)
+
+
 KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "non-idempotent-prepare": _idempotent_prepare,
     "drop-claim-from-batch": _whole_batch_answered,
@@ -452,6 +468,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "refuse-reregister": _registers_again,
     "recreate-slices-on-start": _slices_kept_on_start,
     "no-rewatch": _slices_restored_after_api_restart,
+    "ignore-extended-resource-claims": _extended_resource_claim_answered,
 }
 """Per switch: the checks of the rule it breaks."""
 
@@ -486,3 +503,9 @@ def test_ignore_sharing_strategy_still_refuses_invalid_configs(node: Node) -> No
 def test_switches_leave_other_rules_alone(node: Node) -> None:
     node.settings = replace(node.settings, break_rules=frozenset(RULES) - {"non-idempotent-prepare"})
     assert all(_idempotent_prepare(node))
+
+
+def test_ignore_extended_resource_claims_answers_a_users_claim(node: Node) -> None:
+    broken(node, "ignore-extended-resource-claims").serve()
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
+    assert [d.device_name for d in prepare(node, claim).claims[claim["metadata"]["uid"]].devices] == ["gpu-0"]
