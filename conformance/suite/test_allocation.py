@@ -556,7 +556,8 @@ def test_extended_resource(dra: Harness) -> None:
             f"the container of pod {pod}, which asked for {resource}, sees devices {sorted(seen)}, not "
             f"{devices[0]} that claim {claim_name} holds"
         )
-    # bad input: more than the node has in the class (every device of the node, for another class)
+    # bad input: more than the node has in the class (every device of the node, for a class other than
+    # the default: reference-mig's whole GPUs, 209 of them, above the claim limit: a SchedulerError)
     held = dra.profile.devices.in_class if device_class == dra.device_class else dra.profile.devices.per_node
     greedy = Container("ctr", extra={"resources": {"limits": {resource: str(held + 1)}}})
     over = _name(dra.pod(containers=[greedy]))

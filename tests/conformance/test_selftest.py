@@ -152,7 +152,7 @@ CLEAN_SKIPS: dict[str, frozenset[str]] = {
     "reference-l4": NOT_CLAIMED | {"SLICE-COUNTERS", "ALLOC-PARTITION"},
     "reference-mixed": NOT_CLAIMED | {"SLICE-COUNTERS", "ALLOC-PARTITION"},
     # 56 partitions in the default class, more than one claim holds; and kubernetes#140729
-    "reference-mig": NOT_CLAIMED | {"ALLOC-ALL", "ALLOC-ADMIN", "ALLOC-EXTENDED"},
+    "reference-mig": NOT_CLAIMED | {"ALLOC-ALL", "ALLOC-ADMIN"},
 }
 """Per shipped profile, the rules a clean run skips (each for the reason its record states)."""
 
