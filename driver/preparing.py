@@ -19,6 +19,7 @@ from driver.checkpoint import PREPARE_COMPLETED, ClaimRecord, PreparedDevice
 from driver.claimbook import ClaimBook
 from driver.claims import ClaimSource
 from driver.conflicts import check_conflicts
+from driver.consumers import FirstPodWatch, PodSource, referenced
 from driver.errors import CheckpointError, DeviceConflict, DriverError, PrepareError
 from driver.inventory import Inventory
 from driver.materialize import Materializer, os_problem
@@ -46,6 +47,8 @@ class Preparation:
         *,
         undo: Callable[[ClaimRecord], None],
         reach: Callable[[str], None],
+        pods: PodSource | None = None,
+        first_pods: FirstPodWatch | None = None,
     ) -> None:
         self.book = book
         self.files = files
@@ -55,6 +58,14 @@ class Preparation:
         self._undo = undo
         """Undoes one claim's files and partitions (``PrepareError`` when it cannot)."""
         self._reach = reach
+        self._pods = pods
+        """Read only by the switches of ``driver.consumers``."""
+        self._first_pods = first_pods
+        """Set only with ``unprepare-with-first-pod``."""
+        self._prepared_before: set[str] = set()
+        """UIDs of claims this process prepared (``stale-claim-state``)."""
+        self._failed_stale: set[str] = set()
+        """UIDs whose re-preparation already failed once (``stale-claim-state``)."""
 
     def batch(self, refs: Sequence[ClaimRef], out: dict[str, Outcome]) -> None:
         """Prepare ``refs`` (valid, distinct, their claim locks held); each claim's answer goes to ``out``."""
@@ -62,6 +73,8 @@ class Preparation:
         for ref in refs:
             try:
                 answer = self._answer_prepared(ref)
+                if answer is None:
+                    answer = self._broken_answer(ref)
                 if answer is not None:
                     out[ref.uid] = answer
                     continue
@@ -106,6 +119,30 @@ class Preparation:
         except (DriverError, OSError) as e:
             raise PrepareError(f"claim {ref}: cannot make its CDI spec and devices again: {e}") from e
         return list(record.devices)
+
+    def _broken_answer(self, ref: ClaimRef) -> list[PreparedDevice] | None:
+        """What the switches ``stale-claim-state`` and ``skip-unreferenced-claims`` answer instead of
+        preparing (None: prepare as usual)."""
+        again = ref.uid in self._prepared_before and ref.uid not in self._failed_stale
+        if again and self.settings.breaks("stale-claim-state"):
+            self._failed_stale.add(ref.uid)
+            raise PrepareError(f"claim {ref}: stale state of its last preparation (stale-claim-state)")
+        if self.settings.breaks("skip-unreferenced-claims") and self._pods is not None:
+            claim = self.claims.get_claim(ref.namespace, ref.name)
+            if claim is not None and not referenced(claim, self._pods):
+                log.warning("no container references the claim: not prepared (skip-unreferenced-claims)",
+                            extra={"claim": ref.uid})  # fmt: skip
+                return []
+        return None
+
+    def _prepared(self, ref: ClaimRef) -> None:
+        """Note a claim just prepared, for the switches that look back at it."""
+        self._prepared_before.add(ref.uid)
+        self._failed_stale.discard(ref.uid)
+        if self._first_pods is not None:
+            claim = self.claims.get_claim(ref.namespace, ref.name)
+            if claim is not None:
+                self._first_pods.watch(claim)
 
     def _start(self, records: list[ClaimRecord], out: dict[str, Outcome]) -> list[ClaimRecord]:
         """Check conflicts and record ``PrepareStarted`` for the claims that pass (one write)."""
@@ -167,6 +204,7 @@ class Preparation:
         self._reach("prepare-completed")
         for record in made:
             out[record.uid] = list(record.devices)
+            self._prepared(ClaimRef.of(record))
             log.info(
                 "claim prepared",
                 extra={

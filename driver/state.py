@@ -46,6 +46,7 @@ from driver.checkpoint import (
 from driver.claimbook import ClaimBook
 from driver.claims import ClaimSource
 from driver.conflicts import partition_holders
+from driver.consumers import FirstPodWatch, PodSource
 from driver.errors import CheckpointError, DriverError, PrepareError
 from driver.inventory import Inventory
 from driver.materialize import Materializer, NvmlPartitioner, Partitioner
@@ -80,6 +81,7 @@ class DeviceState:
         boot_id: str | None = None,
         mig_minors: Callable[[], Mapping[str, int]] | None = None,
         on_step: Callable[[str], None] | None = None,
+        pods: PodSource | None = None,
     ) -> None:
         self.settings = settings
         self.inventory = inventory
@@ -108,8 +110,20 @@ class DeviceState:
         self.store = CheckpointStore(settings.checkpoint_path)
         self.book = ClaimBook(self.store, self.boot_id, forget=settings.breaks("forget-checkpoint"))
         """The checkpointed claims and their locks."""
+        self._first_pods: FirstPodWatch | None = None
+        """With ``unprepare-with-first-pod`` only (``driver.consumers``)."""
+        if pods is not None and settings.breaks("unprepare-with-first-pod"):
+            self._first_pods = FirstPodWatch(pods, self._drop_files)
         self._preparation = Preparation(
-            self.book, self.files, settings, inventory, claims, undo=self._undo, reach=self._reach
+            self.book,
+            self.files,
+            settings,
+            inventory,
+            claims,
+            undo=self._undo,
+            reach=self._reach,
+            pods=pods,
+            first_pods=self._first_pods,
         )
         self._restored: set[str] = set()
         """Claims restore() found prepared (only kept with ``leak-restored-claims``)."""
@@ -190,6 +204,8 @@ class DeviceState:
                 return done
             for record in gone:
                 done[record.uid] = None
+                if self._first_pods is not None:
+                    self._first_pods.forget(record.uid)
                 if self.settings.breaks("keep-device-after-unprepare") or record.uid in self._restored:
                     with self.book.lock:
                         self.book.leaked.update(d.device for d in record.devices)
@@ -217,6 +233,11 @@ class DeviceState:
             claims = self.book.claims()
         recovery.remove_orphans(self.files, claims)
 
+    def stop(self) -> None:
+        """Stop background work (only a switch starts any)."""
+        if self._first_pods is not None:
+            self._first_pods.stop()
+
     # --- steps --------------------------------------------------------------------------------
 
     def _checked(self, refs: Sequence[ClaimRef], out: dict[str, Outcome]) -> list[ClaimRef]:
@@ -234,6 +255,13 @@ class DeviceState:
     @staticmethod
     def _as_prepare_error(error: Outcome) -> PrepareError | None:
         return error if isinstance(error, PrepareError) else None
+
+    def _drop_files(self, uid: str) -> None:
+        """``unprepare-with-first-pod``: remove a claim's CDI spec and files though it stays prepared."""
+        try:
+            self.files.remove_files(uid)
+        except PrepareError as e:
+            log.error("cannot remove the claim's files", extra={"claim": uid, "error": str(e)})
 
     def _undo(self, record: ClaimRecord) -> None:
         """Remove a claim's CDI spec, files and partitions; each step tolerates 'already gone'.

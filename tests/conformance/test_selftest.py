@@ -134,6 +134,11 @@ CASES: dict[str, Case] = {
     ),
     "recreate-slices-on-start": case("reference-gpu", "resilience", "RES-SLICES-SURVIVE-QUICK-RESTART"),
     "no-rewatch": case("reference-gpu", "resilience", "RES-APISERVER"),
+    # the three below only change what happens to a claim shared or kept over time: each shown
+    # on its rule alone, so other tests' claims do not decide the outcome
+    "unprepare-with-first-pod": case("reference-gpu", "sharing", "SHARE-PODS", rules=("SHARE-PODS",)),
+    "skip-unreferenced-claims": case("reference-gpu", "sharing", "SHARE-UNUSED", rules=("SHARE-UNUSED",)),
+    "stale-claim-state": case("reference-gpu", "sharing", "SHARE-STRESS", rules=("SHARE-STRESS",)),
 }
 """Every switch that breaks a rule of the areas the suite has, where it is shown, what fails."""
 
