@@ -99,7 +99,7 @@ def test_kind_and_k3s_install_only_the_reference_driver() -> None:
     config = SuiteConfig.build("reference-mig", cluster="kind")
     assert config.release.fake_profile == "dgx-h100-mig-empty"
     assert config.release.device_kinds == ("gpu", "partitionable-mig")
-    assert SuiteConfig.build("reference-gpu", cluster="k3s").release.device_kinds == ("gpu",)
+    assert SuiteConfig.build("reference-l4", cluster="k3s").release.device_kinds == ("gpu",)
     with pytest.raises(UsageError, match=r"installs the reference driver's chart.*--cluster external"):
         SuiteConfig.build("example-gpu", cluster="kind")
 

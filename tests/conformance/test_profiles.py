@@ -150,8 +150,8 @@ def test_nested_errors_name_the_path() -> None:
     ):
         parse(data, "mine.yaml")
     data = _good()
-    data["devices"]["perNodeInClass"] = 9
-    with pytest.raises(ProfileError, match=r"devices.perNodeInClass: 9 .* from 1 to perNode \(8\)"):
+    data["devices"]["perNodeInClass"] = 34
+    with pytest.raises(ProfileError, match=r"devices.perNodeInClass: 34 .* from 1 to perNode \(33\)"):
         parse(data, "mine.yaml")
 
 

@@ -150,7 +150,7 @@ NOT_CLAIMED = frozenset({"ALLOC-CONSUMABLE", "ALLOC-EXTENDED", "ALLOC-STATUS-DEV
 device-status, net)."""
 
 CLEAN_SKIPS: dict[str, frozenset[str]] = {
-    "reference-gpu": NOT_CLAIMED | {"SLICE-COUNTERS", "ALLOC-PARTITION"},
+    "reference-gpu": NOT_CLAIMED,
     "reference-l4": NOT_CLAIMED | {"SLICE-COUNTERS", "ALLOC-PARTITION"},
     "reference-mixed": NOT_CLAIMED | {"SLICE-COUNTERS", "ALLOC-PARTITION"},
     # 56 partitions in the default class, more than one claim holds; and kubernetes#140729
