@@ -47,6 +47,7 @@ RULES: dict[str, str] = {
     "no-rewatch": "a slice watch that fails (the API server restarts) is not set up again; no resync",
     "unprepare-with-first-pod": "a claim's CDI spec is removed once its first pod is gone, others using it",
     "skip-unreferenced-claims": "a claim no container references is answered with no devices, nothing made",
+    "short-counter-set": "counter sets publish half their memory: a whole GPU consumes more than its set has",
     "stale-claim-state": "a claim prepared again after its unprepare fails once (stale state), then succeeds",
 }
 """Every switch, with the rule it breaks."""

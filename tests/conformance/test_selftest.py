@@ -134,6 +134,8 @@ CASES: dict[str, Case] = {
     ),
     "recreate-slices-on-start": case("reference-gpu", "resilience", "RES-SLICES-SURVIVE-QUICK-RESTART"),
     "no-rewatch": case("reference-gpu", "resilience", "RES-APISERVER"),
+    # a whole GPU that overdraws its set cannot be allocated either: shown on the slice rule alone
+    "short-counter-set": case("reference-gpu", "slices", "SLICE-COUNTERS", rules=("SLICE-COUNTERS",)),
     # the three below only change what happens to a claim shared or kept over time: each shown
     # on its rule alone, so other tests' claims do not decide the outcome
     "unprepare-with-first-pod": case("reference-gpu", "sharing", "SHARE-PODS", rules=("SHARE-PODS",)),

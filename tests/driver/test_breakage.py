@@ -74,7 +74,8 @@ def test_every_rule_is_documented() -> None:
         "ignore-sharing-strategy", "qualified-request-names", "forget-unbatched-claims",
         "fault-on-wrong-device", "sticky-taint", "benign-faults-count",
         "forget-checkpoint", "leak-restored-claims", "refuse-reregister", "recreate-slices-on-start",
-        "no-rewatch", "unprepare-with-first-pod", "skip-unreferenced-claims", "stale-claim-state",
+        "no-rewatch", "short-counter-set", "unprepare-with-first-pod", "skip-unreferenced-claims",
+        "stale-claim-state",
     }  # fmt: skip
 
 
@@ -233,6 +234,28 @@ def _slices_owned_by_node(node: Node) -> tuple[bool, ...]:
             for s in store.objects.values()
         ),
     )
+
+
+def _counters_within_their_sets(node: Node) -> tuple[bool, ...]:
+    whole = replace(gpu(0), consumes_counters={"gpu-0-counter-set": {"memory": 80, "compute-slices": 7}})
+    inventory = Inventory(
+        devices={"gpu-0": whole}, counter_sets={"gpu-0-counter-set": {"memory": 80, "compute-slices": 7}}
+    )
+    store = SliceStore()
+    publisher = SlicePublisher(
+        store,  # type: ignore[arg-type]  # sync() never watches
+        driver_name=DRIVER,
+        node_name=NODE,
+        breaks=node.settings.breaks,
+    )
+    publisher.update(inventory)
+    publisher.sync()
+    sets = {
+        c["name"]: {k: int(v["value"]) for k, v in c["counters"].items()}
+        for s in store.objects.values()
+        for c in s["spec"].get("sharedCounters") or []
+    }
+    return (sets == {"gpu-0-counter-set": {"memory": 80, "compute-slices": 7}},)
 
 
 def _allocated_pool_answered(node: Node) -> tuple[bool, ...]:
@@ -507,6 +530,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "refuse-reregister": _registers_again,
     "recreate-slices-on-start": _slices_kept_on_start,
     "no-rewatch": _slices_restored_after_api_restart,
+    "short-counter-set": _counters_within_their_sets,
     "unprepare-with-first-pod": _claim_kept_while_pods_use_it,
     "skip-unreferenced-claims": _unreferenced_claim_prepared,
     "stale-claim-state": _prepared_again_after_unprepare,
