@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -47,7 +46,6 @@ from conformance.profiles import AttributeMatch, DriverProfile
 
 __all__ = ["MEASURE_PREFIX", "TEST_TAINT_KEY", "Harness"]
 
-log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
@@ -473,8 +471,9 @@ class Harness:
         with the profile's inject command; when it started (``time.monotonic()``), for timings.
 
         Hold the node exclusively. When the test ends the device is healed, and then the test waits
-        (up to ``timeouts.health``, without failing) until the node has no tainted device that was
-        not tainted before the test's first fault, so the next test finds its devices usable.
+        (up to ``timeouts.health``) until the node has no tainted device that was not tainted before
+        the test's first fault, so the next test finds its devices usable; a taint that stays fails
+        this test, the one whose fault made it, not a later one that cannot find a usable device.
         """
         commands, found = self._fault_target(device, node)
         inject = commands.command("inject", found, fault)
@@ -505,8 +504,10 @@ class Harness:
             wait_untainted(
                 self.kube, self.driver, node, self._tainted_before[node], self.profile.timeouts.health
             )
-        except WaitTimeout as e:  # the test's own checks say whether that is wrong
-            log.warning("devices still tainted after heal", extra={"node": node, "error": str(e)})
+        except WaitTimeout as e:
+            raise AssertionError(
+                f"the taints this test's faults made on {node} stayed after heal: {e}"
+            ) from None
 
     def health_stream(self, node: str | None = None) -> HealthStream:
         """The driver's health stream on ``node`` (``v1`` when advertised, else ``v1alpha1``), read

@@ -117,7 +117,16 @@ CASES: dict[str, Case] = {
     "fault-on-wrong-device": case(
         "reference-gpu", "health", "HEALTH-STREAM-FAULT", "HEALTH-POD-STATUS", "HEALTH-TAINT"
     ),
-    "sticky-taint": case("reference-gpu", "health", "HEALTH-TAINT", "HEALTH-RECOVER"),
+    # every test that made a fault fails: its taint stays after heal
+    "sticky-taint": case(
+        "reference-gpu",
+        "health",
+        "HEALTH-STREAM-FAULT",
+        "HEALTH-POD-STATUS",
+        "HEALTH-TAINT",
+        "HEALTH-NO-ALLOC-TAINTED",
+        "HEALTH-RECOVER",
+    ),
     "benign-faults-count": case("reference-gpu", "health", "HEALTH-IGNORED"),
     "forget-checkpoint": case("reference-gpu", "resilience", "RES-DRIVER-RESTART", "RES-CHECKPOINT"),
     # the leak outlives the test whose cleanup unprepares a restored claim, until the driver's next
