@@ -317,7 +317,7 @@ RULES: tuple[Rule, ...] = (
         "SLICE",
         "partitionable devices consume from counter sets that exist, and no device's consumption exceeds its set",
         ("partitionable",),
-        "1.35 (gate DRAPartitionableDevices)",
+        "1.36 (DRAPartitionableDevices, beta)",
         'e2e "must consume and free up counters"',
     ),
     Rule(
@@ -448,7 +448,7 @@ RULES: tuple[Rule, ...] = (
         "ALLOC",
         "a device tainted NoSchedule is not allocated unless the request tolerates it",
         ("taints | DeviceTaintRule",),
-        "1.35 (DRADeviceTaints)",
+        "1.36 (DRADeviceTaints, beta; GA 1.37)",
         'e2e "NoSchedule can be tolerated"',
     ),
     Rule(
@@ -456,7 +456,7 @@ RULES: tuple[Rule, ...] = (
         "ALLOC",
         "a DeviceTaintRule with NoExecute evicts a pod using the device unless tolerated",
         (),
-        "1.35 (DRADeviceTaintRules)",
+        "1.36 (DRADeviceTaintRules, off by default in 1.36)",
         "e2e",
     ),
     Rule(
@@ -472,7 +472,7 @@ RULES: tuple[Rule, ...] = (
         "ALLOC",
         "partitions that overlap in counters are never allocated together, and freeing one lets the other in",
         ("partitionable",),
-        "1.35",
+        "1.36 (DRAPartitionableDevices, beta)",
         "e2e",
     ),
     Rule(
@@ -699,7 +699,7 @@ RULES: tuple[Rule, ...] = (
         "HEALTH",
         "a device fault taints the device in the slice (NoSchedule or NoExecute per the profile), and heal removes it",
         ("taints", "faults"),
-        "1.35",
+        "1.36 (DRADeviceTaints, beta)",
         "nv health",
     ),
     Rule(
@@ -707,7 +707,7 @@ RULES: tuple[Rule, ...] = (
         "HEALTH",
         "a new claim is not allocated the tainted device",
         ("taints", "faults"),
-        "1.35",
+        "1.36 (DRADeviceTaints, beta)",
         "-",
     ),
     Rule("HEALTH-RECOVER", "HEALTH", "after heal, the device is allocatable again", ("faults",), "-", "-"),
