@@ -111,7 +111,7 @@ def referenced(claim: Obj, pods: PodSource) -> bool:
 class FirstPodWatch:
     """Calls ``on_gone(claim_uid)`` once the pod a claim was first prepared for is gone (polled)."""
 
-    def __init__(self, pods: PodSource, on_gone: Callable[[str], None], interval_s: float = 1.0) -> None:
+    def __init__(self, pods: PodSource, on_gone: Callable[[str], None], interval_s: float = 0.5) -> None:
         self._pods = pods
         self._on_gone = on_gone
         self._interval = interval_s

@@ -474,7 +474,7 @@ def _claim_kept_while_pods_use_it(node: Node) -> tuple[bool, ...]:
     try:
         state.prepare(_ref(claim))
         del node.pods.pods[("default", "p0")]  # the first pod goes; p1 still uses the claim
-        deadline = time.monotonic() + 2.5  # the switch looks every second
+        deadline = time.monotonic() + 2.0  # the switch looks twice a second
         while _spec_path(node, claim).exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         return (_spec_path(node, claim).exists(),)
