@@ -4,8 +4,9 @@ The harness holds a test's namespace and node; beside it: JSON requests (``kube`
 wait (``waiting``) and the signs that end a wait early (``signs``), the tracker of created objects
 (``resources``), plain functions on slice devices (``devices``) and on claims and pods
 (``status``), direct gRPC on a driver's sockets (``plugin_client``, ``healthstream``), fault
-commands (``faults``), what a failed test saw (``diagnostics``) and whether a rule can be checked
-here (``capabilities``). Re-exported here: what the suite and the plugin use.
+commands (``faults``), which devices a container got by the profile's ways (``views``), what a
+failed test saw (``diagnostics``) and whether a rule can be checked here (``capabilities``).
+Re-exported here: what the suite and the plugin use.
 """
 
 from __future__ import annotations
