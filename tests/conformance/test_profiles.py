@@ -275,3 +275,19 @@ def test_container_ways_parse_into_patterns() -> None:
     assert parse(data, "mine.yaml").container.ways == ("env",)
     del data["container"]
     assert parse(data, "mine.yaml").container.ways == ()
+
+
+def test_readme_ways_of_the_container_section_validate() -> None:
+    """The README's commented-out ways (``# netDevices: {...}``) parse, each in the README's example."""
+    text = README.read_text()
+    block = re.search(r"```yaml\n(.*?)```", text, re.S)
+    assert block is not None
+    example = yaml.safe_load(block.group(1))
+    lines = re.findall(
+        r"^ *# (?:NVIDIA's driver, say: )?((?:deviceNodes|netDevices|mounts|cdiDevices): \{.*\})", text, re.M
+    )
+    assert {line.split(":")[0] for line in lines} == {"deviceNodes", "netDevices", "mounts", "cdiDevices"}
+    for line in lines:
+        way = yaml.safe_load(line.rstrip("."))
+        profile = parse({**example, "container": way}, f"README: {line}")
+        assert profile.container.patterns, line
