@@ -8,15 +8,18 @@ device or several, and a profile that gives no way (a skip that says so).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from clusters import ContainerView
+from clusters.local.binaries import Binaries
 from conformance.catalogue import RULES
 from conformance.harness import Environment, Harness
 from conformance.profiles import SHIPPED_DIR, DriverProfile, parse
+from tests.conformance.suitekit import ClusterPool, quick_profile, run_suite
 
 DRIVER = "gpu.example.com"
 NODE = "node-0"
@@ -227,3 +230,58 @@ def test_no_way_skips_saying_why(container: dict[str, Any] | None) -> None:
         "profile reference-gpu gives no way to tell which devices a container got "
         "(container: env, deviceNodes, netDevices, mounts, cdiDevices)"
     )
+
+
+# --- end to end: the reference driver judged by its mounts and CDI ids, no env ---------------
+
+VIEW_RULES = (
+    "SHARE-CONTAINERS",
+    "SHARE-PODS",
+    "SHARE-INIT",
+    "SHARE-REQUEST-SCOPE",
+    "SHARE-MIXED",
+    "PREP-VIEW",
+    "ALLOC-FIRST-AVAILABLE",
+    "ALLOC-ADMIN",
+)
+"""The rules that judge which devices a container got."""
+
+BY_MOUNTS_AND_CDI_IDS = {
+    "mounts": {"containerPath": r"^/var/run/dra-gpu/(?P<value>[^/]+)\.json$", "device": "{value}"},
+    "cdiDevices": {
+        "id": r"^k8s\.gpu\.dra-conformance\.io/gpu=[0-9a-f-]{36}-(?P<value>.+)$",
+        "device": "{value}",
+    },
+}
+"""The reference driver's other signs of a device: its info file's mount, and its CDI id
+(``<claim uid>-<device>``)."""
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_reference_driver_judged_by_its_mounts_and_cdi_ids(
+    pytester: pytest.Pytester, local_binaries: Binaries, cluster_pool: ClusterPool, tmp_path: Path
+) -> None:
+    """Without env, the view rules pass on what the mounts and CDI ids show."""
+    profile = quick_profile("reference-gpu", tmp_path, container=BY_MOUNTS_AND_CDI_IDS)
+    run = run_suite(pytester, local_binaries, profile, rules=VIEW_RULES, pool=cluster_pool)
+    assert not run.failed and set(VIEW_RULES) <= run.having("passed"), run.explain()
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_no_way_at_all_skips_saying_what_was_checked(
+    pytester: pytest.Pytester, local_binaries: Binaries, cluster_pool: ClusterPool, tmp_path: Path
+) -> None:
+    """With no way, the view rules make their other checks, then skip saying why not the devices;
+    ALLOC-FIRST-AVAILABLE checks the driver's request names over gRPC instead."""
+    profile = quick_profile("reference-gpu", tmp_path, container={})
+    run = run_suite(pytester, local_binaries, profile, rules=VIEW_RULES, pool=cluster_pool)
+    assert not run.failed, run.explain()
+    assert run.having("skipped") == set(VIEW_RULES) - {"ALLOC-FIRST-AVAILABLE"}, run.explain()
+    assert "ALLOC-FIRST-AVAILABLE" in run.having("passed"), run.explain()
+    for result in run.report.rules:
+        if result.outcome == "skipped":
+            assert "gives no way to tell which devices a container got" in result.reason, result.reason
