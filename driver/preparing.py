@@ -56,8 +56,11 @@ class Preparation:
         """Undoes one claim's files and partitions (``PrepareError`` when it cannot)."""
         self._reach = reach
 
-    def batch(self, refs: Sequence[ClaimRef], out: dict[str, Outcome]) -> None:
-        """Prepare ``refs`` (valid, distinct, their claim locks held); each claim's answer goes to ``out``."""
+    def batch(self, refs: Sequence[ClaimRef], out: dict[str, Outcome]) -> list[ClaimRecord]:
+        """Prepare ``refs`` (valid, distinct, their claim locks held); each claim's answer goes to ``out``.
+
+        Returns the claims this call prepared (not those answered from the checkpoint).
+        """
         fresh: list[ClaimRecord] = []
         for ref in refs:
             try:
@@ -81,7 +84,7 @@ class Preparation:
                 out[record.uid] = self._failed(record, e, undone)
         if started:
             self._reach("prepare-materialized")
-        self._complete(made, undone, out)
+        return self._complete(made, undone, out)
 
     def _answer_prepared(self, ref: ClaimRef) -> list[PreparedDevice] | None:
         """The devices of a claim already prepared (made whole again if needed), or None.
@@ -151,8 +154,10 @@ class Preparation:
             return PrepareError(f"claim {record.ref}: {os_problem('cannot write', error)}")
         return PrepareError(f"claim {record.ref}: {error}")
 
-    def _complete(self, made: list[ClaimRecord], undone: list[ClaimRecord], out: dict[str, Outcome]) -> None:
-        """Record ``PrepareCompleted`` for ``made`` and drop ``undone`` (one write)."""
+    def _complete(
+        self, made: list[ClaimRecord], undone: list[ClaimRecord], out: dict[str, Outcome]
+    ) -> list[ClaimRecord]:
+        """Record ``PrepareCompleted`` for ``made`` and drop ``undone`` (one write); the completed."""
         changes: dict[str, ClaimRecord | None] = {r.uid: None for r in undone}
         changes.update({r.uid: dataclasses.replace(r, state=PREPARE_COMPLETED) for r in made})
         try:
@@ -163,7 +168,7 @@ class Preparation:
                 out[record.uid] = self._failed(record, PrepareError(f"claim {record.ref}: {e}"), [])
             with contextlib.suppress(CheckpointError):  # else PrepareStarted: undone again later
                 self.book.commit({r.uid: None for r in made})
-            return
+            return []
         self._reach("prepare-completed")
         for record in made:
             out[record.uid] = list(record.devices)
@@ -176,3 +181,4 @@ class Preparation:
                     "devices": [d.device for d in record.devices],
                 },
             )
+        return made
