@@ -97,16 +97,95 @@ class ApiClaimSource:
                 _request_timeout=self._timeout,
             )
             data: Mapping[str, Any] = json.loads(response.data)
-            return data
         except ApiException as e:
-            if e.status == 404 or (e.status == 409 and "uid" in str(e.body).lower()):
+            if e.status == 404 or _recreated(e.status, _message(e.body)):
                 return None  # gone, or re-created: not the claim that was prepared
+            if e.status == 422 and _allocation_changed(_message(e.body)):
+                return self._replace_device_status(namespace, name, uid, manager, devices)
             raise ClaimError(
                 f"cannot apply status.devices of ResourceClaim {namespace}/{name}: "
                 f"{e.status} {e.reason}: {_message(e.body)}"
             ) from e
         except Exception as e:  # urllib3 connection errors and the like
             raise ClaimError(f"cannot apply status.devices of ResourceClaim {namespace}/{name}: {e}") from e
+        if _keys(data, manager) != _keys({"status": {"devices": devices}}, manager):
+            # entries of this driver that its apply does not own (written by a replace, below)
+            # outlive the apply: replace the status instead
+            return self._replace_device_status(namespace, name, uid, manager, devices)
+        return data
+
+    def _replace_device_status(
+        self, namespace: str, name: str, uid: str, manager: str, devices: Sequence[Mapping[str, Any]]
+    ) -> Mapping[str, Any] | None:
+        """``apply_device_status`` by read, modify and replace (PUT) of the status.
+
+        kube-apiserver (seen in 1.37.2) refuses every patch of the status of a claim whose
+        allocation carries an opaque config stored as JSON with whitespace (as Python clients send
+        it): the patch re-encodes the config compactly, and the allocation then no longer equals
+        itself ("status.allocation: ... field cannot be modified once set"). A replace sends the
+        status back as the client reads and writes it, which is how that JSON was written. The
+        entries of drivers other than ``manager`` are kept; a conflict (someone wrote meanwhile)
+        is tried again. What a replace wrote belongs to ``manager``'s update, not to its apply, so
+        a later apply cannot remove it: ``apply_device_status`` then replaces again.
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        what = f"status.devices of ResourceClaim {namespace}/{name}"
+        for _attempt in range(_REPLACE_ATTEMPTS):
+            claim = self.get_claim(namespace, name)
+            if claim is None or (claim.get("metadata") or {}).get("uid") != uid:
+                return None
+            status = dict(claim.get("status") or {})
+            kept = [d for d in status.get("devices") or [] if d.get("driver") != manager]
+            status["devices"] = kept + [dict(d) for d in devices]
+            try:
+                response = self._custom.replace_namespaced_custom_object_status(
+                    "resource.k8s.io",
+                    "v1",
+                    namespace,
+                    "resourceclaims",
+                    name,
+                    {**claim, "status": status},
+                    field_manager=manager,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                )
+                data: Mapping[str, Any] = json.loads(response.data)
+                return data
+            except ApiException as e:
+                if e.status == 404:
+                    return None
+                if e.status == 409:
+                    continue
+                raise ClaimError(f"cannot replace {what}: {e.status} {e.reason}: {_message(e.body)}") from e
+            except Exception as e:  # urllib3 connection errors and the like
+                raise ClaimError(f"cannot replace {what}: {e}") from e
+        raise ClaimError(f"cannot replace {what}: it changed {_REPLACE_ATTEMPTS} times while being written")
+
+
+_REPLACE_ATTEMPTS = 3
+
+
+def _keys(claim: Mapping[str, Any], driver: str) -> set[tuple[str, str, str]]:
+    """Pool, device and share id of each ``status.devices`` entry of ``driver``."""
+    devices = (claim.get("status") or {}).get("devices") or []
+    return {
+        (str(d.get("pool")), str(d.get("device")), str(d.get("shareID") or ""))
+        for d in devices
+        if d.get("driver") == driver
+    }
+
+
+def _allocation_changed(message: str) -> bool:
+    """Whether kube-apiserver refused a patch of the status for changing the allocation it re-encoded
+    (``status.allocation: Invalid value: null: field cannot be modified once set``)."""
+    return "status.allocation" in message and "cannot be modified" in message
+
+
+def _recreated(status: int, message: str) -> bool:
+    """Whether the API server refused the apply's UID: the claim was re-created under its name
+    (``metadata.uid: ... field is immutable``, 422; a UID precondition, 409)."""
+    return (status == 422 and "metadata.uid" in message) or (status == 409 and "uid" in message.lower())
 
 
 def _message(body: Any) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -175,29 +176,47 @@ class _Response:
         self.data = json.dumps(data).encode()
 
 
-class _CustomObjects:
-    """Stands in for the client's ``CustomObjectsApi``: records the patch, answers or raises."""
+def _refusal(status: int, message: str) -> Exception:
+    from kubernetes.client.exceptions import ApiException
 
-    def __init__(self, status: int = 200) -> None:
+    error = ApiException(status=status, reason="Nope")
+    error.body = json.dumps({"message": message})
+    return error
+
+
+class _CustomObjects:
+    """Stands in for the client's ``CustomObjectsApi``: records patches and replaces, answers or
+    raises (``replaced``: the status codes of the replaces to come, 200 once they run out)."""
+
+    def __init__(self, status: int = 200, message: str = "", replaced: Sequence[int] = ()) -> None:
         self.status = status
+        self.message = message
+        self.replaced = list(replaced)
         self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        self.replaces: list[dict[str, Any]] = []
+        self.answer: dict[str, Any] | None = None
+        """What an apply answers (None: the body applied)."""
 
     def patch_namespaced_custom_object_status(self, *args: Any, **kwargs: Any) -> _Response:
-        from kubernetes.client.exceptions import ApiException
-
         self.calls.append((args, kwargs))
         if self.status != 200:
-            error = ApiException(status=self.status, reason="Nope")
-            error.body = json.dumps({"message": "Precondition failed: UID in precondition: u"})
-            raise error
+            raise _refusal(self.status, self.message)
+        return _Response(self.answer if self.answer is not None else args[5])
+
+    def replace_namespaced_custom_object_status(self, *args: Any, **kwargs: Any) -> _Response:
+        self.replaces.append(args[5])
+        status = self.replaced.pop(0) if self.replaced else 200
+        if status != 200:
+            raise _refusal(status, "the object has been modified")
         return _Response(args[5])
 
 
-def _api_source(custom: _CustomObjects) -> ApiClaimSource:
+def _api_source(custom: _CustomObjects, claim: dict[str, Any] | None = None) -> ApiClaimSource:
     from kubernetes import client
 
     source = ApiClaimSource(client.ApiClient())
     source._custom = custom
+    source.get_claim = lambda namespace, name: claim  # type: ignore[method-assign]
     return source
 
 
@@ -214,11 +233,70 @@ def test_the_api_source_applies_the_status_subresource_as_the_driver() -> None:
     assert kwargs["_request_timeout"] > 0
 
 
-@pytest.mark.parametrize("status", [404, 409])
-def test_the_api_source_counts_a_claim_gone_or_recreated_as_gone(status: int) -> None:
-    assert _api_source(_CustomObjects(status)).apply_device_status("ns", "c", "u", DRIVER, []) is None
+# what kube-apiserver 1.37 answers an apply whose UID is not the claim's
+RECREATED = (
+    'ResourceClaim.resource.k8s.io "c" is invalid: metadata.uid: Invalid value: "u": field is immutable'
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [(404, "not found"), (422, RECREATED), (409, "Precondition failed: UID in precondition")],
+)
+def test_the_api_source_counts_a_claim_gone_or_recreated_as_gone(status: int, message: str) -> None:
+    source = _api_source(_CustomObjects(status, message))
+    assert source.apply_device_status("ns", "c", "u", DRIVER, []) is None
 
 
 def test_the_api_source_names_the_claim_and_the_reason_of_a_refusal() -> None:
-    with pytest.raises(ClaimError, match=r"ResourceClaim ns/c: 422 Nope: Precondition failed"):
-        _api_source(_CustomObjects(422)).apply_device_status("ns", "c", "u", DRIVER, [])
+    invalid = "status.devices[0]: must be an allocated device in the claim"
+    with pytest.raises(ClaimError, match=r"ResourceClaim ns/c: 422 Nope: status.devices\[0\]: must be an"):
+        _api_source(_CustomObjects(422, invalid)).apply_device_status("ns", "c", "u", DRIVER, [])
+
+
+# kube-apiserver 1.37.2's answer to any patch of the status of a claim whose allocation has an opaque
+# config stored as JSON with whitespace
+ALLOCATION_CHANGED = (
+    'ResourceClaim.resource.k8s.io "c" is invalid: status.allocation: Invalid value: null: '
+    "field cannot be modified once set"
+)
+
+
+def test_a_status_the_api_server_cannot_patch_is_replaced_keeping_other_drivers_entries() -> None:
+    theirs = {"driver": "nic.example.com", "pool": "x", "device": "eth0"}
+    stale = {"driver": DRIVER, "pool": NODE, "device": "gpu-7"}
+    claim = make_claim("c", [result("gpu", "gpu-0")], namespace="ns", uid="u")
+    claim["status"]["devices"] = [theirs, stale]
+    custom = _CustomObjects(422, ALLOCATION_CHANGED, replaced=[409])  # a conflict first: tried again
+    mine = [{"driver": DRIVER, "pool": NODE, "device": "gpu-0"}]
+    answer = _api_source(custom, claim).apply_device_status("ns", "c", "u", DRIVER, mine)
+    assert answer is not None and _devices(answer) == [theirs, *mine]
+    assert len(custom.replaces) == 2
+    assert custom.replaces[-1]["status"]["allocation"] == claim["status"]["allocation"]
+    assert custom.replaces[-1]["metadata"] == claim["metadata"]  # its resourceVersion, if any
+
+
+def test_a_replace_of_a_claim_gone_or_recreated_meanwhile_counts_as_gone() -> None:
+    custom = _CustomObjects(422, ALLOCATION_CHANGED)
+    assert _api_source(custom, None).apply_device_status("ns", "c", "u", DRIVER, []) is None
+    other = make_claim("c", [result("gpu", "gpu-0")], namespace="ns", uid="v")
+    assert _api_source(custom, other).apply_device_status("ns", "c", "u", DRIVER, []) is None
+    assert custom.replaces == []
+
+
+def test_a_replace_that_keeps_conflicting_gives_up_naming_the_claim() -> None:
+    claim = make_claim("c", [result("gpu", "gpu-0")], namespace="ns", uid="u")
+    custom = _CustomObjects(422, ALLOCATION_CHANGED, replaced=[409, 409, 409])
+    with pytest.raises(ClaimError, match="ResourceClaim ns/c: it changed 3 times"):
+        _api_source(custom, claim).apply_device_status("ns", "c", "u", DRIVER, [])
+
+
+def test_entries_an_apply_cannot_remove_are_replaced() -> None:
+    # written by a replace, they belong to the driver's update, which an apply leaves alone
+    claim = make_claim("c", [result("gpu", "gpu-0")], namespace="ns", uid="u")
+    claim["status"]["devices"] = [{"driver": DRIVER, "pool": NODE, "device": "gpu-0"}]
+    custom = _CustomObjects()
+    custom.answer = claim
+    answer = _api_source(custom, claim).apply_device_status("ns", "c", "u", DRIVER, [])
+    assert answer is not None and _devices(answer) == []
+    assert len(custom.calls) == 1 and len(custom.replaces) == 1
