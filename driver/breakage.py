@@ -45,6 +45,7 @@ RULES: dict[str, str] = {
     "refuse-reregister": "once registered, GetInfo lists no DRAPlugin version: a new kubelet refuses it",
     "recreate-slices-on-start": "at start the node's ResourceSlices are deleted and published anew",
     "no-rewatch": "a slice watch that fails (the API server restarts) is not set up again; no resync",
+    "device-status-not-ready": "the status.devices entries of prepared devices say Ready=False",
 }
 """Every switch, with the rule it breaks."""
 

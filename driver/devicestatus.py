@@ -69,8 +69,11 @@ def _data(device: PreparedDevice, inventory: Inventory) -> dict[str, Any]:
     return data
 
 
-def entry(device: PreparedDevice, inventory: Inventory, driver_name: str, when: datetime) -> Entry:
-    """The ``status.devices`` entry of one prepared device."""
+def entry(
+    device: PreparedDevice, inventory: Inventory, driver_name: str, when: datetime, *, ready: bool = True
+) -> Entry:
+    """The ``status.devices`` entry of one prepared device (``ready=False``: the condition lies,
+    for the ``device-status-not-ready`` switch)."""
     out: Entry = {"driver": driver_name, "pool": device.pool, "device": device.device}
     if device.share_id:
         out["shareID"] = device.share_id
@@ -78,7 +81,7 @@ def entry(device: PreparedDevice, inventory: Inventory, driver_name: str, when: 
     out["conditions"] = [
         {
             "type": READY,
-            "status": "True",
+            "status": "True" if ready else "False",
             "reason": REASON_PREPARED,
             "message": f"prepared for the claim's containers (CDI devices: {ids})",
             "lastTransitionTime": _timestamp(when),
@@ -88,9 +91,11 @@ def entry(device: PreparedDevice, inventory: Inventory, driver_name: str, when: 
     return out
 
 
-def entries(record: ClaimRecord, inventory: Inventory, driver_name: str, when: datetime) -> list[Entry]:
+def entries(
+    record: ClaimRecord, inventory: Inventory, driver_name: str, when: datetime, *, ready: bool = True
+) -> list[Entry]:
     """The entries of every device of a prepared claim, in the claim's order."""
-    return [entry(device, inventory, driver_name, when) for device in record.devices]
+    return [entry(device, inventory, driver_name, when, ready=ready) for device in record.devices]
 
 
 class DeviceStatusWriter:
@@ -112,8 +117,9 @@ class DeviceStatusWriter:
     def prepared(self, records: Sequence[ClaimRecord]) -> None:
         """Write the entries of freshly prepared claims (each failure logged, none raised)."""
         when = self._clock()
+        ready = not self.settings.breaks("device-status-not-ready")
         for record in records:
-            written = entries(record, self.inventory, self.settings.driver_name, when)
+            written = entries(record, self.inventory, self.settings.driver_name, when, ready=ready)
             self._apply(ClaimRef.of(record), written, "write")
 
     def unprepared(self, refs: Sequence[ClaimRef]) -> None:

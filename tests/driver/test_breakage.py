@@ -63,7 +63,7 @@ def test_every_rule_is_documented() -> None:
         "ignore-sharing-strategy", "qualified-request-names", "forget-unbatched-claims",
         "fault-on-wrong-device", "sticky-taint", "benign-faults-count",
         "forget-checkpoint", "leak-restored-claims", "refuse-reregister", "recreate-slices-on-start",
-        "no-rewatch",
+        "no-rewatch", "device-status-not-ready",
     }  # fmt: skip
 
 
@@ -422,6 +422,14 @@ def _slices_restored_after_api_restart(node: Node) -> tuple[bool, ...]:
         publisher.stop()
 
 
+def _device_status_ready(node: Node) -> tuple[bool, ...]:
+    node.serve()
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0"), result("gpu", "gpu-1")]))
+    assert prepare(node, claim).claims[claim["metadata"]["uid"]].error == ""
+    written = (node.claims.get_claim("default", "c") or {})["status"]["devices"]
+    return tuple([(c["type"], c["status"]) for c in e["conditions"]] == [("Ready", "True")] for e in written)
+
+
 KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "non-idempotent-prepare": _idempotent_prepare,
     "drop-claim-from-batch": _whole_batch_answered,
@@ -452,6 +460,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "refuse-reregister": _registers_again,
     "recreate-slices-on-start": _slices_kept_on_start,
     "no-rewatch": _slices_restored_after_api_restart,
+    "device-status-not-ready": _device_status_ready,
 }
 """Per switch: the checks of the rule it breaks."""
 
