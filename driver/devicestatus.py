@@ -6,12 +6,13 @@ After a claim is prepared, each of its devices gets one entry: ``driver``, ``poo
 parent GPU's UUID and the MIG profile of a MIG device or partition). Unprepare removes them.
 
 Both are one server-side apply of the claim's ``status`` subresource with the driver name as field
-manager (``ClaimSource.apply_device_status``): the driver's own entries are replaced as a whole,
-those of other drivers and other writers are kept, and an apply with no entries removes the
-driver's. KEP-4817 adds the field for information only (it changes nothing in how a claim is
-allocated, prepared or used), so a failed write never fails a prepare or an unprepare: it is
-logged as a warning, and a claim that is gone counts as done. The entries are written for the
-claims a call prepared afresh, not for one answered from the checkpoint.
+manager (``ClaimSource.apply_device_status``; a replace where the API server cannot patch the
+claim's status, see ``driver.claims``): the driver's own entries are replaced as a whole, those
+of other drivers and other writers are kept, and an apply with no entries removes the driver's.
+KEP-4817 adds the field for information only (it changes nothing in how a claim is allocated,
+prepared or used), so a failed write never fails a prepare or an unprepare: it is logged as a
+warning, and a claim that is gone counts as done. The entries are written for the claims a call
+prepared afresh, not for one answered from the checkpoint.
 """
 
 from __future__ import annotations
