@@ -49,6 +49,7 @@ RULES: dict[str, str] = {
     "skip-unreferenced-claims": "a claim no container references is answered with no devices, nothing made",
     "short-counter-set": "counter sets publish half their memory: a whole GPU consumes more than its set has",
     "stale-claim-state": "a claim prepared again after its unprepare fails once (stale state), then succeeds",
+    "device-status-not-ready": "the status.devices entries of prepared devices say Ready=False",
 }
 """Every switch, with the rule it breaks."""
 

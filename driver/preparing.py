@@ -67,8 +67,11 @@ class Preparation:
         self._failed_stale: set[str] = set()
         """UIDs whose re-preparation already failed once (``stale-claim-state``)."""
 
-    def batch(self, refs: Sequence[ClaimRef], out: dict[str, Outcome]) -> None:
-        """Prepare ``refs`` (valid, distinct, their claim locks held); each claim's answer goes to ``out``."""
+    def batch(self, refs: Sequence[ClaimRef], out: dict[str, Outcome]) -> list[ClaimRecord]:
+        """Prepare ``refs`` (valid, distinct, their claim locks held); each claim's answer goes to ``out``.
+
+        Returns the claims this call prepared (not those answered from the checkpoint).
+        """
         fresh: list[ClaimRecord] = []
         for ref in refs:
             try:
@@ -94,7 +97,7 @@ class Preparation:
                 out[record.uid] = self._failed(record, e, undone)
         if started:
             self._reach("prepare-materialized")
-        self._complete(made, undone, out)
+        return self._complete(made, undone, out)
 
     def _answer_prepared(self, ref: ClaimRef) -> list[PreparedDevice] | None:
         """The devices of a claim already prepared (made whole again if needed), or None.
@@ -188,8 +191,10 @@ class Preparation:
             return PrepareError(f"claim {record.ref}: {os_problem('cannot write', error)}")
         return PrepareError(f"claim {record.ref}: {error}")
 
-    def _complete(self, made: list[ClaimRecord], undone: list[ClaimRecord], out: dict[str, Outcome]) -> None:
-        """Record ``PrepareCompleted`` for ``made`` and drop ``undone`` (one write)."""
+    def _complete(
+        self, made: list[ClaimRecord], undone: list[ClaimRecord], out: dict[str, Outcome]
+    ) -> list[ClaimRecord]:
+        """Record ``PrepareCompleted`` for ``made`` and drop ``undone`` (one write); the completed."""
         changes: dict[str, ClaimRecord | None] = {r.uid: None for r in undone}
         changes.update({r.uid: dataclasses.replace(r, state=PREPARE_COMPLETED) for r in made})
         try:
@@ -200,7 +205,7 @@ class Preparation:
                 out[record.uid] = self._failed(record, PrepareError(f"claim {record.ref}: {e}"), [])
             with contextlib.suppress(CheckpointError):  # else PrepareStarted: undone again later
                 self.book.commit({r.uid: None for r in made})
-            return
+            return []
         self._reach("prepare-completed")
         for record in made:
             out[record.uid] = list(record.devices)
@@ -214,3 +219,4 @@ class Preparation:
                     "devices": [d.device for d in record.devices],
                 },
             )
+        return made

@@ -10,10 +10,13 @@ devices:
    refused unless both allow sharing (``driver.conflicts``);
 4. checkpoint ``PrepareStarted`` (one write for the batch) -> MIG partitions created ->
    device-info files and CDI spec written (``driver.materialize``) -> checkpoint
-   ``PrepareCompleted`` (one write).
+   ``PrepareCompleted`` (one write);
+5. the claims' ``status.devices`` entries written (``driver.devicestatus``; a failure is only
+   logged).
 
 Unprepare records ``UnprepareStarted`` before it destroys anything, then removes the CDI spec,
-files and partitions, then drops the claims (one write each for the batch). The checkpoint in
+files and partitions, then drops the claims (one write each for the batch), then removes the
+claims' ``status.devices`` entries. The checkpoint in
 memory changes only once the file has: a failed write leaves both as they were, and what was
 done for the claims is undone. Failures raise (or, for a batch, answer) ``PrepareError`` naming
 claim, device and reason. ``restore`` runs at start (``driver.recovery``).
@@ -22,7 +25,8 @@ Thread safety: one lock per claim UID serialises calls for the same claim (a bat
 claims' locks in UID order); one state lock guards the checkpoint and the conflict check. API
 reads and NVML work run outside the state lock, so calls for different claims run in parallel;
 destroying a partition is the exception, since whether another claim still shares it must not
-change meanwhile.
+change meanwhile. Device status is written under the claim locks too, so a claim's entries are
+removed after they were written, never before.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from driver.claimbook import ClaimBook
 from driver.claims import ClaimSource
 from driver.conflicts import partition_holders
 from driver.consumers import FirstPodWatch, PodSource
+from driver.devicestatus import DeviceStatusWriter
 from driver.errors import CheckpointError, DriverError, PrepareError
 from driver.inventory import Inventory
 from driver.materialize import Materializer, NvmlPartitioner, Partitioner
@@ -125,6 +130,8 @@ class DeviceState:
             pods=pods,
             first_pods=self._first_pods,
         )
+        self.status = DeviceStatusWriter(claims, settings, inventory)
+        """Writes and removes the claims' ``status.devices`` entries."""
         self._restored: set[str] = set()
         """Claims restore() found prepared (only kept with ``leak-restored-claims``)."""
 
@@ -156,7 +163,8 @@ class DeviceState:
         out: dict[str, Outcome] = {}
         refs = self._checked(refs, out)
         with self.book.holding(refs):
-            self._preparation.batch(refs, out)
+            prepared = self._preparation.batch(refs, out)
+            self.status.prepared(prepared)
         return out
 
     def unprepare_batch(self, refs: Sequence[ClaimRef]) -> dict[str, PrepareError | None]:
@@ -213,6 +221,7 @@ class DeviceState:
                     "claim unprepared",
                     extra={"claim": record.uid, "namespace": record.namespace, "claim_name": record.name},
                 )
+            self.status.unprepared([r for r in refs if r.uid in done and done[r.uid] is None])
         return done
 
     def restore(self) -> None:

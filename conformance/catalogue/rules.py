@@ -486,7 +486,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "ALLOC-STATUS-DEVICES",
         "ALLOC",
-        "the driver may write `status.devices` of its allocated claim (when the profile says it does, the entries are well-formed)",
+        "the driver may write `status.devices` of its allocated claim (when the profile says it does, the entries are well-formed and any `Ready` condition is True once the pod runs)",
         ("device-status",),
         "1.34",
         "e2e",

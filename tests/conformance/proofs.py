@@ -85,7 +85,6 @@ UNPROVEN: Mapping[str, str] = {
     ),
     "ALLOC-CONSUMABLE": _NO_SWITCH,
     "ALLOC-EXTENDED": _NO_SWITCH,
-    "ALLOC-STATUS-DEVICES": _NO_SWITCH,
     "PREP-NETDEV": "no GPU driver moves a network interface; example-net fails it (a known failure)",
     "SLICE-ATTRS": _API_REFUSES,
     "SLICE-LIMITS": _API_REFUSES,
@@ -96,7 +95,6 @@ UNPROVEN: Mapping[str, str] = {
 NO_PASS: Mapping[str, str] = {
     "ALLOC-CONSUMABLE": "no profile run here claims consumable-capacity",
     "ALLOC-EXTENDED": "no profile run here claims extended-resource",
-    "ALLOC-STATUS-DEVICES": "no profile run here claims device-status",
     "PREP-NETDEV": "no driver run here passes it: example-net's known failure, not run in the self-tests",
 }
 """Rules no clean run here has seen pass, with the reason. May only shrink."""

@@ -75,7 +75,7 @@ def test_every_rule_is_documented() -> None:
         "fault-on-wrong-device", "sticky-taint", "benign-faults-count",
         "forget-checkpoint", "leak-restored-claims", "refuse-reregister", "recreate-slices-on-start",
         "no-rewatch", "short-counter-set", "unprepare-with-first-pod", "skip-unreferenced-claims",
-        "stale-claim-state",
+        "stale-claim-state", "device-status-not-ready",
     }  # fmt: skip
 
 
@@ -500,6 +500,14 @@ def _prepared_again_after_unprepare(node: Node) -> tuple[bool, ...]:
     return (True,)
 
 
+def _device_status_ready(node: Node) -> tuple[bool, ...]:
+    node.serve()
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0"), result("gpu", "gpu-1")]))
+    assert prepare(node, claim).claims[claim["metadata"]["uid"]].error == ""
+    written = (node.claims.get_claim("default", "c") or {})["status"]["devices"]
+    return tuple([(c["type"], c["status"]) for c in e["conditions"]] == [("Ready", "True")] for e in written)
+
+
 KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "non-idempotent-prepare": _idempotent_prepare,
     "drop-claim-from-batch": _whole_batch_answered,
@@ -534,6 +542,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "unprepare-with-first-pod": _claim_kept_while_pods_use_it,
     "skip-unreferenced-claims": _unreferenced_claim_prepared,
     "stale-claim-state": _prepared_again_after_unprepare,
+    "device-status-not-ready": _device_status_ready,
 }
 """Per switch: the checks of the rule it breaks."""
 
