@@ -78,6 +78,8 @@ def pytest_command(
         cmd += [f"--dra-rules={','.join(config.rules)}"]
     if config.areas:
         cmd += [f"--dra-areas={','.join(config.areas)}"]
+    if config.skip:
+        cmd += [f"--dra-skip={','.join(config.skip)}"]
     if marker:
         cmd += ["-m", marker]
     if config.fail_fast:
@@ -307,7 +309,7 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
             for line in _details(failed[0]) if failed else []:
                 say(f"  {line}")
             return result
-        chosen = f"{len(config.selected)} selected rule(s)" if config.rules or config.areas else "every rule"
+        chosen = f"{len(config.selected)} selected rule(s)" if config.narrowed else "every rule"
         say(f"running {chosen} with -n {config.workers} ...")
         code = _phase(config, pytest_command(config, state_dir=state_dir, started=began), watcher)
         if code not in (0, 1):

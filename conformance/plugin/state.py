@@ -303,9 +303,7 @@ class ConformanceRun:
             nodes=tuple(verdict.nodes if verdict else ()),
             started=self.started,
             finished=finished,
-            selection=tuple(r.id for r in self.suite.selected)
-            if self.suite.rules or self.suite.areas
-            else (),
+            selection=tuple(r.id for r in self.suite.selected) if self.suite.narrowed else (),
             known_failures=dict(profile.known_failures),
             stopped=self._stopped,
         )
@@ -319,7 +317,7 @@ class ConformanceRun:
             narrowed = bool(data["narrowed"])
         except (OSError, ValueError, KeyError, TypeError):
             collected = {r.id for r in self.suite.selected}
-            narrowed = bool(self.suite.rules or self.suite.areas)
+            narrowed = self.suite.narrowed
         if not narrowed:
             return ()
         chosen = collected | set(preflight.PRE_RULES)
