@@ -10,7 +10,7 @@ here (``capabilities``). Re-exported here: what the suite and the plugin use.
 
 from __future__ import annotations
 
-from conformance.harness.capabilities import Environment, missing, parse_minor
+from conformance.harness.capabilities import Environment, feature_gates, missing, parse_minor
 from conformance.harness.devices import (
     MAX_RESULTS_PER_CLAIM,
     attribute_value,
@@ -71,6 +71,7 @@ __all__ = [
     "consumption",
     "counter_sets",
     "exact_cel",
+    "feature_gates",
     "get_info",
     "is_socket",
     "match_cel",

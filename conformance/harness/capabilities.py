@@ -11,10 +11,11 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from clusters.local.features import is_dra_gate
 from conformance.catalogue import Rule
 from conformance.profiles import PROFILE_CAPABILITIES, DriverProfile
 
-__all__ = ["CLUSTER_CAPABILITIES", "Environment", "missing", "parse_minor"]
+__all__ = ["CLUSTER_CAPABILITIES", "Environment", "feature_gates", "missing", "parse_minor"]
 
 CLUSTER_CAPABILITIES = {
     "grpc": "reach the driver's sockets on a node",
@@ -48,6 +49,20 @@ def parse_minor(version: str) -> int:
     """The minor of ``v1.37.2`` or ``1.37`` (0 when it cannot be read)."""
     found = re.match(r"v?1\.(\d+)", version.strip())
     return int(found.group(1)) if found else 0
+
+
+_GATE_METRIC = re.compile(r"^kubernetes_feature_enabled\{([^}]*)\}\s+(\S+)", re.MULTILINE)
+
+
+def feature_gates(metrics: str) -> dict[str, bool]:
+    """The DRA feature gates (``DRA*``, ``DynamicResourceAllocation``, ``ResourceHealthStatus``) of a
+    component's ``/metrics`` text, by name: its ``kubernetes_feature_enabled`` gauge (1: on)."""
+    gates = {}
+    for labels, value in _GATE_METRIC.findall(metrics):
+        name = re.search(r'(?:^|,)name="([^"]+)"', labels)
+        if name and is_dra_gate(name.group(1)):
+            gates[name.group(1)] = value not in ("0", "0.0")
+    return dict(sorted(gates.items()))
 
 
 def _lacks(need: str, env: Environment) -> str | None:

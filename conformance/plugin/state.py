@@ -306,6 +306,10 @@ class ConformanceRun:
             selection=tuple(r.id for r in self.suite.selected) if self.suite.narrowed else (),
             known_failures=dict(profile.known_failures),
             stopped=self._stopped,
+            suite_version=report.suite_version(),
+            suite_commit=report.suite_commit(),
+            profile_sha256=profile.digest,
+            feature_gates={str(k): bool(v) for k, v in (env.get("feature_gates") or {}).items()},
         )
         write_atomic(self.run_dir / "run.json", info.to_json())
 

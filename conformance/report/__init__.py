@@ -4,7 +4,8 @@ Layers inside, each importing only those above it: ``results`` (a record per tes
 rule), ``model`` (:class:`Report`, :func:`build`), ``text`` (what every rendering shares),
 the renderings ``jsonfile`` (``conformance.json``, :func:`load`), ``markdown``, ``htmlpage`` and
 ``allure_env``, and ``writing`` (:func:`write`, the one caller of the renderers). pytest writes
-``junit.xml`` itself (the plugin points ``--junitxml`` into the run directory).
+``junit.xml`` itself (the plugin points ``--junitxml`` into the run directory). Beside them:
+``provenance`` (the suite's version and commit a report names).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from conformance.report.allure_env import write_allure_environment
 from conformance.report.jsonfile import load
 from conformance.report.model import SCHEMA_VERSION, Report, ReportError, build
+from conformance.report.provenance import suite_commit, suite_version
 from conformance.report.results import (
     RULE_OUTCOMES,
     TEST_OUTCOMES,
@@ -43,6 +45,8 @@ __all__ = [
     "load",
     "read_records",
     "rule_results",
+    "suite_commit",
+    "suite_version",
     "summary_table",
     "write",
     "write_allure_environment",
