@@ -249,14 +249,10 @@ def select(
     order; :class:`UsageError` naming the option and the value that names nothing, with the
     closest ids or the areas there are."""
     rule_ids, area_words, skip_words = _split(rules), _split(areas), _split(skip)
-    checks = (
-        ("--rules", lambda: catalogue.select(rule_ids)),
-        ("-m", lambda: catalogue.select(areas=area_words)),
-        ("--skip", lambda: catalogue.select(skip=skip_words)),
-    )
-    for option, check in checks:  # each option on its own: the message names the one at fault
+    checks = {"--rules": {"rule_ids": rule_ids}, "-m": {"areas": area_words}, "--skip": {"skip": skip_words}}
+    for option, words in checks.items():  # each option on its own: the message names the one at fault
         try:
-            check()
+            catalogue.select(**words)
         except KeyError as e:
             raise UsageError(f"{option}: {e.args[0]}") from None
     return catalogue.select(rule_ids, area_words, skip_words)
