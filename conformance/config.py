@@ -84,6 +84,9 @@ class SuiteConfig:
     already running finish, nothing else starts; the report says the run stopped early and why."""
     quiet: bool = False
     """Progress without a line per rule: only a line per area (``-q``)."""
+    archive: bool = False
+    """Also write the run directory as one tarball beside it, ``<reports>/<run-id>.tar.gz``
+    (``--archive``), after its ``manifest.sha256``."""
 
     @property
     def run_dir(self) -> Path:
@@ -185,6 +188,7 @@ class SuiteConfig:
         driver_bin: str | Path | None = None,
         fail_fast: bool = False,
         quiet: bool = False,
+        archive: bool = False,
     ) -> SuiteConfig:
         """Validate the options and build the config; :class:`UsageError` names a bad one."""
         loaded = profile if isinstance(profile, DriverProfile) else load(profile)
@@ -232,6 +236,7 @@ class SuiteConfig:
             driver_bin=Path(driver_bin).expanduser() if driver_bin else None,
             fail_fast=fail_fast,
             quiet=quiet,
+            archive=archive,
         )
         if run_id:
             config = dataclasses.replace(config, run_id=run_id)

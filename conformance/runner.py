@@ -7,7 +7,8 @@
 3. the selected rules, in parallel (pytest-xdist), in a pytest process of their own, with a live
    count and a line per area as it finishes;
 4. stop the cluster (unless kept; a kind or k3s cluster's logs go to ``cluster-logs/`` when a
-   rule failed), and return the report the plugin wrote to
+   rule failed), write ``manifest.sha256`` over the run's files, last (and with ``archive`` the
+   run as one tarball beside it), and return the report the plugin wrote to
    ``<reports>/<run-id>/`` (``reports/latest`` points there).
 
 pytest runs as a child process, so a run does not depend on (or disturb) the caller's pytest
@@ -337,6 +338,10 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
                     for leftover in state_dir.iterdir():
                         leftover.unlink()
                     state_dir.rmdir()
+        if result is not None:  # last: nothing writes into the run directory after this
+            report.write_manifest(run_dir)
+            if config.archive:
+                report.write_archive(run_dir)
 
 
 DETAIL_LINES = 40

@@ -5,13 +5,22 @@ rule), ``model`` (:class:`Report`, :func:`build`), ``text`` (what every renderin
 the renderings ``jsonfile`` (``conformance.json``, :func:`load`), ``markdown``, ``htmlpage`` and
 ``allure_env``, and ``writing`` (:func:`write`, the one caller of the renderers). pytest writes
 ``junit.xml`` itself (the plugin points ``--junitxml`` into the run directory). Beside them:
-``provenance`` (the suite's version and commit a report names).
+``provenance`` (the suite's version and commit a report names) and ``manifest``
+(``manifest.sha256`` over a run's files, its check, the run as one tarball).
 """
 
 from __future__ import annotations
 
 from conformance.report.allure_env import write_allure_environment
 from conformance.report.jsonfile import load
+from conformance.report.manifest import (
+    MANIFEST,
+    Verification,
+    archive_path,
+    verify_manifest,
+    write_archive,
+    write_manifest,
+)
 from conformance.report.model import SCHEMA_VERSION, Report, ReportError, build
 from conformance.report.provenance import suite_commit, suite_version
 from conformance.report.results import (
@@ -29,6 +38,7 @@ from conformance.report.text import clip, fmt_duration, summary_table
 from conformance.report.writing import write
 
 __all__ = [
+    "MANIFEST",
     "RULE_OUTCOMES",
     "SCHEMA_VERSION",
     "TEST_OUTCOMES",
@@ -39,6 +49,8 @@ __all__ = [
     "RunInfo",
     "TestOutcome",
     "TestRecord",
+    "Verification",
+    "archive_path",
     "build",
     "clip",
     "fmt_duration",
@@ -48,6 +60,9 @@ __all__ = [
     "suite_commit",
     "suite_version",
     "summary_table",
+    "verify_manifest",
     "write",
     "write_allure_environment",
+    "write_archive",
+    "write_manifest",
 ]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conformance.catalogue import AREAS, RULES, area_of_marker, by_id, closest, matching, select
+from conformance.report import MANIFEST, verify_manifest
 from tests.conformance.suitekit import SUITE_INI
 
 COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES")
@@ -87,7 +88,9 @@ def test_the_suite_has_a_test_for_every_rule_of_its_areas(pytester: pytest.Pytes
     assert covered == wanted, f"missing: {sorted(wanted - covered)}; unknown: {sorted(covered - wanted)}"
 
 
-def test_the_plugin_selects_by_glob_and_skips(pytester: pytest.Pytester, tmp_path: Path) -> None:
+def test_the_plugin_selects_by_glob_and_skips_and_writes_a_manifest(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
     run_dir = tmp_path / "reports" / "run-1"
     result = pytester.runpytest_subprocess(
         "--pyargs", "conformance.suite", "-c", str(SUITE_INI), f"--rootdir={SUITE_INI.parent}",
@@ -99,6 +102,10 @@ def test_the_plugin_selects_by_glob_and_skips(pytester: pytest.Pytester, tmp_pat
     rules = {t["rule"] for t in collected["tests"]}
     slices = {r.id for r in RULES if r.area == "SLICE"} - {"SLICE-EDIT", "SLICE-GONE"}
     assert rules == slices | {r.id for r in RULES if r.area == "PRE"}  # preflight gates every run
+    # the plugin writes manifest.sha256 last: over the report and pytest's junit.xml too
+    found = verify_manifest(run_dir)
+    assert found.ok, found
+    assert "junit.xml" in (run_dir / MANIFEST).read_text()
     bad = pytester.runpytest_subprocess(
         "--pyargs", "conformance.suite", "-c", str(SUITE_INI), f"--rootdir={SUITE_INI.parent}",
         "--dra-profile=reference-gpu", "--collect-only", "-q", "-p", "no:xdist", "--dra-skip=SLICE-EDTI",
