@@ -5,13 +5,15 @@ rule), ``model`` (:class:`Report`, :func:`build`), ``text`` (what every renderin
 the renderings ``jsonfile`` (``conformance.json``, :func:`load`), ``markdown``, ``htmlpage`` and
 ``allure_env``, and ``writing`` (:func:`write`, the one caller of the renderers). pytest writes
 ``junit.xml`` itself (the plugin points ``--junitxml`` into the run directory). Beside them:
-``provenance`` (the suite's version and commit a report names) and ``manifest``
-(``manifest.sha256`` over a run's files, its check, the run as one tarball).
+``provenance`` (the suite's version and commit a report names), ``manifest``
+(``manifest.sha256`` over a run's files, its check, the run as one tarball) and ``compare``
+(what changed between two runs).
 """
 
 from __future__ import annotations
 
 from conformance.report.allure_env import write_allure_environment
+from conformance.report.compare import Change, Comparison, compare
 from conformance.report.jsonfile import load
 from conformance.report.manifest import (
     MANIFEST,
@@ -42,6 +44,8 @@ __all__ = [
     "RULE_OUTCOMES",
     "SCHEMA_VERSION",
     "TEST_OUTCOMES",
+    "Change",
+    "Comparison",
     "Report",
     "ReportError",
     "RuleOutcome",
@@ -53,6 +57,7 @@ __all__ = [
     "archive_path",
     "build",
     "clip",
+    "compare",
     "fmt_duration",
     "load",
     "read_records",
