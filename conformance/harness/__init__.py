@@ -10,7 +10,7 @@ here (``capabilities``). Re-exported here: what the suite and the plugin use.
 
 from __future__ import annotations
 
-from conformance.harness.capabilities import Environment, feature_gates, missing, parse_minor
+from conformance.harness.capabilities import Environment, assumed, feature_gates, missing, parse_minor
 from conformance.harness.devices import (
     MAX_RESULTS_PER_CLAIM,
     attribute_value,
@@ -64,6 +64,7 @@ __all__ = [
     "WaitFailed",
     "WaitTimeout",
     "allocated_devices",
+    "assumed",
     "attribute_value",
     "cel_literal",
     "choose_version",
