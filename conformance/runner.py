@@ -442,7 +442,7 @@ def plan(
         cluster_capabilities=abilities,
         k8s_minor=parse_minor(k8s_version),
         k8s_version=k8s_version,
-        served_kinds=None,
+        served_known=False,
     )
     out = []
     for rule in rules:

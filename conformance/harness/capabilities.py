@@ -51,8 +51,11 @@ class Environment:
     """The API server's minor version (37 for v1.37.2); 0 when not known (a dry run)."""
     k8s_version: str
     """The API server's version as it reports it."""
-    served_kinds: Collection[str] | None = ()
-    """Kinds ``resource.k8s.io/v1`` serves (``DeviceTaintRule``, ...); None when not known (a dry run)."""
+    served_kinds: Collection[str] = ()
+    """Kinds ``resource.k8s.io/v1`` serves (``DeviceTaintRule``, ...)."""
+    served_known: bool = True
+    """False before a cluster is reached (a dry run): :attr:`served_kinds` is then not known, and a
+    need for a kind counts as met (:func:`assumed` names it)."""
 
 
 def parse_minor(version: str) -> int:
@@ -105,7 +108,7 @@ def _lacks(need: str, env: Environment) -> str | None:
             "(faults.inject, heal, healable)"
         )
     if need == "DeviceTaintRule":
-        if env.served_kinds is None or "DeviceTaintRule" in env.served_kinds:
+        if not env.served_known or "DeviceTaintRule" in env.served_kinds:
             return None
         return "the cluster does not serve DeviceTaintRule"
     raise ValueError(f"rule need {need!r} is not known to the suite")
@@ -113,7 +116,7 @@ def _lacks(need: str, env: Environment) -> str | None:
 
 def _unknown(need: str, env: Environment) -> str | None:
     """What ``need`` depends on that ``env`` does not know yet, or None."""
-    if need == "DeviceTaintRule" and env.served_kinds is None:
+    if need == "DeviceTaintRule" and not env.served_known:
         return "the cluster serves DeviceTaintRule"
     return None
 
@@ -129,7 +132,7 @@ def _since(rule: Rule) -> int:
 def missing(rule: Rule, env: Environment) -> str | None:
     """Why ``rule`` cannot be checked in ``env`` (the first need that is not met), or None.
 
-    What ``env`` does not know (version 0, ``served_kinds`` None) counts as met.
+    What ``env`` does not know (version 0, kinds not :attr:`~Environment.served_known`) counts as met.
     """
     since = _since(rule)
     if since and env.k8s_minor and env.k8s_minor < since:

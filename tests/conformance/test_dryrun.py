@@ -41,14 +41,14 @@ def test_an_external_cluster_has_what_the_profile_commands_give() -> None:
     # the abilities the backend itself would have with those commands
     kubeconfig = profiles.SHIPPED_DIR / "nvidia-gpu.yaml"  # any file: the constructor only checks it exists
     abilities = ExternalCluster(kubeconfig, commands=given).capabilities
-    env = Environment(profile, "external", abilities, 0, "", served_kinds=None)
+    env = Environment(profile, "external", abilities, 0, "", served_known=False)
     assert {i: p.skip for i, p in planned.items()} == {r.id: missing(r, env) or "" for r in RULES}
     assert "cannot reach the driver's sockets on a node (grpc)" in planned["REG-GETINFO"].skip
 
 
 def test_what_only_the_cluster_can_tell_is_a_condition() -> None:
     profile = profiles.load("nvidia-gpu")  # does not claim taints: DeviceTaintRule must do
-    env = Environment(profile, "external", frozenset(), 0, "", served_kinds=None)
+    env = Environment(profile, "external", frozenset(), 0, "", served_known=False)
     assert assumed(by_id("ALLOC-TAINT-NOSCHEDULE"), env) == [
         "the cluster runs Kubernetes 1.35+ (DRADeviceTaints)",
         "the cluster serves DeviceTaintRule",
