@@ -5,19 +5,23 @@ cluster, and what it was asked to do is checked."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from clusters.local.binaries import Binaries
 from conformance import cli, report
 from conformance.config import SuiteConfig
 from conformance.report import MANIFEST, TestRecord
 from tests.conformance.reportkit import record, write_run
+from tests.conformance.suitekit import quick_profile
 
 SHIPPED = str(Path(cli.__file__).resolve().parent / "profiles" / "reference-gpu.yaml")
 
@@ -282,3 +286,40 @@ def test_a_run_directory_that_is_not_one_is_named_with_the_fix(
     assert message in done.stderr
     assert done.stderr.count("\n") == 1, f"more than one line: {done.stderr!r}"
     assert not (tmp_path / "reports").exists()
+
+
+# --- one real run: what the runner writes last -----------------------------------------------------
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_real_run_names_its_provenance_and_ends_with_its_manifest_and_archive(
+    local_binaries: Binaries, tmp_path: Path
+) -> None:
+    profile = quick_profile("reference-gpu", tmp_path)
+    reports = tmp_path / "reports"
+    done = subprocess.run(
+        [sys.executable, "-m", "conformance", "run", f"--profile={profile}", "--rules=SLICE-PR*",
+         "--skip=PRE-*", f"--reports-dir={reports}", "-n", "0", "--archive",
+         f"--bin-dir={local_binaries.directory}", f"--k8s-version={local_binaries.version}"],
+        capture_output=True, text=True, timeout=800, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_dir = (reports / "latest").resolve()
+    got = report.load(run_dir)
+    assert {r.rule.id for r in got.rules if r.outcome == "passed"} >= {"SLICE-PRESENT", "PRE-API"}
+    run = got.run
+    assert run.suite_version == report.suite_version() and run.suite_commit == report.suite_commit()
+    assert run.profile_sha256 == hashlib.sha256(profile.read_bytes()).hexdigest()
+    assert run.kubernetes_version.startswith(f"v{local_binaries.version}")
+    assert run.feature_gates.get("DynamicResourceAllocation") is True, run.feature_gates
+    # the manifest covers what the runner wrote after pytest (pytest.log), and the archive holds it
+    assert "pytest.log" in (run_dir / MANIFEST).read_text()
+    assert report.verify_manifest(run_dir).ok
+    assert f"archive: {report.archive_path(run_dir)}" in done.stdout
+    with tarfile.open(report.archive_path(run_dir)) as tar:
+        assert f"{run_dir.name}/{MANIFEST}" in tar.getnames()
+    assert _cli("verify", "--reports-dir", str(reports), cwd=tmp_path).returncode == 0
+    again = _cli("run", "--rerun-failed", "--reports-dir", str(reports), cwd=tmp_path)
+    assert again.returncode == 0 and f"nothing failed in run {run.run_id}" in again.stdout
