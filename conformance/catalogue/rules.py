@@ -10,11 +10,25 @@ profile (``v1beta1``, ``health``, ``taints``, ...) or provided by the cluster ba
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["AREAS", "RULES", "Area", "Rule", "area_of_marker", "by_id", "select"]
+__all__ = [
+    "AREAS",
+    "RULES",
+    "Area",
+    "Rule",
+    "area_of_marker",
+    "by_id",
+    "closest",
+    "is_glob",
+    "matching",
+    "select",
+]
 
 
 @dataclass(frozen=True)
@@ -789,15 +803,41 @@ RULES: tuple[Rule, ...] = (
 _BY_ID: Mapping[str, Rule] = MappingProxyType({r.id: r for r in RULES})
 
 
+def closest(word: str, n: int = 3) -> list[str]:
+    """The ``n`` rule ids most like ``word`` (a mistyped id, or a glob without its wildcards)."""
+    key = re.sub(r"[*?\[\]]", "", word).upper()
+    area = key.partition("-")[0]
+    same_area = [i for i in _BY_ID if i.startswith(area + "-")]
+    return difflib.get_close_matches(key, same_area or list(_BY_ID), n=n, cutoff=0.0)
+
+
+def _unknown(what: str, word: str) -> KeyError:
+    near = ", ".join(closest(word))
+    return KeyError(f"{what} {word!r}; closest: {near} ('dra-conformance rules' lists every id)")
+
+
 def by_id(rule_id: str) -> Rule:
-    """The rule with this id; ``KeyError`` naming close ids when there is none."""
+    """The rule with this id; ``KeyError`` naming the closest ids when there is none."""
     try:
         return _BY_ID[rule_id]
     except KeyError:
-        prefix = rule_id.upper().partition("-")[0] + "-"
-        near = [r for r in _BY_ID if r.startswith(prefix)]
-        hint = f"ids of that area: {', '.join(near)}" if near else f"ids start with one of {', '.join(AREAS)}"
-        raise KeyError(f"unknown rule id {rule_id!r}; {hint}") from None
+        raise _unknown("unknown rule id", rule_id) from None
+
+
+def is_glob(word: str) -> bool:
+    """Whether ``word`` is a shell-style pattern (``REG-*``, ``PREP-CDI-?*``) rather than an id."""
+    return any(ch in word for ch in "*?[")
+
+
+def matching(word: str) -> tuple[Rule, ...]:
+    """The rules ``word`` names: the one of that id, or, for a glob (:func:`is_glob`), every rule
+    whose id it matches, case aside. ``KeyError`` naming the closest ids when it names none."""
+    if not is_glob(word):
+        return (_BY_ID.get(word.upper()) or by_id(word),)
+    found = tuple(r for r in RULES if fnmatch.fnmatchcase(r.id, word.upper()))
+    if not found:
+        raise _unknown("no rule id matches", word)
+    return found
 
 
 def area_of_marker(word: str) -> Area | None:
@@ -808,16 +848,20 @@ def area_of_marker(word: str) -> Area | None:
     return None
 
 
-def select(rule_ids: Iterable[str] = (), areas: Iterable[str] = ()) -> tuple[Rule, ...]:
-    """The rules named by id or by area (id or marker); both empty selects every rule.
+def select(
+    rule_ids: Iterable[str] = (), areas: Iterable[str] = (), skip: Iterable[str] = ()
+) -> tuple[Rule, ...]:
+    """The rules named by id or glob (:func:`matching`) or by area (id or marker), less those
+    ``skip`` names (ids or globs); no ids and no areas start from every rule.
 
-    Raises ``KeyError`` naming an unknown id or area and what is allowed.
+    Raises ``KeyError`` naming an unknown id, a glob that matches nothing (with the closest ids),
+    or an unknown area (with the areas there are).
     """
     ids = list(rule_ids)
     words = list(areas)
     chosen: set[str] = set()
     for rule_id in ids:
-        chosen.add(by_id(rule_id).id)
+        chosen.update(r.id for r in matching(rule_id))
     for word in words:
         area = area_of_marker(word)
         if area is None:
@@ -825,5 +869,7 @@ def select(rule_ids: Iterable[str] = (), areas: Iterable[str] = ()) -> tuple[Rul
             raise KeyError(f"unknown area {word!r}; areas: {allowed}")
         chosen.update(r.id for r in RULES if r.area == area.id)
     if not ids and not words:
-        return RULES
+        chosen = set(_BY_ID)
+    for word in skip:
+        chosen.difference_update(r.id for r in matching(word))
     return tuple(r for r in RULES if r.id in chosen)

@@ -11,7 +11,7 @@ Re-exported here: what the suite and the plugin use.
 
 from __future__ import annotations
 
-from conformance.harness.capabilities import Environment, missing, parse_minor
+from conformance.harness.capabilities import Environment, assumed, feature_gates, missing, parse_minor
 from conformance.harness.devices import (
     MAX_RESULTS_PER_CLAIM,
     attribute_value,
@@ -65,6 +65,7 @@ __all__ = [
     "WaitFailed",
     "WaitTimeout",
     "allocated_devices",
+    "assumed",
     "attribute_value",
     "cel_literal",
     "choose_version",
@@ -72,6 +73,7 @@ __all__ = [
     "consumption",
     "counter_sets",
     "exact_cel",
+    "feature_gates",
     "get_info",
     "is_socket",
     "match_cel",

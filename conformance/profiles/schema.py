@@ -374,6 +374,9 @@ class DriverProfile:
     """Rule id -> why it is expected to fail."""
     idempotent_prepares: int = 3
     """How often REG-IDEMPOTENT-PREPARE prepares the same claim."""
+    digest: str = ""
+    """SHA-256 of the file's bytes, as ``sha256sum`` prints it (empty when not read from a file):
+    a report names the profile by its content, not by where it lay."""
 
     def claims(self, capability: str) -> bool:
         """Whether the profile claims ``capability``."""
