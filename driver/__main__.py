@@ -49,6 +49,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
     """Run the driver until ``stop`` is set; returns the exit code."""
     from driver import devices
     from driver.claims import ApiClaimSource
+    from driver.consumers import POD_SWITCHES, ApiPodSource
     from driver.health import HealthMonitor
     from driver.kubeslices import KubeSliceStore
     from driver.plugin import PluginServer
@@ -69,7 +70,8 @@ def run(settings: Settings, stop: threading.Event) -> int:
         except fakegpu.FakeGpuError as e:
             raise SettingsError(f"--backend fake: {e}") from e
     inventory = devices.discover(settings.backend.device_kinds)
-    state = DeviceState(settings, inventory, ApiClaimSource(api))
+    pods = ApiPodSource(api) if settings.break_rules & POD_SWITCHES else None
+    state = DeviceState(settings, inventory, ApiClaimSource(api), pods=pods)
     state.restore()
     monitor = HealthMonitor.from_settings(inventory, settings)
     publisher = SlicePublisher(
@@ -94,6 +96,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
         started.append(monitor.stop)
         server.start()
         started.append(server.stop)
+        started.append(state.stop)
         log.info(
             "driver running",
             extra={"driver": settings.driver_name, "node": settings.node_name, "devices": len(inventory),
