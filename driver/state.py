@@ -216,7 +216,8 @@ class DeviceState:
         return done
 
     def restore(self) -> None:
-        """Start-up recovery: finish interrupted work, rebuild what completed claims lost, remove orphans.
+        """Start-up recovery: finish interrupted work, unprepare claims deleted while the driver was
+        down, rebuild what completed claims lost, remove orphans.
 
         Raises ``CheckpointError`` only when the checkpoint cannot be written; everything else
         is logged and left for the kubelet's next call (or the next start) to retry.
@@ -224,7 +225,10 @@ class DeviceState:
         with self.book.lock:
             records = list(self.book.claims().values())
             rebooted = self.book.rebooted
-        undone, completed = recovery.recover(records, rebooted=rebooted, undo=self._undo, files=self.files)
+        gone = recovery.deleted_claims(records, self.claims)
+        undone, completed = recovery.recover(
+            records, rebooted=rebooted, undo=self._undo, files=self.files, gone=gone
+        )
         if self.settings.breaks("leak-restored-claims"):
             self._restored.update(completed)
         self.book.commit(dict.fromkeys(undone), always=True)
