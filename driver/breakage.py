@@ -49,6 +49,10 @@ RULES: dict[str, str] = {
     "skip-unreferenced-claims": "a claim no container references is answered with no devices, nothing made",
     "short-counter-set": "counter sets publish half their memory: a whole GPU consumes more than its set has",
     "stale-claim-state": "a claim prepared again after its unprepare fails once (stale state), then succeeds",
+    "keep-deleted-claims": "at start, checkpointed claims whose ResourceClaim is gone stay prepared",
+    "trust-corrupt-checkpoint": "a checkpoint that fails its checksum is loaded as it reads, without a word",
+    "config-to-whole-request": "a config scoped to one subrequest (gpu/sub0) applies to every one of gpu",
+    "claims-by-name": "a claim re-created under the same name (a new UID) is answered from the old one",
 }
 """Every switch, with the rule it breaks."""
 

@@ -107,7 +107,9 @@ class DeviceState:
         )
         private_dir(settings.kubelet.plugin_dir)
         private_dir(settings.claims_dir)
-        self.store = CheckpointStore(settings.checkpoint_path)
+        self.store = CheckpointStore(
+            settings.checkpoint_path, verify=not settings.breaks("trust-corrupt-checkpoint")
+        )
         self.book = ClaimBook(self.store, self.boot_id, forget=settings.breaks("forget-checkpoint"))
         """The checkpointed claims and their locks."""
         self._first_pods: FirstPodWatch | None = None
@@ -225,7 +227,8 @@ class DeviceState:
         with self.book.lock:
             records = list(self.book.claims().values())
             rebooted = self.book.rebooted
-        gone = recovery.deleted_claims(records, self.claims)
+        keep = self.settings.breaks("keep-deleted-claims")
+        gone = {} if keep else recovery.deleted_claims(records, self.claims)
         undone, completed = recovery.recover(
             records, rebooted=rebooted, undo=self._undo, files=self.files, gone=gone
         )
