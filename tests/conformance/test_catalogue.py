@@ -14,8 +14,8 @@ COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES
 
 
 def test_catalogue_shape() -> None:
-    assert len(RULES) == 94
-    assert len({r.id for r in RULES}) == 94
+    assert len(RULES) == 98
+    assert len({r.id for r in RULES}) == 98
     counts = {a: sum(r.area == a for r in RULES) for a in AREAS}
     assert counts == {
         "PRE": 5,
@@ -23,9 +23,9 @@ def test_catalogue_shape() -> None:
         "SLICE": 12,
         "ALLOC": 21,
         "SHARE": 8,
-        "PREP": 15,
+        "PREP": 17,
         "HEALTH": 7,
-        "RES": 8,
+        "RES": 10,
     }
     for r in RULES:
         assert r.id.startswith(r.area + "-"), r.id

@@ -74,7 +74,7 @@ def test_a_profile_without_local_command_cannot_run_locally(tmp_path: Path) -> N
 def test_rules_lists_the_catalogue(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rules"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == len(RULES) == 94
+    assert len(lines) == len(RULES) == 98
     assert lines[0].startswith("PRE-API ")
     assert main(["rules", "-m", "registration"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 18
