@@ -51,6 +51,10 @@ RULES: dict[str, str] = {
     "stale-claim-state": "a claim prepared again after its unprepare fails once (stale state), then succeeds",
     "device-status-not-ready": "the status.devices entries of prepared devices say Ready=False",
     "ignore-extended-resource-claims": "a claim the scheduler made for extended resources is answered empty",
+    "keep-deleted-claims": "at start, checkpointed claims whose ResourceClaim is gone stay prepared",
+    "trust-corrupt-checkpoint": "a checkpoint that fails its checksum is loaded as it reads, without a word",
+    "config-to-whole-request": "a config scoped to one subrequest (gpu/sub0) applies to every one of gpu",
+    "claims-by-name": "a claim re-created under the same name (a new UID) is answered from the old one",
 }
 """Every switch, with the rule it breaks."""
 

@@ -6,7 +6,7 @@ No side effects here: ``plan`` turns the kubelet's ``ClaimRef`` into the devices
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from driver._names import check_uid, shown
 from driver.checkpoint import ClaimRecord, PreparedDevice
@@ -82,6 +82,8 @@ def plan(
             )
         except ConfigError as e:
             raise PrepareError(f"claim {ref}: {e}") from e
+        if settings.breaks("config-to-whole-request"):  # gpu/sub0 names gpu: every subrequest
+            entries = [replace(e, requests=tuple(_parent_request(r) for r in e.requests)) for e in entries]
     planned: dict[tuple[str, str | None], PreparedDevice] = {}
     for result in results:
         name = str(result.get("device", ""))

@@ -104,12 +104,12 @@ class Preparation:
 
         A claim left half done (a failed attempt, an unprepare cut short) is undone first.
         """
-        record = self.book.get(ref.uid)
+        record = self.book.get(ref.uid) or self._same_name(ref)
         if record is None:
             return None
         if record.state != PREPARE_COMPLETED:
             self._undo(record)
-            self.book.commit({ref.uid: None})
+            self.book.commit({record.uid: None})
             return None
         if self.settings.breaks("non-idempotent-prepare"):
             raise PrepareError(f"claim {ref}: already prepared")
@@ -117,11 +117,18 @@ class Preparation:
             if not self.files.intact(record):
                 fixed = copy.deepcopy(record)  # memory changes only once the file has
                 self.files.make(fixed, recreate_partitions=False)
-                self.book.commit({ref.uid: fixed})  # a partition made again has a new UUID
+                self.book.commit({record.uid: fixed})  # a partition made again has a new UUID
                 record = fixed
         except (DriverError, OSError) as e:
             raise PrepareError(f"claim {ref}: cannot make its CDI spec and devices again: {e}") from e
         return list(record.devices)
+
+    def _same_name(self, ref: ClaimRef) -> ClaimRecord | None:
+        """``claims-by-name`` only: a completed claim of the same namespace and name, whatever its UID."""
+        if not self.settings.breaks("claims-by-name"):
+            return None
+        same = (r for r in self.book.claims().values() if (r.namespace, r.name) == (ref.namespace, ref.name))
+        return next((r for r in same if r.state == PREPARE_COMPLETED), None)
 
     def _broken_answer(self, ref: ClaimRef) -> list[PreparedDevice] | None:
         """What the switches ``stale-claim-state`` and ``skip-unreferenced-claims`` answer instead of

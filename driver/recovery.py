@@ -1,9 +1,13 @@
-"""Recovery at start: finish what a crash cut short, rebuild what completed claims lost, remove orphans.
+"""Recovery at start: finish what a crash cut short, drop claims deleted meanwhile, rebuild what
+completed claims lost, remove orphans.
 
-``PrepareStarted`` and ``UnprepareStarted`` claims are undone; completed claims that lost their
-CDI spec or partitions (a reboot, a tmpfs) get them back; what no claim owns goes: CDI specs and
-info dirs of this driver, MIG partitions of its partitionable GPUs, temp files of killed writes.
-Failures are logged and left for the kubelet's next call (or the next start) to retry.
+``PrepareStarted`` and ``UnprepareStarted`` claims are undone; so are completed claims whose
+ResourceClaim was deleted (or re-created, with another UID) while the driver was down, since
+nothing will use them again and the kubelet may never ask (:func:`deleted_claims`); completed
+claims that lost their CDI spec or partitions (a reboot, a tmpfs) get them back; what no claim
+owns goes: CDI specs and info dirs of this driver, MIG partitions of its partitionable GPUs, temp
+files of killed writes. Failures are logged and left for the kubelet's next call (or the next
+start) to retry.
 """
 
 from __future__ import annotations
@@ -13,12 +17,41 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from driver.checkpoint import PREPARE_COMPLETED, ClaimRecord
-from driver.errors import DriverError, PrepareError
+from driver.claims import ClaimSource
+from driver.errors import ClaimError, DriverError, PrepareError
 from driver.materialize import Materializer, os_problem, remove_tree
 
-__all__ = ["recover", "remove_orphans"]
+__all__ = ["deleted_claims", "recover", "remove_orphans"]
 
 log = logging.getLogger(__name__)
+
+
+def deleted_claims(records: Iterable[ClaimRecord], claims: ClaimSource) -> dict[str, str]:
+    """The completed claims whose ResourceClaim is gone or was re-created (another UID), with why.
+
+    A ResourceClaim in use by a pod cannot be deleted, so such a claim is nobody's any more. When
+    the API server cannot be read, no claim is called gone (nor asked about after that): a claim
+    is dropped only when it is known to be gone.
+    """
+    gone: dict[str, str] = {}
+    for record in records:
+        if record.state != PREPARE_COMPLETED:
+            continue
+        try:
+            claim = claims.get_claim(record.namespace, record.name)
+        except ClaimError as e:
+            log.warning(
+                "cannot tell whether prepared claims were deleted while the driver was down; all kept",
+                extra={"claim": record.uid, "error": str(e)},
+            )
+            return {}
+        if claim is None:
+            gone[record.uid] = "its ResourceClaim was deleted"
+            continue
+        uid = (claim.get("metadata") or {}).get("uid")
+        if uid != record.uid:
+            gone[record.uid] = f"its ResourceClaim was re-created (UID {uid})"
+    return gone
 
 
 def recover(
@@ -27,20 +60,29 @@ def recover(
     rebooted: bool,
     undo: Callable[[ClaimRecord], None],
     files: Materializer,
+    gone: Mapping[str, str] | None = None,
 ) -> tuple[set[str], set[str]]:
-    """Undo the claims a crash cut short, make completed ones whole; (undone, completed) UIDs.
+    """Undo the claims a crash cut short and those ``gone`` (UID -> why, :func:`deleted_claims`), make
+    completed ones whole; (undone, completed) UIDs.
 
     ``undo`` undoes one claim (``PrepareError`` when it cannot: that claim is kept for a retry).
     After a reboot every completed claim is rebuilt, its partitions made again on its next prepare.
     """
+    gone = gone or {}
     undone: set[str] = set()
     completed: set[str] = set()
     for record in records:
         ctx = {"claim": record.uid, "namespace": record.namespace, "claim_name": record.name}
-        if record.state != PREPARE_COMPLETED:
+        if record.uid in gone:
+            log.info(
+                "unpreparing a claim deleted while the driver was down",
+                extra={**ctx, "why": gone[record.uid]},
+            )
+        elif record.state != PREPARE_COMPLETED:
             log.warning(
                 "finishing a prepare or unprepare a crash cut short", extra={**ctx, "state": record.state}
             )
+        if record.uid in gone or record.state != PREPARE_COMPLETED:
             try:
                 undo(record)
             except PrepareError as e:

@@ -112,7 +112,9 @@ class DeviceState:
         )
         private_dir(settings.kubelet.plugin_dir)
         private_dir(settings.claims_dir)
-        self.store = CheckpointStore(settings.checkpoint_path)
+        self.store = CheckpointStore(
+            settings.checkpoint_path, verify=not settings.breaks("trust-corrupt-checkpoint")
+        )
         self.book = ClaimBook(self.store, self.boot_id, forget=settings.breaks("forget-checkpoint"))
         """The checkpointed claims and their locks."""
         self._first_pods: FirstPodWatch | None = None
@@ -225,7 +227,8 @@ class DeviceState:
         return done
 
     def restore(self) -> None:
-        """Start-up recovery: finish interrupted work, rebuild what completed claims lost, remove orphans.
+        """Start-up recovery: finish interrupted work, unprepare claims deleted while the driver was
+        down, rebuild what completed claims lost, remove orphans.
 
         Raises ``CheckpointError`` only when the checkpoint cannot be written; everything else
         is logged and left for the kubelet's next call (or the next start) to retry.
@@ -233,7 +236,11 @@ class DeviceState:
         with self.book.lock:
             records = list(self.book.claims().values())
             rebooted = self.book.rebooted
-        undone, completed = recovery.recover(records, rebooted=rebooted, undo=self._undo, files=self.files)
+        keep = self.settings.breaks("keep-deleted-claims")
+        gone = {} if keep else recovery.deleted_claims(records, self.claims)
+        undone, completed = recovery.recover(
+            records, rebooted=rebooted, undo=self._undo, files=self.files, gone=gone
+        )
         if self.settings.breaks("leak-restored-claims"):
             self._restored.update(completed)
         self.book.commit(dict.fromkeys(undone), always=True)

@@ -646,6 +646,14 @@ RULES: tuple[Rule, ...] = (
         "e2e",
     ),
     Rule(
+        "PREP-CONFIG-SUBREQUEST",
+        "PREP",
+        "a config scoped to one subrequest of a `firstAvailable` request applies to that subrequest's devices only, when it is the one allocated",
+        ("opaque-config", "view"),
+        "1.34 (DRAPrioritizedList)",
+        "-",
+    ),
+    Rule(
         "PREP-CONFIG-INVALID",
         "PREP",
         "an invalid opaque config fails the claim with a message naming the field, and the pod stays Pending with a FailedPrepareDynamicResources event",
@@ -668,6 +676,14 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         'e2e "unprepare resources for force-deleted pod"',
+    ),
+    Rule(
+        "PREP-RECREATED-CLAIM",
+        "PREP",
+        "a claim deleted without its unprepare and created again under the same name (a new UID) is prepared as a new claim: the driver answers its allocation, not the old one's",
+        ("grpc",),
+        "1.34",
+        "-",
     ),
     Rule(
         "PREP-NO-WARNINGS",
@@ -797,6 +813,22 @@ RULES: tuple[Rule, ...] = (
         ("restart-driver", "grpc"),
         "-",
         "nv updowngrade",
+    ),
+    Rule(
+        "RES-DELETED-WHILE-DOWN",
+        "RES",
+        "a claim deleted while the driver was down is unprepared when it starts, though the kubelet never asks: its CDI devices are removed and its devices can be prepared for another claim",
+        ("restart-driver", "grpc"),
+        "-",
+        "nv CheckpointCleanupManager",
+    ),
+    Rule(
+        "RES-CHECKPOINT-CORRUPT",
+        "RES",
+        "a checkpoint corrupted while the driver was down is detected and reported when it starts, never silently trusted: its claims prepare again with their allocated devices",
+        ("restart-driver", "grpc"),
+        "-",
+        "-",
     ),
 )
 """Every rule, in catalogue order."""

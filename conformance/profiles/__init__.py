@@ -14,11 +14,13 @@ import yaml
 
 from conformance.errors import ProfileError
 from conformance.profiles.schema import (
+    CHECKPOINT_PLACEHOLDERS,
     EXTERNAL_PLACEHOLDERS,
     FAULT_PLACEHOLDERS,
     PROFILE_CAPABILITIES,
     VIEW_WAYS,
     AttributeMatch,
+    CheckpointFile,
     ContainerSpec,
     DriverProfile,
     ExampleConfig,
@@ -29,12 +31,14 @@ from conformance.profiles.schema import (
 )
 
 __all__ = [
+    "CHECKPOINT_PLACEHOLDERS",
     "EXTERNAL_PLACEHOLDERS",
     "FAULT_PLACEHOLDERS",
     "PROFILE_CAPABILITIES",
     "SHIPPED_DIR",
     "VIEW_WAYS",
     "AttributeMatch",
+    "CheckpointFile",
     "ContainerSpec",
     "DriverProfile",
     "ExampleConfig",

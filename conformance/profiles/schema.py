@@ -22,11 +22,13 @@ from conformance.errors import ProfileError
 
 __all__ = [
     "ATTRIBUTE_TYPES",
+    "CHECKPOINT_PLACEHOLDERS",
     "EXTERNAL_PLACEHOLDERS",
     "FAULT_PLACEHOLDERS",
     "PROFILE_CAPABILITIES",
     "VIEW_WAYS",
     "AttributeMatch",
+    "CheckpointFile",
     "Configs",
     "ContainerSpec",
     "DeviceClasses",
@@ -326,6 +328,27 @@ class ExternalCommands:
         return {k: v for k, v in keys.items() if v}
 
 
+CHECKPOINT_PLACEHOLDERS: Mapping[str, str] = {
+    "root": "the node's root dir (local tier only)",
+    "node": "the node",
+    "driver": "the driver name",
+}
+"""Placeholders of ``checkpoint.path``, with what each stands for."""
+
+
+@dataclass(frozen=True)
+class CheckpointFile:
+    """Where the driver keeps what it prepared on a node, and how it reports a checkpoint it finds
+    corrupt (RES-CHECKPOINT-CORRUPT; without :attr:`path` the rule skips)."""
+
+    path: str = ""
+    """The file on the node (:data:`CHECKPOINT_PLACEHOLDERS`)."""
+    set_aside: str = ""
+    """A glob, in the checkpoint's directory, of the file a corrupt checkpoint is moved to."""
+    log: str = ""
+    """A regular expression the driver's log matches once it found its checkpoint corrupt."""
+
+
 @dataclass(frozen=True)
 class Timeouts:
     """Seconds to wait for things to happen."""
@@ -368,6 +391,8 @@ class DriverProfile:
     """Fault injection."""
     external: ExternalCommands = field(default_factory=ExternalCommands)
     """Commands for what an existing cluster cannot do by itself (``--cluster external``)."""
+    checkpoint: CheckpointFile = field(default_factory=CheckpointFile)
+    """Where the driver keeps its checkpoint, and how it reports a corrupt one."""
     timeouts: Timeouts = field(default_factory=Timeouts)
     """Timeouts."""
     known_failures: Mapping[str, str] = field(default_factory=dict)
@@ -631,6 +656,30 @@ def _external(r: _Reader | None) -> ExternalCommands:
     return ExternalCommands(values["restartDriver"], values["restartKubelet"], values["cdiSpecs"])
 
 
+def _checkpoint(r: _Reader | None) -> CheckpointFile:
+    if r is None:
+        return CheckpointFile()
+    r.known(["path", "setAside", "log"])
+    path = r.get("path", str, required=True)
+    for name in _PLACEHOLDER.findall(path):
+        if name not in CHECKPOINT_PLACEHOLDERS:
+            allowed = ", ".join(f"{{{p}}}" for p in CHECKPOINT_PLACEHOLDERS)
+            r.fail(path, f"placeholders among {allowed}; {{{name}}} is not one", "path")
+    set_aside = r.get("setAside", str, "")
+    if "/" in set_aside:
+        r.fail(set_aside, "a file name glob in the checkpoint's directory (no '/')", "setAside")
+    log = r.get("log", str, "")
+    try:
+        re.compile(log)
+    except re.error as e:
+        r.fail(log, f"a regular expression ({e})", "log")
+    if not set_aside and not log:
+        r.fail(
+            None, "setAside or log: how the driver reports a corrupt checkpoint (one at least)", "setAside"
+        )
+    return CheckpointFile(path, set_aside, log)
+
+
 def _check_placeholders(r: _Reader, key: str, text: str, fault_allowed: bool) -> None:
     for name in _PLACEHOLDER.findall(text):
         known = name in FAULT_PLACEHOLDERS and name != "attr:NAME" and (fault_allowed or name != "fault")
@@ -655,6 +704,7 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
             "configs",
             "faults",
             "external",
+            "checkpoint",
             "timeouts",
             "knownFailures",
             "idempotentPrepares",
@@ -715,6 +765,7 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
         configs=_configs(r.sub("configs")),
         faults=_faults(r.sub("faults")),
         external=_external(r.sub("external")),
+        checkpoint=_checkpoint(r.sub("checkpoint")),
         timeouts=timeouts,
         known_failures=dict(known),
         idempotent_prepares=repeats,

@@ -247,6 +247,44 @@ def test_config_scoped_to_request(dra: Harness) -> None:
     assert not leaked, f"config {name!r} for request 'with' reached request 'without': {leaked}"
 
 
+@rule("PREP-CONFIG-SUBREQUEST")
+def test_config_scoped_to_subrequest(dra: Harness) -> None:
+    """a config scoped to one subrequest of a `firstAvailable` request applies to that subrequest's devices
+    only, when it is the one allocated"""
+    [(name, config)] = _configs(dra, 1)
+    no_match = dra.profile.devices.no_match
+    if no_match is None:
+        pytest.skip(f"profile {dra.profile.name} gives no devices.noMatch (for a subrequest never allocated)")
+    if dra.profile.devices.in_class < 2:
+        pytest.skip(f"profile {dra.profile.name} has one device per node; the rule needs two requests")
+    never = manifests.cel(dra.cel(no_match))
+    requests = [
+        manifests.first_available("a", [manifests.subrequest("sub0", dra.device_class)]),
+        manifests.first_available(
+            "b",
+            [
+                manifests.subrequest("sub0", dra.device_class, selectors=[never]),
+                manifests.subrequest("sub1", dra.device_class),
+            ],
+        ),
+    ]
+    scoped = [manifests.opaque_config(dra.driver, config.parameters, requests=["a/sub0", "b/sub0"])]
+    claim = meta(dra.claim(requests=requests, config=scoped))["name"]
+    containers = [manifests.Container("a", ["gpu/a"]), manifests.Container("b", ["gpu/b"])]
+    pod = meta(dra.pod(claims={"gpu": claim}, containers=containers))["name"]
+    dra.wait_running(pod)
+    allocated = sorted(d.request for d in dra.allocated_of(dra.get("ResourceClaim", claim) or {}))
+    assert allocated == ["a/sub0", "b/sub1"], (
+        f"claim {claim} was allocated for {allocated}, not a/sub0, b/sub1"
+    )
+    missing = config.missing(dra.view(pod, "a").env)
+    assert not missing, f"config {name!r} for subrequest a/sub0 does not reach its device: {missing}"
+    leaked = config.shown(dra.view(pod, "b").env)
+    assert not leaked, (
+        f"config {name!r} for subrequest b/sub0 reached the device of b/sub1, allocated instead: {leaked}"
+    )
+
+
 @rule("PREP-CONFIG-INVALID")
 def test_invalid_config_fails_the_claim(dra: Harness) -> None:
     """an invalid opaque config fails the claim with a message naming the field, and the pod stays Pending
@@ -305,6 +343,38 @@ def test_force_deleted_pod_is_unprepared(dra: Harness) -> None:
         dra.wait_undefined(ids, "the force-deleted pod's CDI devices")
     again, _ = dra.run_pod(dra.widest())  # its devices can be prepared again
     assert meta(again)["name"]
+
+
+@rule("PREP-RECREATED-CLAIM")
+@exclusive
+def test_recreated_claim_is_prepared_as_new(dra: Harness) -> None:
+    """a claim deleted without its unprepare and created again under the same name (a new UID) is prepared
+    as a new claim: the driver answers its allocation, not the old one's"""
+    free = dra.free_devices()
+    if len(free) < 2:
+        pytest.skip(f"node {dra.node} has {len(free)} free device(s); the rule needs one for each claim")
+    old, _ = dra.prepared_claim([free[0]])  # unprepared when the test ends, as a late kubelet would
+    dra.delete("ResourceClaim", old.name)  # no unprepare: as for a force-deleted pod's claim
+    dra.wait_gone("ResourceClaim", old.name)
+    new = ref(dra.write_allocation(dra.claim(old.name), [("gpu", free[1])]))
+    assert new.uid != old.uid, f"claim {old.name} was created again with its old UID {old.uid}"
+    client = dra.plugin()
+    dra.on_cleanup(lambda: client.unprepare([new]))
+    answer = client.prepare([new])[new.uid]
+    assert not answer.error, (
+        f"claim {new.name} created again (UID {new.uid}) does not prepare: {answer.error}"
+    )
+    answered = sorted(d.device_name for d in answer.devices)
+    assert answered == [free[1]], (
+        f"claim {new.name} created again (UID {new.uid}) was allocated {free[1]}; the driver answered "
+        f"{answered}"
+        + (f", the devices of the deleted claim (UID {old.uid})" if answered == [free[0]] else "")
+    )
+    ids = [i for d in answer.devices for i in d.cdi_device_ids]
+    unresolved = [i for i in ids if i not in dra.cdi_devices()]
+    assert not unresolved, (
+        f"CDI ids answered for claim {new.name} that no spec on {dra.node} defines: {unresolved}"
+    )
 
 
 @rule("PREP-NO-WARNINGS")

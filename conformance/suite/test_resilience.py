@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import re
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 
 from conformance.catalogue import exclusive, exclusive_cluster, rule
 from conformance.harness import ClaimRef, Harness, Objects, allocated_devices, meta, pod_phase, watch_until
@@ -100,6 +103,46 @@ def _wait_pool(dra: Harness, wanted: set[str], what: str) -> None:
         fields=node_selector(dra),
         describe=describe_slices,
     )
+
+
+def _checkpoint_file(dra: Harness) -> Path:
+    """The driver's checkpoint on the test's node, as the profile's ``checkpoint.path`` says (a skip
+    saying why when it does not, or when the cluster cannot fill in its placeholders)."""
+    template = dra.profile.checkpoint.path
+    if not template:
+        pytest.skip(
+            f"profile {dra.profile.name} does not say where the driver keeps its checkpoint (checkpoint.path)"
+        )
+    values = {**dra.cluster.node_values(dra.node), "driver": dra.driver}
+    unknown = sorted(set(re.findall(r"\{(\w+)\}", template)) - set(values))
+    if unknown:
+        pytest.skip(f"cluster backend {dra.env.backend!r} does not say what {unknown} of checkpoint.path is")
+    return Path(re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], template))
+
+
+def _corrupt(path: Path, uid: str) -> str:
+    """Corrupt the checkpoint at ``path`` so that it still parses: the UID of claim ``uid`` replaced by
+    another of the same length wherever it shows (where it does not, one byte in the middle flipped);
+    what was done, in words."""
+    data = path.read_bytes()
+    assert data, f"the checkpoint {path} is empty, though a claim is prepared"
+    if uid.encode() in data:
+        other = str(uuid.uuid4())
+        path.write_bytes(data.replace(uid.encode(), other.encode()))
+        return f"the UID of claim {uid} replaced by {other} in {path}"
+    middle = len(data) // 2
+    path.write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :])
+    return f"byte {middle} of {len(data)} of {path} flipped (it does not hold the claim's UID {uid})"
+
+
+def _log_since(path: Path | None, offset: int) -> str:
+    """What the log file ``path`` got after ``offset``."""
+    if path is None:
+        return ""
+    with contextlib.suppress(FileNotFoundError), path.open("rb") as f:
+        f.seek(offset)
+        return f.read().decode("utf-8", "replace")
+    return ""
 
 
 # --- leaving the node as it was ------------------------------------------------------------------
@@ -339,4 +382,77 @@ def test_checkpoint(dra: Harness) -> None:
         assert not again.error, f"prepare of claim {claim.name} after the restart failed: {again.error}"
         assert sorted(again.devices, key=repr) == sorted(first.devices, key=repr), (
             f"after the restart the driver answered {again.devices}, before it {first.devices}"
+        )
+
+
+@rule("RES-DELETED-WHILE-DOWN")
+@exclusive
+def test_claim_deleted_while_driver_down(dra: Harness) -> None:
+    """a claim deleted while the driver was down is unprepared when it starts, though the kubelet never asks:
+    its CDI devices are removed and its devices can be prepared for another claim"""
+    claim, ids = dra.prepared_claim()  # prepared by the suite: no kubelet knows it, none will unprepare it
+    devices = sorted(device for _, device in _allocated(dra, claim))
+    with _drivers_restarted_on_failure(dra, [dra.node]):
+        dra.cluster.stop_driver(dra.node)
+        try:
+            dra.delete("ResourceClaim", claim.name)
+            dra.wait_gone("ResourceClaim", claim.name)
+        finally:
+            dra.cluster.restart_driver(dra.node)
+        dra.wait_undefined(ids, f"the CDI devices of claim {claim.name}, deleted while the driver was down,")
+        again = dra.allocated_claim(devices)
+        client = dra.plugin()
+        dra.on_cleanup(lambda: client.unprepare([again]))
+        answer = client.prepare([again])[again.uid]
+        assert not answer.error, (
+            f"the devices {devices} of claim {claim.name}, deleted while the driver was down, are still "
+            f"held: {answer.error}"
+        )
+
+
+@rule("RES-CHECKPOINT-CORRUPT")
+@exclusive
+def test_corrupt_checkpoint(dra: Harness) -> None:
+    """a checkpoint corrupted while the driver was down is detected and reported when it starts, never
+    silently trusted: its claims prepare again with their allocated devices"""
+    path = _checkpoint_file(dra)
+    signs = dra.profile.checkpoint
+    log = dra.cluster.node_logs(dra.node).get("driver")
+    if not signs.set_aside and log is None:
+        pytest.skip(
+            f"cluster backend {dra.env.backend!r} shows no driver log, and profile {dra.profile.name} "
+            "names no file a corrupt checkpoint is set aside as (checkpoint.setAside)"
+        )
+    claim, _ = dra.prepared_claim()
+    allocated = _allocated(dra, claim)
+    assert path.is_file(), f"no checkpoint at {path} (checkpoint.path) with claim {claim.name} prepared"
+    aside = set(path.parent.glob(signs.set_aside)) if signs.set_aside else set()
+    with _drivers_restarted_on_failure(dra, [dra.node]):
+        dra.cluster.stop_driver(dra.node)
+        offset = log.stat().st_size if log is not None and log.exists() else 0
+        try:
+            how = _corrupt(path, claim.uid)
+        finally:
+            dra.cluster.restart_driver(dra.node)
+        client = dra.plugin()
+        answer = client.prepare([claim])[claim.uid]
+        assert not answer.error, (
+            f"claim {claim.name} does not prepare after its checkpoint was corrupted ({how}): {answer.error}"
+        )
+        answered = {(d.pool_name, d.device_name) for d in answer.devices}
+        assert answered == allocated, (
+            f"claim {claim.name} was allocated {sorted(allocated)}; after its checkpoint was corrupted "
+            f"({how}) the driver answered {sorted(answered)}"
+        )
+        unresolved = [i for d in answer.devices for i in d.cdi_device_ids if i not in dra.cdi_devices()]
+        assert not unresolved, (
+            f"CDI ids answered after the restart that no spec on {dra.node} has: {unresolved}"
+        )
+        unreported = []
+        if signs.set_aside and not set(path.parent.glob(signs.set_aside)) - aside:
+            unreported.append(f"no new file {signs.set_aside} in {path.parent}")
+        if signs.log and log is not None and not re.search(signs.log, _log_since(log, offset), re.M):
+            unreported.append(f"no line of its log {log} matches {signs.log!r}")
+        assert not unreported, (
+            f"the driver did not report its corrupt checkpoint ({how}): {'; '.join(unreported)}"
         )

@@ -91,7 +91,7 @@ def test_a_profile_without_local_command_cannot_run_locally(tmp_path: Path) -> N
 def test_rules_lists_the_catalogue(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rules"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == len(RULES) == 94
+    assert len(lines) == len(RULES) == 98
     assert lines[0].split()[:2] == ["PRE-API", "PRE"]
     assert lines[0].endswith("[needs: -; since: 1.34]")
     getinfo = next(line for line in lines if line.startswith("REG-GETINFO "))

@@ -117,6 +117,19 @@ def test_mig_profile_reads_its_class_file_next_to_it() -> None:
             r"external.restartKubelet: \"'open\" is not valid; expected shell",
         ),
         ({"timeouts": {"pod": 0}}, r"timeouts.pod: 0 is not valid; expected a number of at least 1"),
+        (
+            {"checkpoint": {"path": "{home}/checkpoint.json", "log": "corrupt"}},
+            r"checkpoint.path: '\{home\}/checkpoint.json' is not valid; expected placeholders among \{root\}",
+        ),
+        (
+            {"checkpoint": {"path": "/c.json"}},
+            r"checkpoint.setAside: None is not valid; expected setAside or log",
+        ),
+        ({"checkpoint": {"path": "/c.json", "setAside": "old/c.json"}}, r"checkpoint.setAside: 'old/c.json'"),
+        (
+            {"checkpoint": {"path": "/c.json", "log": "("}},
+            r"checkpoint.log: '\(' is not valid; expected a regular",
+        ),
         ({"container": {"env": "("}}, r"container.env: '\(' is not valid; expected a regular expression"),
         (
             {"container": {"deviceNodes": {"path": "^/dev/nvidia[0-9]+$", "device": "gpu-{value}"}}},

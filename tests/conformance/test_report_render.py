@@ -23,7 +23,7 @@ def test_markdown_heading_names_the_run(mixed: Report) -> None:
     md = markdown.render(mixed)
     head = md.split("## Capability matrix")[0]
     assert head.startswith("# DRA driver conformance: gpu.dra-conformance.io\n")
-    assert "**Result: FAIL**: 2 of 94 rules failed" in head
+    assert "**Result: FAIL**: 2 of 98 rules failed" in head
     for fact in (
         "dgx-h100",
         "v1.34.1",
@@ -41,7 +41,7 @@ def test_markdown_matrix_counts(mixed: Report) -> None:
         "| area |  | passed | failed | skipped | expected-failure | unexpected-pass | not-run | total |" in md
     )
     assert "| REG | registration and the gRPC contract | 1 | 2 | 0 | 1 | 0 | 14 | 18 |" in md
-    assert "| **total** | | **4** | **2** | **1** | **1** | **1** | **85** | **94** |" in md
+    assert "| **total** | | **4** | **2** | **1** | **1** | **1** | **89** | **98** |" in md
 
 
 def test_markdown_table_per_area(mixed: Report) -> None:
@@ -162,7 +162,7 @@ def test_html_is_self_contained(mixed: Report) -> None:
 def test_html_rule_rows_and_details(mixed: Report) -> None:
     page = htmlpage.render(mixed)
     rows = re.findall(r'<details class="rule" id="rule-([\w-]+)" data-outcome="([\w-]+)">', page)
-    assert len(rows) == 94
+    assert len(rows) == 98
     assert dict(rows)["REG-BATCH"] == "failed"
     assert dict(rows)["SLICE-EDIT"] == "unexpected-pass"
     batch = page.split('id="rule-REG-BATCH"')[1].split('<details class="rule"')[0]

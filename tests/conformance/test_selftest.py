@@ -149,6 +149,19 @@ CASES: dict[str, Case] = {
     "ignore-extended-resource-claims": case(
         "reference-gpu", "allocation", "ALLOC-EXTENDED", rules=("ALLOC-EXTENDED",)
     ),
+    # issue 25's four: each shown on its rule alone, which keeps the self-tests short
+    "keep-deleted-claims": case(
+        "reference-gpu", "resilience", "RES-DELETED-WHILE-DOWN", rules=("RES-DELETED-WHILE-DOWN",)
+    ),
+    "trust-corrupt-checkpoint": case(
+        "reference-gpu", "resilience", "RES-CHECKPOINT-CORRUPT", rules=("RES-CHECKPOINT-CORRUPT",)
+    ),
+    "config-to-whole-request": case(
+        "reference-gpu", "preparation", "PREP-CONFIG-SUBREQUEST", rules=("PREP-CONFIG-SUBREQUEST",)
+    ),
+    "claims-by-name": case(
+        "reference-gpu", "preparation", "PREP-RECREATED-CLAIM", rules=("PREP-RECREATED-CLAIM",)
+    ),
 }
 """Every switch that breaks a rule of the areas the suite has, where it is shown, what fails."""
 

@@ -12,6 +12,7 @@ import itertools
 import json
 import threading
 import time
+import uuid as uuidlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -77,6 +78,7 @@ def test_every_rule_is_documented() -> None:
         "no-rewatch", "short-counter-set", "unprepare-with-first-pod", "skip-unreferenced-claims",
         "stale-claim-state", "device-status-not-ready",
         "ignore-extended-resource-claims",
+        "keep-deleted-claims", "trust-corrupt-checkpoint", "config-to-whole-request", "claims-by-name",
     }  # fmt: skip
 
 
@@ -524,6 +526,46 @@ def _extended_resource_claim_answered(node: Node) -> tuple[bool, ...]:
     return ([d.device_name for d in answer.devices] == ["gpu-0"],)
 
 
+def _deleted_claim_unprepared_at_start(node: Node) -> tuple[bool, ...]:
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
+    node.state().prepare(_ref(claim))
+    node.claims.delete("default", "c")  # deleted while the driver was down
+    restarted = node.state()
+    restarted.restore()
+    return claim["metadata"]["uid"] not in restarted.prepared(), not _spec_path(node, claim).exists()
+
+
+def _corrupt_checkpoint_set_aside(node: Node) -> tuple[bool, ...]:
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
+    node.state().prepare(_ref(claim))
+    path = node.settings.checkpoint_path
+    other = str(uuidlib.uuid4())
+    path.write_text(path.read_text().replace(claim["metadata"]["uid"], other))  # parses; fails its checksum
+    loaded = node.state()
+    return other not in loaded.prepared(), bool(list(path.parent.glob(f"{path.name}.corrupt-*")))
+
+
+def _subrequest_config_scoped(node: Node) -> tuple[bool, ...]:
+    node.serve()
+    configs = [opaque(TS, requests=["a/sub0", "b/sub0"])]
+    claim = node.put(make_claim("c", [result("a/sub0", "gpu-0"), result("b/sub1", "gpu-1")], configs))
+    assert prepare(node, claim).claims[claim["metadata"]["uid"]].error == ""
+    devices = json.loads(_spec_path(node, claim).read_text())["devices"]
+    uid = claim["metadata"]["uid"]
+    envs = {d["name"].removeprefix(f"{uid}-"): d["containerEdits"]["env"] for d in devices}
+    assert "GPU_SHARING_STRATEGY=TimeSlicing" in envs["gpu-0"]  # a/sub0: the subrequest it names
+    return ("GPU_SHARING_STRATEGY=TimeSlicing" not in envs["gpu-1"],)
+
+
+def _recreated_claim_prepared_as_new(node: Node) -> tuple[bool, ...]:
+    state = node.state()
+    old = node.put(make_claim("c", [result("gpu", "gpu-0")]))
+    state.prepare(_ref(old))
+    node.claims.delete("default", "c")  # deleted without its unprepare
+    new = node.put(make_claim("c", [result("gpu", "gpu-1")]))
+    return ([d.device for d in state.prepare(_ref(new))] == ["gpu-1"],)
+
+
 KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "non-idempotent-prepare": _idempotent_prepare,
     "drop-claim-from-batch": _whole_batch_answered,
@@ -560,6 +602,10 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "stale-claim-state": _prepared_again_after_unprepare,
     "device-status-not-ready": _device_status_ready,
     "ignore-extended-resource-claims": _extended_resource_claim_answered,
+    "keep-deleted-claims": _deleted_claim_unprepared_at_start,
+    "trust-corrupt-checkpoint": _corrupt_checkpoint_set_aside,
+    "config-to-whole-request": _subrequest_config_scoped,
+    "claims-by-name": _recreated_claim_prepared_as_new,
 }
 """Per switch: the checks of the rule it breaks."""
 

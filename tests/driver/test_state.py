@@ -244,12 +244,51 @@ def test_checkpoint_records_completed_claims(node: Node) -> None:
 def test_restart_answers_prepare_from_the_checkpoint(node: Node) -> None:
     claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
     first = node.state().prepare(ref(claim))
-    node.claims.delete("default", "c")  # the API is not asked again
     restarted = node.state()
     restarted.restore()
+    node.claims.delete("default", "c")  # the API is not asked again
     assert restarted.prepare(ref(claim)) == first
     restarted.unprepare(ref(claim))
     assert restarted.prepared() == {}
+
+
+def test_restart_unprepares_claims_deleted_or_re_created_while_down(node: Node) -> None:
+    kept = node.put(make_claim("kept", [result("gpu", "gpu-0")]))
+    deleted = node.put(make_claim("deleted", [result("gpu", "gpu-1")]))
+    recreated = node.put(make_claim("recreated", [result("m", "gpu-4-part-3g71gb-0")]))
+    state = node.state()
+    for claim in (kept, deleted, recreated):
+        state.prepare(ref(claim))
+    node.claims.delete("default", "deleted")
+    node.put(make_claim("recreated", [result("gpu", "gpu-2")]))  # same name, a new UID
+    restarted = node.state()
+    restarted.restore()
+    uid = kept["metadata"]["uid"]
+    assert set(restarted.prepared()) == {uid}
+    assert set(CheckpointStore(node.settings.checkpoint_path).load().claims) == {uid}
+    assert [p.name for p in node.settings.kubelet.cdi_dir.iterdir()] == [f"{DRIVER}-{uid}.json"]
+    assert node.partitioner.live == {}
+    again = node.put(make_claim("again", [result("gpu", "gpu-1")]))
+    restarted.prepare(ref(again))  # the deleted claim's device is free
+
+
+def test_restart_keeps_every_claim_when_the_api_cannot_say(node: Node) -> None:
+    claims = [node.put(make_claim(name, [result("gpu", f"gpu-{i}")])) for i, name in enumerate("ab")]
+    state = node.state()
+    for claim in claims:
+        state.prepare(ref(claim))
+    node.claims.delete("default", "b")
+    asked: list[str] = []
+
+    def unreachable(namespace: str, name: str) -> None:
+        asked.append(name)
+        raise ClaimError(f"cannot read ResourceClaim {namespace}/{name}: connection refused")
+
+    node.claims.get_claim = unreachable  # type: ignore[method-assign]
+    restarted = node.state()
+    restarted.restore()
+    assert set(restarted.prepared()) == {c["metadata"]["uid"] for c in claims}
+    assert len(asked) == 1  # asked once, then no more
 
 
 def test_restart_cleans_up_a_partial_prepare(node: Node) -> None:
