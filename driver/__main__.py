@@ -49,6 +49,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
     """Run the driver until ``stop`` is set; returns the exit code."""
     from driver import devices
     from driver.claims import ApiClaimSource
+    from driver.consumable import make_consumable
     from driver.health import HealthMonitor
     from driver.kubeslices import KubeSliceStore
     from driver.plugin import PluginServer
@@ -69,6 +70,8 @@ def run(settings: Settings, stop: threading.Event) -> int:
         except fakegpu.FakeGpuError as e:
             raise SettingsError(f"--backend fake: {e}") from e
     inventory = devices.discover(settings.backend.device_kinds)
+    if settings.backend.gpu_sharing == "consumable":
+        inventory = make_consumable(inventory, settings.backend.consumable_gpus)
     state = DeviceState(settings, inventory, ApiClaimSource(api))
     state.restore()
     monitor = HealthMonitor.from_settings(inventory, settings)
