@@ -45,6 +45,7 @@ RULES: dict[str, str] = {
     "refuse-reregister": "once registered, GetInfo lists no DRAPlugin version: a new kubelet refuses it",
     "recreate-slices-on-start": "at start the node's ResourceSlices are deleted and published anew",
     "no-rewatch": "a slice watch that fails (the API server restarts) is not set up again; no resync",
+    "exceed-consumable-share": "a container is told it has the whole shared GPU, not its consumedCapacity",
 }
 """Every switch, with the rule it breaks."""
 

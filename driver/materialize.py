@@ -21,6 +21,7 @@ from driver._names import within
 from driver.cdi import CDIDevice, SpecStore
 from driver.checkpoint import ClaimRecord, PreparedDevice
 from driver.config import DeviceConfig
+from driver.consumable import share_env
 from driver.errors import DriverError, PrepareError
 from driver.inventory import DeviceInfo, Inventory
 from driver.settings import Settings
@@ -138,11 +139,12 @@ class Materializer:
             if self.settings.breaks("ignore-sharing-strategy"):
                 config = None  # validated and recorded, but never reaches the container
             device.cdi_ids = [self.specs.cdi_id(record.uid, self.cdi_device_name(device))]
+            env = config.env(device.uuid) if config is not None else {}
             cdi_devices.append(
                 CDIDevice(
                     device_name=self.cdi_device_name(device),
                     uuid=device.uuid,
-                    env=config.env(device.uuid) if config is not None else {},
+                    env={**env, **self._share_env(device, info)},
                     info_file=info_file,
                     device_nodes=(
                         devnodes.device_nodes(info, device.partition_uuid, self._mig_minors)
@@ -153,6 +155,14 @@ class Materializer:
             )
         spec = self.specs.build(record.uid, cdi_devices)
         self.specs.write(record.uid, spec)
+
+    def _share_env(self, device: PreparedDevice, info: DeviceInfo) -> dict[str, str]:
+        """The env that tells the container its share of a device shared by capacity."""
+        if device.consumed is None:
+            return {}
+        if self.settings.breaks("exceed-consumable-share"):
+            return share_env(info.capacity)  # the whole GPU, whatever the share
+        return share_env(device.consumed)
 
     @staticmethod
     def cdi_device_name(device: PreparedDevice) -> str:
@@ -173,8 +183,9 @@ class Materializer:
             "index": info.index,
             "minor": info.minor,
             "shareID": device.share_id,
+            "consumedCapacity": device.consumed,
             "config": None if config is None else config.to_dict(),
-            "env": {} if config is None else config.env(device.uuid),
+            "env": {**({} if config is None else config.env(device.uuid)), **self._share_env(device, info)},
         }
         claim_dir = self.claim_dir(record.uid)
         path = within(claim_dir, claim_dir / f"{self.cdi_device_name(device)}.json")

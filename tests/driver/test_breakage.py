@@ -23,6 +23,7 @@ import pytest
 from draproto import health_v1_pb2, health_v1_pb2_grpc, registration_pb2, registration_pb2_grpc
 from driver.breakage import RULES, parse_rules
 from driver.cdi import validate
+from driver.consumable import make_consumable
 from driver.errors import CDIError, DeviceConflict, SettingsError, StoreConflict
 from driver.health import HealthMonitor
 from driver.inventory import Inventory
@@ -63,7 +64,7 @@ def test_every_rule_is_documented() -> None:
         "ignore-sharing-strategy", "qualified-request-names", "forget-unbatched-claims",
         "fault-on-wrong-device", "sticky-taint", "benign-faults-count",
         "forget-checkpoint", "leak-restored-claims", "refuse-reregister", "recreate-slices-on-start",
-        "no-rewatch",
+        "no-rewatch", "exceed-consumable-share",
     }  # fmt: skip
 
 
@@ -330,6 +331,21 @@ def _other_claims_kept(node: Node) -> tuple[bool, ...]:
     return (_spec_path(node, held).exists(),)
 
 
+def _share_given(node: Node) -> tuple[bool, ...]:
+    node.inventory = make_consumable(node.inventory)
+    node.serve()
+    half = {"memory": "512Mi", "computeShare": "50"}
+    claim = node.put(
+        make_claim(
+            "c",
+            [result("gpu", "gpu-0", shareID="11111111-0000-0000-0000-000000000000", consumedCapacity=half)],
+        )
+    )
+    assert prepare(node, claim).claims[claim["metadata"]["uid"]].error == ""
+    env = json.loads(_spec_path(node, claim).read_text())["devices"][0]["containerEdits"]["env"]
+    return (f"GPU_MEMORY_LIMIT={512 * 2**20}" in env, "GPU_COMPUTE_SHARE=50" in env)
+
+
 def _ref(claim: dict[str, Any]) -> ClaimRef:
     m = claim["metadata"]
     return ClaimRef(m["namespace"], m["uid"], m["name"])
@@ -452,6 +468,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "refuse-reregister": _registers_again,
     "recreate-slices-on-start": _slices_kept_on_start,
     "no-rewatch": _slices_restored_after_api_restart,
+    "exceed-consumable-share": _share_given,
 }
 """Per switch: the checks of the rule it breaks."""
 
