@@ -139,6 +139,31 @@ class ContainerSpec:
     named group ``device``, that part of the name is the device name (compared upper-cased, with
     every other character than letters and digits as ``_``); without, the variable's value is
     the device's ``unique`` attribute."""
+    capacity_env: Mapping[str, str] = field(default_factory=dict)
+    """Consumable capacity name -> the env var that tells a container of a share how much of it the
+    share holds (a quantity, e.g. ``memory: GPU_MEMORY_LIMIT``); a name may hold ``{device}`` as in
+    :attr:`ExampleConfig.env`. Empty: containers are not checked for their share."""
+
+    def share_problems(self, env: Mapping[str, str], consumed: Mapping[str, Any]) -> list[str]:
+        """Where ``env`` does not show the share ``consumed`` (capacity -> quantity) as
+        :attr:`capacity_env` says it should (``NAME=value, consumed amount``)."""
+        from kubernetes.utils import parse_quantity
+
+        out = []
+        for capacity, name in sorted(self.capacity_env.items()):
+            if capacity not in consumed:
+                continue
+            want = parse_quantity(consumed[capacity])  # type: ignore[no-untyped-call]
+            seen = {k: v for k, v in env.items() if _env_name(name).fullmatch(k)}
+            shown = []
+            for value in seen.values():
+                try:
+                    shown.append(parse_quantity(value))  # type: ignore[no-untyped-call]
+                except ValueError:
+                    continue
+            if want not in shown:
+                out.append(f"{name} should show {capacity} {consumed[capacity]} (saw {seen or None!r})")
+        return out
 
 
 @dataclass(frozen=True)
@@ -560,13 +585,17 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
     container = ContainerSpec()
     cr = r.sub("container")
     if cr is not None:
-        cr.known(["env"])
+        cr.known(["env", "capacityEnv"])
         env = cr.get("env", str, "")
         try:
             re.compile(env)
         except re.error as e:
             cr.fail(env, f"a regular expression ({e})", "env")
-        container = ContainerSpec(env)
+        capacity_env = cr.get("capacityEnv", dict, {})
+        for capacity, var in capacity_env.items():
+            if not isinstance(var, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_{}]*", var):
+                cr.fail(var, "an env var name (letters, digits, '_', {device})", f"capacityEnv.{capacity}")
+        container = ContainerSpec(env, {str(k): str(v) for k, v in capacity_env.items()})
     timeouts = Timeouts()
     tr = r.sub("timeouts")
     if tr is not None:

@@ -119,6 +119,10 @@ def test_mig_profile_reads_its_class_file_next_to_it() -> None:
         ({"timeouts": {"pod": 0}}, r"timeouts.pod: 0 is not valid; expected a number of at least 1"),
         ({"container": {"env": "("}}, r"container.env: '\(' is not valid; expected a regular expression"),
         (
+            {"container": {"capacityEnv": {"memory": "GPU MEMORY"}}},
+            r"container.capacityEnv.memory: 'GPU MEMORY' is not valid; expected an env var name",
+        ),
+        (
             {"faults": {"kinds": ["lost 0"], "healable": ["ecc 0 double"]}},
             r"faults.healable: 'ecc 0 double' is not valid; expected one of kinds \('lost 0'\)",
         ),
@@ -198,3 +202,23 @@ def test_config_env_names_may_hold_the_per_device_part() -> None:
         "PLAIN=1",
     ]
     assert config.shown(wrong) == {}
+
+
+def test_capacity_env_tells_whether_a_container_shows_its_share() -> None:
+    from conformance.profiles.schema import ContainerSpec
+
+    spec = ContainerSpec("", {"memory": "GPU_MEMORY_LIMIT", "cores": "CPU_DEVICE_{device}_CONSUMED_CPU"})
+    consumed = {"memory": "40Gi", "cores": "2", "other": "1"}
+    env = {"GPU_MEMORY_LIMIT": str(40 * 2**30), "CPU_DEVICE_3_CONSUMED_CPU": "2", "GPU_DEVICE_GPU_0": "x"}
+    assert spec.share_problems(env, consumed) == []
+    assert spec.share_problems(env, {"memory": "42949672960"}) == []  # quantities, not strings
+    wrong = {"GPU_MEMORY_LIMIT": "80Gi", "CPU_DEVICE_3_CONSUMED_CPU": "lots"}
+    assert [p.split(" ")[0] for p in spec.share_problems(wrong, consumed)] == [
+        "CPU_DEVICE_{device}_CONSUMED_CPU",
+        "GPU_MEMORY_LIMIT",
+    ]
+    assert (
+        "should show memory 40Gi (saw {'GPU_MEMORY_LIMIT': '80Gi'})"
+        in spec.share_problems(wrong, consumed)[1]
+    )
+    assert ContainerSpec("").share_problems(wrong, consumed) == []  # nothing said: nothing checked

@@ -134,6 +134,7 @@ CASES: dict[str, Case] = {
     ),
     "recreate-slices-on-start": case("reference-gpu", "resilience", "RES-SLICES-SURVIVE-QUICK-RESTART"),
     "no-rewatch": case("reference-gpu", "resilience", "RES-APISERVER"),
+    "exceed-consumable-share": case("reference-gpu", "allocation", "ALLOC-CONSUMABLE"),
 }
 """Every switch that breaks a rule of the areas the suite has, where it is shown, what fails."""
 
@@ -141,11 +142,11 @@ PENDING: dict[str, str] = {}
 """Switches whose rules have no tests yet, and why."""
 
 NOT_CLAIMED = frozenset({"ALLOC-CONSUMABLE", "ALLOC-EXTENDED", "ALLOC-STATUS-DEVICES", "PREP-NETDEV"})
-"""Rules of capabilities no reference profile claims (consumable-capacity, extended-resource,
-device-status, net)."""
+"""Rules of capabilities the reference profiles do not claim (consumable-capacity, extended-resource,
+device-status, net); reference-gpu claims consumable-capacity."""
 
 CLEAN_SKIPS: dict[str, frozenset[str]] = {
-    "reference-gpu": NOT_CLAIMED | {"SLICE-COUNTERS", "ALLOC-PARTITION"},
+    "reference-gpu": (NOT_CLAIMED - {"ALLOC-CONSUMABLE"}) | {"SLICE-COUNTERS", "ALLOC-PARTITION"},
     "reference-l4": NOT_CLAIMED | {"SLICE-COUNTERS", "ALLOC-PARTITION"},
     "reference-mixed": NOT_CLAIMED | {"SLICE-COUNTERS", "ALLOC-PARTITION"},
     # 56 partitions in the default class, more than one claim holds; and kubernetes#140729
