@@ -99,7 +99,10 @@ def test_kind_and_k3s_install_only_the_reference_driver() -> None:
     config = SuiteConfig.build("reference-mig", cluster="kind")
     assert config.release.fake_profile == "dgx-h100-mig-empty"
     assert config.release.device_kinds == ("gpu", "partitionable-mig")
-    assert SuiteConfig.build("reference-gpu", cluster="k3s").release.device_kinds == ("gpu",)
+    gpu = SuiteConfig.build("reference-gpu", cluster="k3s").release
+    assert gpu.device_kinds == ("gpu",)
+    assert gpu.values()["gpuSharing"] == "consumable" and gpu.values()["consumableGpus"] == "4-7"
+    assert config.release.values()["gpuSharing"] == "exclusive"
     with pytest.raises(UsageError, match=r"installs the reference driver's chart.*--cluster external"):
         SuiteConfig.build("example-gpu", cluster="kind")
 

@@ -63,9 +63,9 @@ def test_gpu_sharing_is_exclusive_unless_turned_on() -> None:
     assert s.backend.gpu_sharing == "consumable" and s.backend.consumable_gpus is None  # every GPU
     env = {"DRA_GPU_GPU_SHARING": "consumable", "DRA_GPU_CONSUMABLE_GPUS": "0, 4-6"}
     s = from_args(["--node-name", "n"], env)
-    assert s.backend.gpu_sharing == "consumable" and s.backend.consumable_gpus == {0, 4, 5, 6}
+    assert s.backend.gpu_sharing == "consumable" and s.backend.consumable_gpus == frozenset({0, 4, 5, 6})
     s = from_args(["--node-name", "n", "--consumable-gpus", "7"], env)
-    assert s.backend.consumable_gpus == {7}
+    assert s.backend.consumable_gpus == frozenset({7})
 
 
 def test_empty_env_vars_count_as_unset() -> None:
