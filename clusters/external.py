@@ -21,7 +21,7 @@ from clusters.base import Cluster, ContainerView, PodRef, pod_key
 from clusters.errors import CapabilityMissing, ClusterStateError
 from clusters.incluster import parse_specs, parse_view
 
-__all__ = ["COMMAND_CAPABILITIES", "ExternalCluster"]
+__all__ = ["COMMAND_CAPABILITIES", "ExternalCluster", "command_capabilities"]
 
 COMMAND_CAPABILITIES: Mapping[str, str] = {
     "restartDriver": "restart-driver",
@@ -29,6 +29,13 @@ COMMAND_CAPABILITIES: Mapping[str, str] = {
     "cdiSpecs": "view",
 }
 """Which capability each profile command gives."""
+
+
+def command_capabilities(commands: Mapping[str, str]) -> frozenset[str]:
+    """The capabilities an external cluster has with these profile commands (by key; empty ones
+    give none)."""
+    return frozenset(COMMAND_CAPABILITIES[k] for k, v in commands.items() if v and k in COMMAND_CAPABILITIES)
+
 
 _WHAT = {
     "restartDriver": "restart the driver",
@@ -69,7 +76,7 @@ class ExternalCluster(Cluster):
         if unknown:
             raise ValueError(f"unknown external command(s) {unknown}; known: {sorted(COMMAND_CAPABILITIES)}")
         self._env = dict(os.environ if env is None else env)
-        self.capabilities = frozenset(COMMAND_CAPABILITIES[k] for k in self.commands)
+        self.capabilities = command_capabilities(self.commands)
 
     @property
     def kubeconfig(self) -> Path:

@@ -1,14 +1,24 @@
 """``dra-conformance``: certify a DRA driver, and the local clusters it runs on.
 
     dra-conformance run --profile NAME|PATH [--cluster local|kind|k3s|external] [--kubeconfig K]
-                        [--driver-command '...'] [--rules ID,ID] [-m AREA] [-n N]
-                        [--keep-cluster] [--fail-fast] [-q] [-- PYTEST ARGS]
-    dra-conformance rules [-m AREA]          the rule catalogue
-    dra-conformance profiles [--check PATH]  the shipped profiles, or check one
+                        [--driver-command '...'] [--rules ID|GLOB,...] [--skip ID|GLOB,...]
+                        [-m AREA] [-n N] [--keep-cluster] [--fail-fast] [--archive] [-q]
+                        [-- PYTEST ARGS]
+    dra-conformance run --rerun-failed [RUN] ...  the rules that failed in RUN (default: the latest)
+    dra-conformance rules [-m AREA] [--rules ...] [--skip ...] [--profile P [--cluster C]]
+                                                  the catalogue; with a profile, a dry run
+    dra-conformance compare RUN_A RUN_B           the rules whose verdict changed, new failures first
+    dra-conformance verify RUN                    the run's files against its manifest.sha256
+    dra-conformance profiles [--check PATH]       the shipped profiles, or check one
     dra-conformance cluster up|status|down|binaries
+    dra-conformance --version
 
-``run`` exits 0 when no rule failed, 1 when one did (or preflight stopped the run), 2 for a
-usage error (a bad option, profile, rule id or area), 130 when interrupted.
+RUN is a run directory, or a run id (or ``latest``) under ``--reports-dir``.
+
+Exit status: ``run`` 0 when no rule failed, 1 when one did (or preflight stopped the run);
+``compare`` 1 when a rule fails that did not before; ``verify`` 1 when a file changed, went
+missing or was added; every command 2 for a usage error (a bad option, profile, rule id or glob,
+area, run directory), 130 when interrupted, 141 when its reader went away (``rules | head``).
 """
 
 from __future__ import annotations
@@ -22,9 +32,9 @@ from pathlib import Path
 
 from clusters import cli as cluster_cli
 from conformance import catalogue, profiles, report
-from conformance.config import CLUSTER_KINDS, SuiteConfig
+from conformance.config import CLUSTER_KINDS, SuiteConfig, select
 from conformance.errors import ConformanceError, UsageError
-from conformance.runner import run
+from conformance.runner import backend_version, plan, run
 
 __all__ = ["main"]
 
@@ -33,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dra-conformance", description="Conformance harness for Kubernetes DRA drivers"
     )
+    parser.add_argument("--version", action="version", version=_version())
     top = parser.add_subparsers(dest="command", required=True)
     r = top.add_parser(
         "run",
@@ -41,14 +52,16 @@ def _parser() -> argparse.ArgumentParser:
         "<reports>/<run-id>/ and <reports>/latest points there. Arguments after -- go to pytest.",
     )
     r.add_argument(
-        "--profile", required=True, help=f"driver profile: a YAML file or one of {profiles.shipped()}"
+        "--profile",
+        help=f"driver profile: a YAML file or one of {profiles.shipped()} (with --rerun-failed: "
+        "default, the rerun run's)",
     )
     r.add_argument(
         "--cluster",
-        default="local",
         choices=CLUSTER_KINDS,
-        help="where to run (default local): local processes; kind or k3s, made in Docker with the reference "
-        "driver's chart; external, the cluster of --kubeconfig with the driver already installed",
+        help="where to run (default local; with --rerun-failed, the rerun run's): local processes; kind or "
+        "k3s, made in Docker with the reference driver's chart; external, the cluster of --kubeconfig with "
+        "the driver already installed",
     )
     r.add_argument("--kubeconfig", help="the cluster of --cluster external (the driver is already installed)")
     r.add_argument(
@@ -56,8 +69,7 @@ def _parser() -> argparse.ArgumentParser:
         help="start command per local node, instead of the profile's (placeholders {node} {root} "
         "{kubeconfig} {driver} {python})",
     )
-    r.add_argument("--rules", default="", help="comma list of rule ids (default: all)")
-    r.add_argument("-m", dest="areas", action="append", default=[], help="an area (id or marker); repeatable")
+    _add_selection(r)
     r.add_argument("-n", dest="workers", default="auto", help="parallel workers: a number, auto, or 0")
     r.add_argument(
         "--nodes",
@@ -79,7 +91,20 @@ def _parser() -> argparse.ArgumentParser:
         help="the driver binary a profile's local.command names as {driver_bin} (a driver you bring, "
         "e.g. NVIDIA's gpu-kubelet-plugin for nvidia-gpu-local; env DRAC_DRIVER_BIN)",
     )
-    r.add_argument("--reports-dir", default="reports", help="where run directories go (default ./reports)")
+    _add_reports_dir(r)
+    r.add_argument(
+        "--rerun-failed",
+        nargs="?",
+        const="latest",
+        metavar="RUN",
+        help="run only the rules that failed (or errored) in RUN: a run directory, or a run id under "
+        "--reports-dir (default: latest); nothing failed: says so and exits 0",
+    )
+    r.add_argument(
+        "--archive",
+        action="store_true",
+        help="also write the run directory as one tarball beside it, <reports>/<run-id>.tar.gz",
+    )
     r.add_argument(
         "--keep-cluster", action="store_true", help="leave the local or kind cluster running afterwards"
     )
@@ -96,23 +121,166 @@ def _parser() -> argparse.ArgumentParser:
         help="progress as a line per area only (default: also a line per rule as it finishes)",
     )
     r.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments")
-    rules = top.add_parser("rules", help="list the rule catalogue")
-    rules.add_argument("-m", dest="areas", action="append", default=[], help="only this area; repeatable")
+    rules = top.add_parser(
+        "rules",
+        help="list the rule catalogue; with --profile, which rules would run or skip, and why",
+        description="The rule catalogue, a line per rule: id, area, sentence, [needs; since]. With "
+        "--profile, a dry run, no cluster needed: whether each rule would run or skip on that profile "
+        "and cluster backend and why, judged as the suite judges at run time; what only a running "
+        "cluster shows (the kinds it serves, a version not known yet) is named as a condition.",
+    )
+    _add_selection(rules)
+    rules.add_argument("--profile", help="a driver profile (file or shipped name): say what would run")
+    rules.add_argument(
+        "--cluster",
+        choices=CLUSTER_KINDS,
+        help="with --profile: the cluster backend (default: local when the profile can run there, else "
+        "external)",
+    )
+    rules.add_argument(
+        "--k8s-version",
+        help="with --profile: the cluster's Kubernetes version (default: the backend's; external: unknown)",
+    )
+    c = top.add_parser(
+        "compare",
+        help="the rules whose verdict changed between two runs of one driver, new failures first",
+        description="The rules whose verdict changed from RUN_A to RUN_B, new failures first, then fixed "
+        "rules, then other changes. Exit 1 when a rule fails in RUN_B that did not in RUN_A (a CI gate), 2 "
+        "when the runs are of different drivers.",
+    )
+    c.add_argument("run_a", metavar="RUN_A", help="the earlier run: a run directory, a run id, or latest")
+    c.add_argument("run_b", metavar="RUN_B", help="the later run")
+    _add_reports_dir(c)
+    v = top.add_parser(
+        "verify",
+        help="check a run's files against its manifest.sha256",
+        description="Check every file of a run directory against the manifest.sha256 the run wrote last "
+        "(sha256sum -c reads it too). Exit 1 naming the files that changed, went missing or were added.",
+    )
+    v.add_argument("run", metavar="RUN", nargs="?", help="a run directory, a run id, or latest (default)")
+    _add_reports_dir(v)
     p = top.add_parser("profiles", help="list the shipped driver profiles, or check a profile file")
     p.add_argument("--check", metavar="PATH", help="validate this profile and print what it says")
     cluster_cli.add_commands(top)
     return parser
 
 
+def _say(line: str) -> None:
+    """A progress or note line: on stderr, so that stdout stays the command's answer."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _version() -> str:
+    commit = report.suite_commit()
+    return f"dra-conformance {report.suite_version()}" + (f" (commit {commit})" if commit else "")
+
+
+def _add_selection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rules",
+        action="append",
+        default=[],
+        help="rule ids or globs, comma-separated or repeated (REG-*,PREP-CDI-*; default: all)",
+    )
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        help="rule ids or globs to leave out (RES-*); preflight runs anyway: it gates the run",
+    )
+    parser.add_argument(
+        "-m", dest="areas", action="append", default=[], help="an area (id or marker); repeatable"
+    )
+
+
+def _add_reports_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--reports-dir",
+        type=Path,
+        default=Path("reports"),
+        help="where run directories go (default ./reports)",
+    )
+
+
+def _run_dir(value: str | None, reports_dir: Path) -> Path:
+    """The run directory ``value`` names: a path, else a run id (or ``latest``) under ``reports_dir``;
+    ``latest`` when None. UsageError naming the value and what to give instead."""
+    name = value or "latest"
+    found = next((p for p in (Path(name).expanduser(), reports_dir / name) if p.exists()), None)
+    if found is None:
+        if value is None:
+            raise UsageError(
+                f"no run under {reports_dir}/ yet ({reports_dir / 'latest'} does not exist): name a run "
+                "directory, or give --reports-dir where the runs went"
+            )
+        raise UsageError(
+            f"{name!r} is not a run directory, nor a run id under {reports_dir}/: name a directory "
+            f"{reports_dir}/<run-id>, a run id, or latest"
+        )
+    if found.is_file() and found.name == "conformance.json":
+        found = found.parent
+    if not (found / "conformance.json").is_file() and not (found / "run.json").is_file():
+        raise UsageError(
+            f"{name} is not a run directory (it holds no conformance.json or run.json): name a directory "
+            f"that dra-conformance run wrote, such as {reports_dir}/latest"
+        )
+    return found.resolve()
+
+
+def _report_of(run_dir: Path) -> report.Report:
+    """The report of a run directory: its ``conformance.json``, else built from its records (a run
+    that stopped before writing one)."""
+    try:
+        if (run_dir / "conformance.json").is_file():
+            return report.load(run_dir)
+        return report.build(run_dir)
+    except report.ReportError as e:
+        raise UsageError(f"{e} (is {run_dir} a run directory of this dra-conformance?)") from e
+
+
+def _rerun(args: argparse.Namespace) -> tuple[str, str | None, list[str]] | None:
+    """For ``--rerun-failed``: the profile, cluster and rule ids to run again (None: nothing failed)."""
+    if args.rules or args.skip or args.areas:
+        raise UsageError("--rerun-failed picks the rules itself: leave out --rules, --skip and -m")
+    source = _run_dir(None if args.rerun_failed == "latest" else args.rerun_failed, args.reports_dir)
+    previous = _report_of(source)
+    failed = [r.rule.id for r in previous.rules if r.outcome == "failed"]
+    if not failed:
+        print(f"nothing failed in run {previous.run.run_id} ({source}): nothing to rerun")
+        return None
+    stale = [rule_id for rule_id in failed if rule_id not in {r.id for r in catalogue.RULES}]
+    if stale:
+        raise UsageError(
+            f"run {previous.run.run_id} failed rule(s) this catalogue does not have ({', '.join(stale)}): "
+            "rerun them with the dra-conformance that wrote it"
+        )
+    run = previous.run
+    profile = args.profile or (run.profile_path if Path(run.profile_path).is_file() else run.profile)
+    cluster = args.cluster or (run.tier if run.tier in CLUSTER_KINDS else None)
+    _say(f"rerunning {len(failed)} rule(s) that failed in run {run.run_id}: {', '.join(failed)}")
+    if run.stopped:
+        _say(f"  (that run stopped early: {run.stopped}; the rules it did not run are not rerun)")
+    return profile, cluster, failed
+
+
 def _run(args: argparse.Namespace) -> int:
+    rules, profile, cluster = args.rules, args.profile, args.cluster
+    if args.rerun_failed is not None:
+        chosen = _rerun(args)
+        if chosen is None:
+            return 0
+        profile, cluster, rules = chosen
+    if not profile:
+        raise UsageError("run needs --profile NAME|PATH (or --rerun-failed, which takes the rerun run's)")
     config = SuiteConfig.build(
-        args.profile,
-        cluster=args.cluster,
+        profile,
+        cluster=cluster or "local",
         kubeconfig=args.kubeconfig,
         driver_command=args.driver_command,
         nodes=args.nodes,
-        rules=args.rules,
+        rules=rules,
         areas=args.areas,
+        skip=args.skip,
         workers=args.workers,
         keep_cluster=args.keep_cluster,
         reports_dir=args.reports_dir,
@@ -123,21 +291,101 @@ def _run(args: argparse.Namespace) -> int:
         driver_bin=args.driver_bin,
         fail_fast=args.fail_fast,
         quiet=args.quiet,
+        archive=args.archive,
     )
-    result = run(config, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    result = run(config, progress=_say)
     print(report.summary_table(result))
-    print(f"report: {config.run_dir / 'index.html'}  (also conformance.md, conformance.json, junit.xml)")
+    print(
+        f"report: {config.run_dir / 'index.html'}  (also conformance.md, conformance.json, junit.xml; "
+        f"{report.MANIFEST} last)"
+    )
+    if config.archive:
+        print(f"archive: {report.archive_path(config.run_dir)}")
     if result.run.stopped:
         print(f"stopped: {result.run.stopped}")
     return 0 if result.ok else 1
 
 
 def _rules(args: argparse.Namespace) -> int:
-    chosen = catalogue.select(areas=args.areas)
-    for rule in chosen:
-        needs = ", ".join(rule.needs) or "-"
-        print(f"{rule.id:<34} {rule.sentence}  [needs: {needs}]")
+    chosen = select(args.rules, args.areas, args.skip)  # checked as run checks them
+    if args.profile is None:
+        if args.cluster or args.k8s_version:
+            raise UsageError(
+                "--cluster and --k8s-version describe where a profile would run: give --profile too"
+            )
+        for rule in chosen:
+            needs = ", ".join(rule.needs) or "-"
+            print(f"{rule.id:<34} {rule.area:<6} {rule.sentence}  [needs: {needs}; since: {rule.since}]")
+        return 0
+    profile = profiles.load(args.profile)
+    cluster = args.cluster or ("local" if profile.local is not None else "external")
+    version = backend_version(cluster, args.k8s_version)
+    planned = plan(profile, cluster, version, chosen)
+    skipped = sum(1 for p in planned if p.skip)
+    where = f"Kubernetes {version}" if version else "Kubernetes version unknown (--k8s-version V)"
+    print(
+        f"profile {profile.name} ({profile.driver}), cluster backend {cluster}, {where}: "
+        f"{len(planned) - skipped} of {len(planned)} rule(s) run, {skipped} skip",
+        file=sys.stderr,
+    )
+    for p in planned:
+        notes = [p.skip] if p.skip else [f"if {c}" for c in p.provided]
+        if p.known_failure and not p.skip:
+            notes.append(f"known failure: {p.known_failure}")
+        print(f"{p.rule.id:<34} {'skip' if p.skip else 'run':<4}  {'; '.join(notes)}".rstrip())
     return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    dirs = [_run_dir(value, args.reports_dir) for value in (args.run_a, args.run_b)]
+    before, after = (_report_of(d) for d in dirs)
+    result = report.compare(before, after)
+
+    def about(r: report.Report) -> str:
+        return f"{r.run.run_id} ({r.run.profile}, Kubernetes {r.run.kubernetes_version or '?'})"
+
+    print(f"{before.run.driver}: {about(before)} -> {about(after)}")
+    if before.run.profile_sha256 != after.run.profile_sha256 or before.run.profile != after.run.profile:
+        digests = [r.run.profile_sha256[:12] or "?" for r in (before, after)]
+        print(f"note: the profiles differ ({before.run.profile} sha256 {digests[0]}..., "
+              f"{after.run.profile} sha256 {digests[1]}...)")  # fmt: skip
+    titles = {"new-failure": "new failures", "fixed": "fixed", "changed": "other changes"}
+    for kind, title in titles.items():
+        mine = [c for c in result.changes if c.kind == kind]
+        if not mine:
+            continue
+        print(f"{title} ({len(mine)}):")
+        for change in mine:
+            was = change.before or "absent"
+            why = change.reason.splitlines()[0] if change.reason.strip() else ""
+            print(f"  {change.rule:<34} {was + ' -> ' + change.after:<30} {why}".rstrip())
+    tail = f"{result.unchanged} unchanged"
+    if result.not_compared:
+        tail += f", {len(result.not_compared)} not compared (not selected in one of the runs)"
+    print(("no verdict changed: " if not result.changes else "") + tail)
+    return 1 if result.new_failures else 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    run_dir = _run_dir(args.run, args.reports_dir)
+    try:
+        found = report.verify_manifest(run_dir)
+    except report.ReportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if found.ok:
+        print(f"{run_dir}: all {found.checked} files match {report.MANIFEST}")
+        return 0
+    counts = ", ".join(
+        f"{len(names)} {what}"
+        for what, names in (("changed", found.changed), ("missing", found.missing), ("extra", found.extra))
+        if names
+    )
+    print(f"{run_dir}: does not match its {report.MANIFEST} ({counts})")
+    for what, names in (("changed", found.changed), ("missing", found.missing), ("extra", found.extra)):
+        for name in names:
+            print(f"  {what}: {name}")
+    return 1
 
 
 def _profiles(args: argparse.Namespace) -> int:
@@ -162,19 +410,32 @@ def _profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+_COMMANDS = {"run": _run, "rules": _rules, "compare": _compare, "verify": _verify, "profiles": _profiles}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``dra-conformance``."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a reader that went away shows here, not at exit
+        return code
+    except BrokenPipeError:
+        # `dra-conformance rules | head`: quiet, as a tool that SIGPIPE ends (128 + 13), and no
+        # second error when Python flushes stdout at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "cluster":
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
         return cluster_cli.run_command(args)
     try:
-        if args.command == "run":
-            return _run(args)
-        if args.command == "rules":
-            return _rules(args)
-        if args.command == "profiles":
-            return _profiles(args)
+        command = _COMMANDS.get(args.command)
+        if command is not None:
+            return command(args)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -19,7 +19,7 @@ from conformance import catalogue
 from conformance.errors import UsageError
 from conformance.profiles import DriverProfile, load
 
-__all__ = ["CLUSTER_KINDS", "IN_CLUSTER", "SuiteConfig", "new_run_id"]
+__all__ = ["CLUSTER_KINDS", "IN_CLUSTER", "SuiteConfig", "new_run_id", "select"]
 
 CLUSTER_KINDS = ("local", "kind", "k3s", "external")
 """Cluster backends ``--cluster`` accepts."""
@@ -53,9 +53,12 @@ class SuiteConfig:
     nodes: int | None = None
     """Overrides the profile's local node count."""
     rules: tuple[str, ...] = ()
-    """Rule ids to run (empty: all)."""
+    """Rule ids or globs (``REG-*``) to run (empty: all)."""
     areas: tuple[str, ...] = ()
     """Areas to run, by id or marker (empty: all)."""
+    skip: tuple[str, ...] = ()
+    """Rule ids or globs to leave out of :attr:`rules` and :attr:`areas` (preflight runs anyway:
+    it gates the run)."""
     workers: str = "auto"
     """pytest-xdist workers (``-n``): a number, ``auto``, or ``0`` for no xdist."""
     keep_cluster: bool = False
@@ -81,6 +84,9 @@ class SuiteConfig:
     already running finish, nothing else starts; the report says the run stopped early and why."""
     quiet: bool = False
     """Progress without a line per rule: only a line per area (``-q``)."""
+    archive: bool = False
+    """Also write the run directory as one tarball beside it, ``<reports>/<run-id>.tar.gz``
+    (``--archive``), after its ``manifest.sha256``."""
 
     @property
     def run_dir(self) -> Path:
@@ -90,7 +96,12 @@ class SuiteConfig:
     @property
     def selected(self) -> tuple[catalogue.Rule, ...]:
         """The rules this run covers, in catalogue order."""
-        return catalogue.select(self.rules, self.areas)
+        return catalogue.select(self.rules, self.areas, self.skip)
+
+    @property
+    def narrowed(self) -> bool:
+        """Whether the run covers fewer than every rule (``--rules``, ``-m`` or ``--skip``)."""
+        return bool(self.rules or self.areas or self.skip)
 
     @property
     def local_command(self) -> str:
@@ -171,6 +182,7 @@ class SuiteConfig:
         nodes: int | None = None,
         rules: str | Sequence[str] = (),
         areas: str | Sequence[str] = (),
+        skip: str | Sequence[str] = (),
         workers: str | int = "auto",
         keep_cluster: bool = False,
         reports_dir: str | Path = "reports",
@@ -183,6 +195,7 @@ class SuiteConfig:
         driver_bin: str | Path | None = None,
         fail_fast: bool = False,
         quiet: bool = False,
+        archive: bool = False,
     ) -> SuiteConfig:
         """Validate the options and build the config; :class:`UsageError` names a bad one."""
         loaded = profile if isinstance(profile, DriverProfile) else load(profile)
@@ -205,12 +218,8 @@ class SuiteConfig:
                 raise UsageError(
                     f"--driver-command {driver_command!r} is not valid shell words: {e}"
                 ) from None
-        rule_ids = tuple(_split(rules))
-        area_words = tuple(_split(areas))
-        try:
-            catalogue.select(rule_ids, area_words)
-        except KeyError as e:
-            raise UsageError(str(e.args[0])) from None
+        rule_ids, area_words, skip_words = tuple(_split(rules)), tuple(_split(areas)), tuple(_split(skip))
+        select(rule_ids, area_words, skip_words)
         workers_text = str(workers)
         if workers_text != "auto" and not workers_text.isdigit():
             raise UsageError(f"-n {workers_text!r}: give a number of workers or 'auto'")
@@ -222,6 +231,7 @@ class SuiteConfig:
             nodes=nodes,
             rules=rule_ids,
             areas=area_words,
+            skip=skip_words,
             workers=workers_text,
             keep_cluster=keep_cluster,
             reports_dir=Path(reports_dir),
@@ -233,6 +243,7 @@ class SuiteConfig:
             driver_bin=Path(driver_bin).expanduser() if driver_bin else None,
             fail_fast=fail_fast,
             quiet=quiet,
+            archive=archive,
         )
         if run_id:
             config = dataclasses.replace(config, run_id=run_id)
@@ -241,6 +252,22 @@ class SuiteConfig:
         if cluster in IN_CLUSTER:
             config.release  # noqa: B018 - refuses a profile of another driver, now
         return config
+
+
+def select(
+    rules: str | Sequence[str] = (), areas: str | Sequence[str] = (), skip: str | Sequence[str] = ()
+) -> tuple[catalogue.Rule, ...]:
+    """The rules of ``--rules``, ``-m`` and ``--skip`` (comma lists, or lists of them), in catalogue
+    order; :class:`UsageError` naming the option and the value that names nothing, with the
+    closest ids or the areas there are."""
+    rule_ids, area_words, skip_words = _split(rules), _split(areas), _split(skip)
+    checks = {"--rules": {"rule_ids": rule_ids}, "-m": {"areas": area_words}, "--skip": {"skip": skip_words}}
+    for option, words in checks.items():  # each option on its own: the message names the one at fault
+        try:
+            catalogue.select(**words)
+        except KeyError as e:
+            raise UsageError(f"{option}: {e.args[0]}") from None
+    return catalogue.select(rule_ids, area_words, skip_words)
 
 
 def _split(value: str | Sequence[str]) -> list[str]:

@@ -7,8 +7,12 @@
 3. the selected rules, in parallel (pytest-xdist), in a pytest process of their own, with a live
    count and a line per area as it finishes;
 4. stop the cluster (unless kept; a kind or k3s cluster's logs go to ``cluster-logs/`` when a
-   rule failed), and return the report the plugin wrote to
+   rule failed), write ``manifest.sha256`` over the run's files, last (and with ``archive`` the
+   run as one tarball beside it), and return the report the plugin wrote to
    ``<reports>/<run-id>/`` (``reports/latest`` points there).
+
+:func:`plan` is the dry run: which rules a run of a profile on a cluster backend would check and
+which it would skip, and why, judged by the same needs logic the suite's fixtures use.
 
 pytest runs as a child process, so a run does not depend on (or disturb) the caller's pytest
 and modules; its full output goes to ``<run dir>/pytest.log``.
@@ -24,23 +28,28 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from clusters import apicheck
 from clusters.errors import ClusterError
-from clusters.k3s import K3sCluster, K3sSettings
-from clusters.kind import KindCluster, KindSettings
+from clusters.external import command_capabilities
+from clusters.k3s import K3S_CAPABILITIES, K3sCluster, K3sSettings
+from clusters.kind import KIND_CAPABILITIES, KindCluster, KindSettings
 from clusters.local import daemon, gobins
-from clusters.local.settings import LocalSettings
+from clusters.local.cluster import LOCAL_CAPABILITIES
+from clusters.local.settings import LocalSettings, normalize_version
 from conformance import report
-from conformance.catalogue import AREAS, by_id
-from conformance.config import IN_CLUSTER, SuiteConfig
-from conformance.errors import ConformanceError
+from conformance.catalogue import AREAS, RULES, Rule, by_id
+from conformance.config import CLUSTER_KINDS, IN_CLUSTER, SuiteConfig
+from conformance.errors import ConformanceError, UsageError
+from conformance.harness import Environment, assumed, missing, parse_minor
+from conformance.profiles import DriverProfile
 from conformance.report import TestRecord, read_records, rule_results
 from conformance.suite import SUITE_DIR
 
-__all__ = ["Progress", "pytest_command", "run"]
+__all__ = ["Planned", "Progress", "backend_version", "plan", "pytest_command", "run"]
 
 Progress = Callable[[str], None]
 """Where progress lines go (the CLI prints them to stderr)."""
@@ -78,6 +87,8 @@ def pytest_command(
         cmd += [f"--dra-rules={','.join(config.rules)}"]
     if config.areas:
         cmd += [f"--dra-areas={','.join(config.areas)}"]
+    if config.skip:
+        cmd += [f"--dra-skip={','.join(config.skip)}"]
     if marker:
         cmd += ["-m", marker]
     if config.fail_fast:
@@ -307,7 +318,7 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
             for line in _details(failed[0]) if failed else []:
                 say(f"  {line}")
             return result
-        chosen = f"{len(config.selected)} selected rule(s)" if config.rules or config.areas else "every rule"
+        chosen = f"{len(config.selected)} selected rule(s)" if config.narrowed else "every rule"
         say(f"running {chosen} with -n {config.workers} ...")
         code = _phase(config, pytest_command(config, state_dir=state_dir, started=began), watcher)
         if code not in (0, 1):
@@ -335,6 +346,10 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
                     for leftover in state_dir.iterdir():
                         leftover.unlink()
                     state_dir.rmdir()
+        if result is not None:  # last: nothing writes into the run directory after this
+            report.write_manifest(run_dir)
+            if config.archive:
+                report.write_archive(run_dir)
 
 
 DETAIL_LINES = 40
@@ -363,3 +378,81 @@ def _report(config: SuiteConfig) -> report.Report:
             f"pytest wrote no report to {config.run_dir}; its output is in {config.run_dir / 'pytest.log'}"
         )
     return report.load(path)
+
+
+_BACKEND_CAPABILITIES: Mapping[str, frozenset[str]] = {
+    "local": LOCAL_CAPABILITIES,
+    "kind": KIND_CAPABILITIES,
+    "k3s": K3S_CAPABILITIES,
+}
+
+
+def backend_version(cluster: str, k8s_version: str | None = None) -> str:
+    """The Kubernetes version a run on ``cluster`` would get: ``k8s_version`` when given, else the
+    backend's default (env ``DRAC_K8S_VERSION`` included); empty for ``external``, whose version
+    only the cluster knows. UsageError for a version that is not one."""
+    if k8s_version:
+        try:
+            return normalize_version(k8s_version)
+        except ValueError as e:
+            raise UsageError(f"--k8s-version {k8s_version!r}: {e}") from None
+    if cluster == "local":
+        return LocalSettings.from_env(os.environ).k8s_version
+    if cluster == "kind":
+        return KindSettings.from_env(os.environ).k8s_version
+    if cluster == "k3s":
+        return K3sSettings.from_env(os.environ).k8s_version
+    return ""
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What a run would do with one rule, before any cluster is reached."""
+
+    rule: Rule
+    """The rule."""
+    skip: str
+    """Why it would be skipped; empty when it would run."""
+    provided: tuple[str, ...] = ()
+    """What it runs only if the cluster has (the served kinds, the version when unknown)."""
+    known_failure: str = ""
+    """The profile's reason when the rule is a known failure (it runs; a failure is expected)."""
+
+
+def plan(
+    profile: DriverProfile, cluster: str, k8s_version: str = "", rules: Sequence[Rule] = RULES
+) -> list[Planned]:
+    """The dry run: for each of ``rules``, whether a run of ``profile`` on a ``cluster`` backend
+    (of ``k8s_version``; empty: not known) would check it or skip it, and why.
+
+    Judged as the ``dra`` fixture judges (:func:`~conformance.harness.missing` on the profile's
+    claims, the backend's abilities, the version), with what only a running cluster shows (the
+    kinds it serves, an unknown version) taken on trust and named. A test may still skip at run
+    time for what only the cluster shows (too few free devices, say); that is in its report.
+    """
+    if cluster not in CLUSTER_KINDS:
+        raise UsageError(f"--cluster {cluster!r} is not one of {', '.join(CLUSTER_KINDS)}")
+    if cluster == "external":
+        abilities = command_capabilities(profile.external.given())
+    else:
+        abilities = _BACKEND_CAPABILITIES[cluster]
+    env = Environment(
+        profile=profile,
+        backend=cluster,
+        cluster_capabilities=abilities,
+        k8s_minor=parse_minor(k8s_version),
+        k8s_version=k8s_version,
+        served_known=False,
+    )
+    out = []
+    for rule in rules:
+        reason = missing(rule, env) or ""
+        out.append(
+            Planned(
+                rule=rule,
+                skip=reason,
+                provided=() if reason else tuple(assumed(rule, env)),
+                known_failure=profile.known_failures.get(rule.id, ""),
+            )
+        )
+    return out

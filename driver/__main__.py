@@ -50,6 +50,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
     from driver import devices
     from driver.claims import ApiClaimSource
     from driver.consumable import make_consumable
+    from driver.consumers import POD_SWITCHES, ApiPodSource
     from driver.health import HealthMonitor
     from driver.kubeslices import KubeSliceStore
     from driver.plugin import PluginServer
@@ -72,7 +73,8 @@ def run(settings: Settings, stop: threading.Event) -> int:
     inventory = devices.discover(settings.backend.device_kinds)
     if settings.backend.gpu_sharing == "consumable":
         inventory = make_consumable(inventory, settings.backend.consumable_gpus)
-    state = DeviceState(settings, inventory, ApiClaimSource(api))
+    pods = ApiPodSource(api) if settings.break_rules & POD_SWITCHES else None
+    state = DeviceState(settings, inventory, ApiClaimSource(api), pods=pods)
     state.restore()
     monitor = HealthMonitor.from_settings(inventory, settings)
     publisher = SlicePublisher(
@@ -97,6 +99,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
         started.append(monitor.stop)
         server.start()
         started.append(server.stop)
+        started.append(state.stop)
         log.info(
             "driver running",
             extra={"driver": settings.driver_name, "node": settings.node_name, "devices": len(inventory),

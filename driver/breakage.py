@@ -45,6 +45,11 @@ RULES: dict[str, str] = {
     "refuse-reregister": "once registered, GetInfo lists no DRAPlugin version: a new kubelet refuses it",
     "recreate-slices-on-start": "at start the node's ResourceSlices are deleted and published anew",
     "no-rewatch": "a slice watch that fails (the API server restarts) is not set up again; no resync",
+    "unprepare-with-first-pod": "a claim's CDI spec is removed once its first pod is gone, others using it",
+    "skip-unreferenced-claims": "a claim no container references is answered with no devices, nothing made",
+    "short-counter-set": "counter sets publish half their memory: a whole GPU consumes more than its set has",
+    "stale-claim-state": "a claim prepared again after its unprepare fails once (stale state), then succeeds",
+    "device-status-not-ready": "the status.devices entries of prepared devices say Ready=False",
     "exceed-consumable-share": "a container is told it has the whole shared GPU, not its consumedCapacity",
 }
 """Every switch, with the rule it breaks."""

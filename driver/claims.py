@@ -1,20 +1,21 @@
-"""Where prepare gets ResourceClaims from: the API server, or memory in tests and benchmarks.
+"""Where prepare gets ResourceClaims from, and writes their device status to: the API server, or
+memory in tests and benchmarks.
 
 A claim is handled as the API server's JSON (a plain dict with camelCase keys): that is
 what both sources return, and it keeps new API fields visible without waiting for the
-client's models.
+client's models. ``status.devices`` (``driver.devicestatus``) is written by server-side apply.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from driver.errors import ClaimError
 
-__all__ = ["ApiClaimSource", "ClaimSource", "MemoryClaimSource"]
+__all__ = ["ApiClaimSource", "ClaimSource", "MemoryClaimSource", "apply_body"]
 
 
 class ClaimSource(Protocol):
@@ -23,6 +24,25 @@ class ClaimSource(Protocol):
     def get_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The claim as API JSON, or None when it does not exist."""
         ...
+
+    def apply_device_status(
+        self, namespace: str, name: str, uid: str, manager: str, devices: Sequence[Mapping[str, Any]]
+    ) -> Mapping[str, Any] | None:
+        """Make ``devices`` the ``status.devices`` entries ``manager`` owns in the claim (none: remove
+        them), keeping everyone else's; the claim as answered, or None when it is gone (or has
+        another UID). Raises ``ClaimError`` when the write fails."""
+        ...
+
+
+def apply_body(namespace: str, name: str, uid: str, devices: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The server-side apply body of a claim's ``status.devices``; the UID makes the API server refuse
+    a claim re-created under the same name (409) instead of writing into it."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": namespace, "name": name, "uid": uid},
+        "status": {"devices": [dict(d) for d in devices]},
+    }
 
 
 class ApiClaimSource:
@@ -57,13 +77,138 @@ class ApiClaimSource:
         except Exception as e:  # urllib3 connection errors and the like; the kubelet retries
             raise ClaimError(f"cannot read ResourceClaim {namespace}/{name}: {e}") from e
 
+    def apply_device_status(
+        self, namespace: str, name: str, uid: str, manager: str, devices: Sequence[Mapping[str, Any]]
+    ) -> Mapping[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = self._custom.patch_namespaced_custom_object_status(
+                "resource.k8s.io",
+                "v1",
+                namespace,
+                "resourceclaims",
+                name,
+                apply_body(namespace, name, uid, devices),
+                field_manager=manager,
+                force=True,  # the driver owns its entries, whoever touched them meanwhile
+                _content_type="application/apply-patch+yaml",
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            )
+            data: Mapping[str, Any] = json.loads(response.data)
+        except ApiException as e:
+            if e.status == 404 or _recreated(e.status, _message(e.body)):
+                return None  # gone, or re-created: not the claim that was prepared
+            if e.status == 422 and _allocation_changed(_message(e.body)):
+                return self._replace_device_status(namespace, name, uid, manager, devices)
+            raise ClaimError(
+                f"cannot apply status.devices of ResourceClaim {namespace}/{name}: "
+                f"{e.status} {e.reason}: {_message(e.body)}"
+            ) from e
+        except Exception as e:  # urllib3 connection errors and the like
+            raise ClaimError(f"cannot apply status.devices of ResourceClaim {namespace}/{name}: {e}") from e
+        if _keys(data, manager) != _keys({"status": {"devices": devices}}, manager):
+            # entries of this driver that its apply does not own (written by a replace, below)
+            # outlive the apply: replace the status instead
+            return self._replace_device_status(namespace, name, uid, manager, devices)
+        return data
+
+    def _replace_device_status(
+        self, namespace: str, name: str, uid: str, manager: str, devices: Sequence[Mapping[str, Any]]
+    ) -> Mapping[str, Any] | None:
+        """``apply_device_status`` by read, modify and replace (PUT) of the status.
+
+        kube-apiserver (seen in 1.37.2) refuses every patch of the status of a claim whose
+        allocation carries an opaque config stored as JSON with whitespace (as Python clients send
+        it): the patch re-encodes the config compactly, and the allocation then no longer equals
+        itself ("status.allocation: ... field cannot be modified once set"). A replace sends the
+        status back as the client reads and writes it, which is how that JSON was written. The
+        entries of drivers other than ``manager`` are kept; a conflict (someone wrote meanwhile)
+        is tried again. What a replace wrote belongs to ``manager``'s update, not to its apply, so
+        a later apply cannot remove it: ``apply_device_status`` then replaces again.
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        what = f"status.devices of ResourceClaim {namespace}/{name}"
+        for _attempt in range(_REPLACE_ATTEMPTS):
+            claim = self.get_claim(namespace, name)
+            if claim is None or (claim.get("metadata") or {}).get("uid") != uid:
+                return None
+            status = dict(claim.get("status") or {})
+            kept = [d for d in status.get("devices") or [] if d.get("driver") != manager]
+            status["devices"] = kept + [dict(d) for d in devices]
+            try:
+                response = self._custom.replace_namespaced_custom_object_status(
+                    "resource.k8s.io",
+                    "v1",
+                    namespace,
+                    "resourceclaims",
+                    name,
+                    {**claim, "status": status},
+                    field_manager=manager,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                )
+                data: Mapping[str, Any] = json.loads(response.data)
+                return data
+            except ApiException as e:
+                if e.status == 404:
+                    return None
+                if e.status == 409:
+                    continue
+                raise ClaimError(f"cannot replace {what}: {e.status} {e.reason}: {_message(e.body)}") from e
+            except Exception as e:  # urllib3 connection errors and the like
+                raise ClaimError(f"cannot replace {what}: {e}") from e
+        raise ClaimError(f"cannot replace {what}: it changed {_REPLACE_ATTEMPTS} times while being written")
+
+
+_REPLACE_ATTEMPTS = 3
+
+
+def _keys(claim: Mapping[str, Any], driver: str) -> set[tuple[str, str, str]]:
+    """Pool, device and share id of each ``status.devices`` entry of ``driver``."""
+    devices = (claim.get("status") or {}).get("devices") or []
+    return {
+        (str(d.get("pool")), str(d.get("device")), str(d.get("shareID") or ""))
+        for d in devices
+        if d.get("driver") == driver
+    }
+
+
+def _allocation_changed(message: str) -> bool:
+    """Whether kube-apiserver refused a patch of the status for changing the allocation it re-encoded
+    (``status.allocation: Invalid value: null: field cannot be modified once set``)."""
+    return "status.allocation" in message and "cannot be modified" in message
+
+
+def _recreated(status: int, message: str) -> bool:
+    """Whether the API server refused the apply's UID: the claim was re-created under its name
+    (``metadata.uid: ... field is immutable``, 422; a UID precondition, 409)."""
+    return (status == 422 and "metadata.uid" in message) or (status == 409 and "uid" in message.lower())
+
+
+def _message(body: Any) -> str:
+    """The ``message`` of an API ``Status`` body (the reason a write was refused), else the body."""
+    try:
+        return str(json.loads(body)["message"])
+    except (TypeError, ValueError, KeyError):
+        return str(body)[:500]
+
 
 class MemoryClaimSource:
-    """Claims held in memory: the test and benchmark stand-in for the API server."""
+    """Claims held in memory: the test and benchmark stand-in for the API server.
+
+    ``apply_device_status`` works as the API server's apply would for one manager per driver: the
+    entries of the applying driver are replaced, the others kept; every apply is also recorded in
+    :attr:`applied`.
+    """
 
     def __init__(self) -> None:
         self._claims: dict[tuple[str, str], Mapping[str, Any]] = {}
         self._lock = threading.Lock()
+        self.applied: list[tuple[str, str, str, list[dict[str, Any]]]] = []
+        """Each ``apply_device_status``: namespace, name, manager, the entries."""
 
     def put(self, claim: Mapping[str, Any]) -> None:
         """Add or replace a claim (keyed by its metadata namespace and name)."""
@@ -79,3 +224,20 @@ class MemoryClaimSource:
     def get_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         with self._lock:
             return self._claims.get((namespace, name))
+
+    def apply_device_status(
+        self, namespace: str, name: str, uid: str, manager: str, devices: Sequence[Mapping[str, Any]]
+    ) -> Mapping[str, Any] | None:
+        with self._lock:
+            self.applied.append((namespace, name, manager, [dict(d) for d in devices]))
+            claim = self._claims.get((namespace, name))
+            if claim is None or (claim.get("metadata") or {}).get("uid") != uid:
+                return None
+            status = dict(claim.get("status") or {})
+            kept = [d for d in status.get("devices") or [] if d.get("driver") != manager]
+            status["devices"] = kept + [dict(d) for d in devices]
+            if not status["devices"]:
+                del status["devices"]
+            updated = {**claim, "status": status}
+            self._claims[(namespace, name)] = updated
+            return updated

@@ -19,6 +19,7 @@ from driver.checkpoint import PREPARE_COMPLETED, ClaimRecord, PreparedDevice
 from driver.claimbook import ClaimBook
 from driver.claims import ClaimSource
 from driver.conflicts import check_conflicts
+from driver.consumers import FirstPodWatch, PodSource, referenced
 from driver.errors import CheckpointError, DeviceConflict, DriverError, PrepareError
 from driver.inventory import Inventory
 from driver.materialize import Materializer, os_problem
@@ -46,6 +47,8 @@ class Preparation:
         *,
         undo: Callable[[ClaimRecord], None],
         reach: Callable[[str], None],
+        pods: PodSource | None = None,
+        first_pods: FirstPodWatch | None = None,
     ) -> None:
         self.book = book
         self.files = files
@@ -55,13 +58,26 @@ class Preparation:
         self._undo = undo
         """Undoes one claim's files and partitions (``PrepareError`` when it cannot)."""
         self._reach = reach
+        self._pods = pods
+        """Read only by the switches of ``driver.consumers``."""
+        self._first_pods = first_pods
+        """Set only with ``unprepare-with-first-pod``."""
+        self._prepared_before: set[str] = set()
+        """UIDs of claims this process prepared (``stale-claim-state``)."""
+        self._failed_stale: set[str] = set()
+        """UIDs whose re-preparation already failed once (``stale-claim-state``)."""
 
-    def batch(self, refs: Sequence[ClaimRef], out: dict[str, Outcome]) -> None:
-        """Prepare ``refs`` (valid, distinct, their claim locks held); each claim's answer goes to ``out``."""
+    def batch(self, refs: Sequence[ClaimRef], out: dict[str, Outcome]) -> list[ClaimRecord]:
+        """Prepare ``refs`` (valid, distinct, their claim locks held); each claim's answer goes to ``out``.
+
+        Returns the claims this call prepared (not those answered from the checkpoint).
+        """
         fresh: list[ClaimRecord] = []
         for ref in refs:
             try:
                 answer = self._answer_prepared(ref)
+                if answer is None:
+                    answer = self._broken_answer(ref)
                 if answer is not None:
                     out[ref.uid] = answer
                     continue
@@ -81,7 +97,7 @@ class Preparation:
                 out[record.uid] = self._failed(record, e, undone)
         if started:
             self._reach("prepare-materialized")
-        self._complete(made, undone, out)
+        return self._complete(made, undone, out)
 
     def _answer_prepared(self, ref: ClaimRef) -> list[PreparedDevice] | None:
         """The devices of a claim already prepared (made whole again if needed), or None.
@@ -106,6 +122,30 @@ class Preparation:
         except (DriverError, OSError) as e:
             raise PrepareError(f"claim {ref}: cannot make its CDI spec and devices again: {e}") from e
         return list(record.devices)
+
+    def _broken_answer(self, ref: ClaimRef) -> list[PreparedDevice] | None:
+        """What the switches ``stale-claim-state`` and ``skip-unreferenced-claims`` answer instead of
+        preparing (None: prepare as usual)."""
+        again = ref.uid in self._prepared_before and ref.uid not in self._failed_stale
+        if again and self.settings.breaks("stale-claim-state"):
+            self._failed_stale.add(ref.uid)
+            raise PrepareError(f"claim {ref}: stale state of its last preparation (stale-claim-state)")
+        if self.settings.breaks("skip-unreferenced-claims") and self._pods is not None:
+            claim = self.claims.get_claim(ref.namespace, ref.name)
+            if claim is not None and not referenced(claim, self._pods):
+                log.warning("no container references the claim: not prepared (skip-unreferenced-claims)",
+                            extra={"claim": ref.uid})  # fmt: skip
+                return []
+        return None
+
+    def _prepared(self, ref: ClaimRef) -> None:
+        """Note a claim just prepared, for the switches that look back at it."""
+        self._prepared_before.add(ref.uid)
+        self._failed_stale.discard(ref.uid)
+        if self._first_pods is not None:
+            claim = self.claims.get_claim(ref.namespace, ref.name)
+            if claim is not None:
+                self._first_pods.watch(claim)
 
     def _start(self, records: list[ClaimRecord], out: dict[str, Outcome]) -> list[ClaimRecord]:
         """Check conflicts and record ``PrepareStarted`` for the claims that pass (one write)."""
@@ -151,8 +191,10 @@ class Preparation:
             return PrepareError(f"claim {record.ref}: {os_problem('cannot write', error)}")
         return PrepareError(f"claim {record.ref}: {error}")
 
-    def _complete(self, made: list[ClaimRecord], undone: list[ClaimRecord], out: dict[str, Outcome]) -> None:
-        """Record ``PrepareCompleted`` for ``made`` and drop ``undone`` (one write)."""
+    def _complete(
+        self, made: list[ClaimRecord], undone: list[ClaimRecord], out: dict[str, Outcome]
+    ) -> list[ClaimRecord]:
+        """Record ``PrepareCompleted`` for ``made`` and drop ``undone`` (one write); the completed."""
         changes: dict[str, ClaimRecord | None] = {r.uid: None for r in undone}
         changes.update({r.uid: dataclasses.replace(r, state=PREPARE_COMPLETED) for r in made})
         try:
@@ -163,10 +205,11 @@ class Preparation:
                 out[record.uid] = self._failed(record, PrepareError(f"claim {record.ref}: {e}"), [])
             with contextlib.suppress(CheckpointError):  # else PrepareStarted: undone again later
                 self.book.commit({r.uid: None for r in made})
-            return
+            return []
         self._reach("prepare-completed")
         for record in made:
             out[record.uid] = list(record.devices)
+            self._prepared(ClaimRef.of(record))
             log.info(
                 "claim prepared",
                 extra={
@@ -176,3 +219,4 @@ class Preparation:
                     "devices": [d.device for d in record.devices],
                 },
             )
+        return made

@@ -169,6 +169,12 @@ class SlicePublisher:
             with_devices[-1].pop()
         if self._breaks("phantom-device") and with_devices:
             with_devices[-1].append({**with_devices[-1][-1], "name": "phantom"})
+        if self._breaks("short-counter-set"):
+            for body in bodies:
+                for counter_set in body["spec"].get("sharedCounters") or []:
+                    memory = counter_set["counters"].get("memory")
+                    if memory is not None:
+                        memory["value"] = str(int(memory["value"]) // 2)
         if self._breaks("wrong-slice-count"):
             for body in bodies:
                 body["spec"]["pool"]["resourceSliceCount"] += 1

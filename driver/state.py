@@ -10,10 +10,13 @@ devices:
    refused unless both allow sharing (``driver.conflicts``);
 4. checkpoint ``PrepareStarted`` (one write for the batch) -> MIG partitions created ->
    device-info files and CDI spec written (``driver.materialize``) -> checkpoint
-   ``PrepareCompleted`` (one write).
+   ``PrepareCompleted`` (one write);
+5. the claims' ``status.devices`` entries written (``driver.devicestatus``; a failure is only
+   logged).
 
 Unprepare records ``UnprepareStarted`` before it destroys anything, then removes the CDI spec,
-files and partitions, then drops the claims (one write each for the batch). The checkpoint in
+files and partitions, then drops the claims (one write each for the batch), then removes the
+claims' ``status.devices`` entries. The checkpoint in
 memory changes only once the file has: a failed write leaves both as they were, and what was
 done for the claims is undone. Failures raise (or, for a batch, answer) ``PrepareError`` naming
 claim, device and reason. ``restore`` runs at start (``driver.recovery``).
@@ -22,7 +25,8 @@ Thread safety: one lock per claim UID serialises calls for the same claim (a bat
 claims' locks in UID order); one state lock guards the checkpoint and the conflict check. API
 reads and NVML work run outside the state lock, so calls for different claims run in parallel;
 destroying a partition is the exception, since whether another claim still shares it must not
-change meanwhile.
+change meanwhile. Device status is written under the claim locks too, so a claim's entries are
+removed after they were written, never before.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ from driver.checkpoint import (
 from driver.claimbook import ClaimBook
 from driver.claims import ClaimSource
 from driver.conflicts import partition_holders
+from driver.consumers import FirstPodWatch, PodSource
+from driver.devicestatus import DeviceStatusWriter
 from driver.errors import CheckpointError, DriverError, PrepareError
 from driver.inventory import Inventory
 from driver.materialize import Materializer, NvmlPartitioner, Partitioner
@@ -80,6 +86,7 @@ class DeviceState:
         boot_id: str | None = None,
         mig_minors: Callable[[], Mapping[str, int]] | None = None,
         on_step: Callable[[str], None] | None = None,
+        pods: PodSource | None = None,
     ) -> None:
         self.settings = settings
         self.inventory = inventory
@@ -108,9 +115,23 @@ class DeviceState:
         self.store = CheckpointStore(settings.checkpoint_path)
         self.book = ClaimBook(self.store, self.boot_id, forget=settings.breaks("forget-checkpoint"))
         """The checkpointed claims and their locks."""
+        self._first_pods: FirstPodWatch | None = None
+        """With ``unprepare-with-first-pod`` only (``driver.consumers``)."""
+        if pods is not None and settings.breaks("unprepare-with-first-pod"):
+            self._first_pods = FirstPodWatch(pods, self._drop_files)
         self._preparation = Preparation(
-            self.book, self.files, settings, inventory, claims, undo=self._undo, reach=self._reach
+            self.book,
+            self.files,
+            settings,
+            inventory,
+            claims,
+            undo=self._undo,
+            reach=self._reach,
+            pods=pods,
+            first_pods=self._first_pods,
         )
+        self.status = DeviceStatusWriter(claims, settings, inventory)
+        """Writes and removes the claims' ``status.devices`` entries."""
         self._restored: set[str] = set()
         """Claims restore() found prepared (only kept with ``leak-restored-claims``)."""
 
@@ -142,7 +163,8 @@ class DeviceState:
         out: dict[str, Outcome] = {}
         refs = self._checked(refs, out)
         with self.book.holding(refs):
-            self._preparation.batch(refs, out)
+            prepared = self._preparation.batch(refs, out)
+            self.status.prepared(prepared)
         return out
 
     def unprepare_batch(self, refs: Sequence[ClaimRef]) -> dict[str, PrepareError | None]:
@@ -190,6 +212,8 @@ class DeviceState:
                 return done
             for record in gone:
                 done[record.uid] = None
+                if self._first_pods is not None:
+                    self._first_pods.forget(record.uid)
                 if self.settings.breaks("keep-device-after-unprepare") or record.uid in self._restored:
                     with self.book.lock:
                         self.book.leaked.update(d.device for d in record.devices)
@@ -197,6 +221,7 @@ class DeviceState:
                     "claim unprepared",
                     extra={"claim": record.uid, "namespace": record.namespace, "claim_name": record.name},
                 )
+            self.status.unprepared([r for r in refs if r.uid in done and done[r.uid] is None])
         return done
 
     def restore(self) -> None:
@@ -217,6 +242,11 @@ class DeviceState:
             claims = self.book.claims()
         recovery.remove_orphans(self.files, claims)
 
+    def stop(self) -> None:
+        """Stop background work (only a switch starts any)."""
+        if self._first_pods is not None:
+            self._first_pods.stop()
+
     # --- steps --------------------------------------------------------------------------------
 
     def _checked(self, refs: Sequence[ClaimRef], out: dict[str, Outcome]) -> list[ClaimRef]:
@@ -234,6 +264,13 @@ class DeviceState:
     @staticmethod
     def _as_prepare_error(error: Outcome) -> PrepareError | None:
         return error if isinstance(error, PrepareError) else None
+
+    def _drop_files(self, uid: str) -> None:
+        """``unprepare-with-first-pod``: remove a claim's CDI spec and files though it stays prepared."""
+        try:
+            self.files.remove_files(uid)
+        except PrepareError as e:
+            log.error("cannot remove the claim's files", extra={"claim": uid, "error": str(e)})
 
     def _undo(self, record: ClaimRecord) -> None:
         """Remove a claim's CDI spec, files and partitions; each step tolerates 'already gone'.

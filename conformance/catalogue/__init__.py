@@ -12,7 +12,18 @@ from conformance.catalogue.marks import (
     rule,
     rule_of,
 )
-from conformance.catalogue.rules import AREAS, RULES, Area, Rule, area_of_marker, by_id, select
+from conformance.catalogue.rules import (
+    AREAS,
+    RULES,
+    Area,
+    Rule,
+    area_of_marker,
+    by_id,
+    closest,
+    is_glob,
+    matching,
+    select,
+)
 
 __all__ = [
     "AREAS",
@@ -25,8 +36,11 @@ __all__ = [
     "area_of_marker",
     "by_id",
     "check_docstring",
+    "closest",
     "exclusive",
     "exclusive_cluster",
+    "is_glob",
+    "matching",
     "rule",
     "rule_of",
     "select",

@@ -10,11 +10,25 @@ profile (``v1beta1``, ``health``, ``taints``, ...) or provided by the cluster ba
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["AREAS", "RULES", "Area", "Rule", "area_of_marker", "by_id", "select"]
+__all__ = [
+    "AREAS",
+    "RULES",
+    "Area",
+    "Rule",
+    "area_of_marker",
+    "by_id",
+    "closest",
+    "is_glob",
+    "matching",
+    "select",
+]
 
 
 @dataclass(frozen=True)
@@ -317,7 +331,7 @@ RULES: tuple[Rule, ...] = (
         "SLICE",
         "partitionable devices consume from counter sets that exist, and no device's consumption exceeds its set",
         ("partitionable",),
-        "1.35 (gate DRAPartitionableDevices)",
+        "1.36 (DRAPartitionableDevices, beta)",
         'e2e "must consume and free up counters"',
     ),
     Rule(
@@ -448,7 +462,7 @@ RULES: tuple[Rule, ...] = (
         "ALLOC",
         "a device tainted NoSchedule is not allocated unless the request tolerates it",
         ("taints | DeviceTaintRule",),
-        "1.35 (DRADeviceTaints)",
+        "1.36 (DRADeviceTaints, beta; GA 1.37)",
         'e2e "NoSchedule can be tolerated"',
     ),
     Rule(
@@ -456,7 +470,7 @@ RULES: tuple[Rule, ...] = (
         "ALLOC",
         "a DeviceTaintRule with NoExecute evicts a pod using the device unless tolerated",
         (),
-        "1.35 (DRADeviceTaintRules)",
+        "1.36 (DRADeviceTaintRules, off by default in 1.36)",
         "e2e",
     ),
     Rule(
@@ -472,7 +486,7 @@ RULES: tuple[Rule, ...] = (
         "ALLOC",
         "partitions that overlap in counters are never allocated together, and freeing one lets the other in",
         ("partitionable",),
-        "1.35",
+        "1.36 (DRAPartitionableDevices, beta)",
         "e2e",
     ),
     Rule(
@@ -486,7 +500,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "ALLOC-STATUS-DEVICES",
         "ALLOC",
-        "the driver may write `status.devices` of its allocated claim (when the profile says it does, the entries are well-formed)",
+        "the driver may write `status.devices` of its allocated claim (when the profile says it does, the entries are well-formed and any `Ready` condition is True once the pod runs)",
         ("device-status",),
         "1.34",
         "e2e",
@@ -699,7 +713,7 @@ RULES: tuple[Rule, ...] = (
         "HEALTH",
         "a device fault taints the device in the slice (NoSchedule or NoExecute per the profile), and heal removes it",
         ("taints", "faults"),
-        "1.35",
+        "1.36 (DRADeviceTaints, beta)",
         "nv health",
     ),
     Rule(
@@ -707,7 +721,7 @@ RULES: tuple[Rule, ...] = (
         "HEALTH",
         "a new claim is not allocated the tainted device",
         ("taints", "faults"),
-        "1.35",
+        "1.36 (DRADeviceTaints, beta)",
         "-",
     ),
     Rule("HEALTH-RECOVER", "HEALTH", "after heal, the device is allocatable again", ("faults",), "-", "-"),
@@ -789,15 +803,41 @@ RULES: tuple[Rule, ...] = (
 _BY_ID: Mapping[str, Rule] = MappingProxyType({r.id: r for r in RULES})
 
 
+def closest(word: str, n: int = 3) -> list[str]:
+    """The ``n`` rule ids most like ``word`` (a mistyped id, or a glob without its wildcards)."""
+    key = re.sub(r"[*?\[\]]", "", word).upper()
+    area = key.partition("-")[0]
+    same_area = [i for i in _BY_ID if i.startswith(area + "-")]
+    return difflib.get_close_matches(key, same_area or list(_BY_ID), n=n, cutoff=0.0)
+
+
+def _unknown(what: str, word: str) -> KeyError:
+    near = ", ".join(closest(word))
+    return KeyError(f"{what} {word!r}; closest: {near} ('dra-conformance rules' lists every id)")
+
+
 def by_id(rule_id: str) -> Rule:
-    """The rule with this id; ``KeyError`` naming close ids when there is none."""
+    """The rule with this id; ``KeyError`` naming the closest ids when there is none."""
     try:
         return _BY_ID[rule_id]
     except KeyError:
-        prefix = rule_id.upper().partition("-")[0] + "-"
-        near = [r for r in _BY_ID if r.startswith(prefix)]
-        hint = f"ids of that area: {', '.join(near)}" if near else f"ids start with one of {', '.join(AREAS)}"
-        raise KeyError(f"unknown rule id {rule_id!r}; {hint}") from None
+        raise _unknown("unknown rule id", rule_id) from None
+
+
+def is_glob(word: str) -> bool:
+    """Whether ``word`` is a shell-style pattern (``REG-*``, ``PREP-CDI-?*``) rather than an id."""
+    return any(ch in word for ch in "*?[")
+
+
+def matching(word: str) -> tuple[Rule, ...]:
+    """The rules ``word`` names: the one of that id, or, for a glob (:func:`is_glob`), every rule
+    whose id it matches, case aside. ``KeyError`` naming the closest ids when it names none."""
+    if not is_glob(word):
+        return (_BY_ID.get(word.upper()) or by_id(word),)
+    found = tuple(r for r in RULES if fnmatch.fnmatchcase(r.id, word.upper()))
+    if not found:
+        raise _unknown("no rule id matches", word)
+    return found
 
 
 def area_of_marker(word: str) -> Area | None:
@@ -808,16 +848,20 @@ def area_of_marker(word: str) -> Area | None:
     return None
 
 
-def select(rule_ids: Iterable[str] = (), areas: Iterable[str] = ()) -> tuple[Rule, ...]:
-    """The rules named by id or by area (id or marker); both empty selects every rule.
+def select(
+    rule_ids: Iterable[str] = (), areas: Iterable[str] = (), skip: Iterable[str] = ()
+) -> tuple[Rule, ...]:
+    """The rules named by id or glob (:func:`matching`) or by area (id or marker), less those
+    ``skip`` names (ids or globs); no ids and no areas start from every rule.
 
-    Raises ``KeyError`` naming an unknown id or area and what is allowed.
+    Raises ``KeyError`` naming an unknown id, a glob that matches nothing (with the closest ids),
+    or an unknown area (with the areas there are).
     """
     ids = list(rule_ids)
     words = list(areas)
     chosen: set[str] = set()
     for rule_id in ids:
-        chosen.add(by_id(rule_id).id)
+        chosen.update(r.id for r in matching(rule_id))
     for word in words:
         area = area_of_marker(word)
         if area is None:
@@ -825,5 +869,7 @@ def select(rule_ids: Iterable[str] = (), areas: Iterable[str] = ()) -> tuple[Rul
             raise KeyError(f"unknown area {word!r}; areas: {allowed}")
         chosen.update(r.id for r in RULES if r.area == area.id)
     if not ids and not words:
-        return RULES
+        chosen = set(_BY_ID)
+    for word in skip:
+        chosen.difference_update(r.id for r in matching(word))
     return tuple(r for r in RULES if r.id in chosen)

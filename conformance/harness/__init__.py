@@ -4,13 +4,14 @@ The harness holds a test's namespace and node; beside it: JSON requests (``kube`
 wait (``waiting``) and the signs that end a wait early (``signs``), the tracker of created objects
 (``resources``), plain functions on slice devices (``devices``) and on claims and pods
 (``status``), direct gRPC on a driver's sockets (``plugin_client``, ``healthstream``), fault
-commands (``faults``), what a failed test saw (``diagnostics``) and whether a rule can be checked
-here (``capabilities``). Re-exported here: what the suite and the plugin use.
+commands (``faults``), which devices a container got by the profile's ways (``views``), what a
+failed test saw (``diagnostics``) and whether a rule can be checked here (``capabilities``).
+Re-exported here: what the suite and the plugin use.
 """
 
 from __future__ import annotations
 
-from conformance.harness.capabilities import Environment, missing, parse_minor
+from conformance.harness.capabilities import Environment, assumed, feature_gates, missing, parse_minor
 from conformance.harness.devices import (
     MAX_RESULTS_PER_CLAIM,
     attribute_value,
@@ -66,6 +67,7 @@ __all__ = [
     "WaitFailed",
     "WaitTimeout",
     "allocated_devices",
+    "assumed",
     "attribute_value",
     "cel_literal",
     "choose_version",
@@ -73,6 +75,7 @@ __all__ = [
     "consumption",
     "counter_sets",
     "exact_cel",
+    "feature_gates",
     "get_info",
     "is_socket",
     "match_cel",

@@ -2,7 +2,9 @@
 
 A rule whose need is missing is a skip that says which one ("profile reference-l4 does not claim
 partitionable"), never a pass. :func:`missing` answers the reason, or None when everything the
-rule needs is there.
+rule needs is there. Before a cluster is reached (``dra-conformance rules --profile P``, a dry
+run) the version and the served kinds may be unknown: :func:`missing` then judges on the rest,
+and :func:`assumed` names what it took on trust.
 """
 
 from __future__ import annotations
@@ -11,10 +13,19 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from clusters.local.features import is_dra_gate
 from conformance.catalogue import Rule
 from conformance.profiles import PROFILE_CAPABILITIES, DriverProfile
 
-__all__ = ["CLUSTER_CAPABILITIES", "Environment", "missing", "parse_minor"]
+__all__ = [
+    "CLUSTER_CAPABILITIES",
+    "DRA_V1_MINOR",
+    "Environment",
+    "assumed",
+    "feature_gates",
+    "missing",
+    "parse_minor",
+]
 
 CLUSTER_CAPABILITIES = {
     "grpc": "reach the driver's sockets on a node",
@@ -37,17 +48,38 @@ class Environment:
     cluster_capabilities: frozenset[str]
     """What the backend can do (:data:`CLUSTER_CAPABILITIES` keys)."""
     k8s_minor: int
-    """The API server's minor version (37 for v1.37.2)."""
+    """The API server's minor version (37 for v1.37.2); 0 when not known (a dry run)."""
     k8s_version: str
     """The API server's version as it reports it."""
     served_kinds: Collection[str] = ()
     """Kinds ``resource.k8s.io/v1`` serves (``DeviceTaintRule``, ...)."""
+    served_known: bool = True
+    """False before a cluster is reached (a dry run): :attr:`served_kinds` is then not known, and a
+    need for a kind counts as met (:func:`assumed` names it)."""
 
 
 def parse_minor(version: str) -> int:
     """The minor of ``v1.37.2`` or ``1.37`` (0 when it cannot be read)."""
     found = re.match(r"v?1\.(\d+)", version.strip())
     return int(found.group(1)) if found else 0
+
+
+DRA_V1_MINOR = 34
+"""The first Kubernetes minor that serves ``resource.k8s.io/v1``: every cluster the suite runs on
+is at least this new (a run checks it first, preflight again), known version or not."""
+
+_GATE_METRIC = re.compile(r"^kubernetes_feature_enabled\{([^}]*)\}\s+(\S+)", re.MULTILINE)
+
+
+def feature_gates(metrics: str) -> dict[str, bool]:
+    """The DRA feature gates (``DRA*``, ``DynamicResourceAllocation``, ``ResourceHealthStatus``) of a
+    component's ``/metrics`` text, by name: its ``kubernetes_feature_enabled`` gauge (1: on)."""
+    gates = {}
+    for labels, value in _GATE_METRIC.findall(metrics):
+        name = re.search(r'(?:^|,)name="([^"]+)"', labels)
+        if name and is_dra_gate(name.group(1)):
+            gates[name.group(1)] = value not in ("0", "0.0")
+    return dict(sorted(gates.items()))
 
 
 def _lacks(need: str, env: Environment) -> str | None:
@@ -76,18 +108,53 @@ def _lacks(need: str, env: Environment) -> str | None:
             "(faults.inject, heal, healable)"
         )
     if need == "DeviceTaintRule":
-        return None if "DeviceTaintRule" in env.served_kinds else "the cluster does not serve DeviceTaintRule"
+        if not env.served_known or "DeviceTaintRule" in env.served_kinds:
+            return None
+        return "the cluster does not serve DeviceTaintRule"
     raise ValueError(f"rule need {need!r} is not known to the suite")
 
 
+def _unknown(need: str, env: Environment) -> str | None:
+    """What ``need`` depends on that ``env`` does not know yet, or None."""
+    if need == "DeviceTaintRule" and not env.served_known:
+        return "the cluster serves DeviceTaintRule"
+    return None
+
+
+def _alternatives(need: str) -> list[str]:
+    return [n.strip() for n in need.split("|")]
+
+
+def _since(rule: Rule) -> int:
+    return parse_minor(rule.since) if rule.since != "-" else 0
+
+
 def missing(rule: Rule, env: Environment) -> str | None:
-    """Why ``rule`` cannot be checked in ``env`` (the first need that is not met), or None."""
-    since = parse_minor(rule.since) if rule.since != "-" else 0
+    """Why ``rule`` cannot be checked in ``env`` (the first need that is not met), or None.
+
+    What ``env`` does not know (version 0, kinds not :attr:`~Environment.served_known`) counts as met.
+    """
+    since = _since(rule)
     if since and env.k8s_minor and env.k8s_minor < since:
         return f"needs Kubernetes 1.{since}+ ({rule.since}); the cluster runs {env.k8s_version}"
     for need in rule.needs:
-        alternatives = [n.strip() for n in need.split("|")]
-        reasons = [_lacks(n, env) for n in alternatives]
+        reasons = [_lacks(n, env) for n in _alternatives(need)]
         if all(reasons):
             return "; ".join(r for r in reasons if r)
     return None
+
+
+def assumed(rule: Rule, env: Environment) -> list[str]:
+    """What :func:`missing` took on trust for ``rule`` because ``env`` does not know it yet: each
+    a condition on the cluster ("the cluster runs Kubernetes 1.35+ (DRADeviceTaints)"); empty when none."""
+    out = []
+    since = _since(rule)
+    if since > DRA_V1_MINOR and not env.k8s_minor:
+        gate = re.sub(r"^v?1\.\d+\s*", "", rule.since)  # "(DRADeviceTaints)", or nothing
+        out.append(f"the cluster runs Kubernetes 1.{since}+ {gate}".rstrip())
+    for need in rule.needs:
+        met = [n for n in _alternatives(need) if _lacks(n, env) is None]
+        unknown = [u for n in met if (u := _unknown(n, env))]
+        if met and len(unknown) == len(met):
+            out.append(" or ".join(unknown))
+    return out

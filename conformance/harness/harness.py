@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -42,12 +40,12 @@ from conformance.harness.status import (
     reserved_for,
     unschedulable,
 )
+from conformance.harness.views import shown_by_way
 from conformance.harness.waiting import Objects, WaitTimeout, until, watch_until
-from conformance.profiles import AttributeMatch, DriverProfile
+from conformance.profiles import VIEW_WAYS, AttributeMatch, DriverProfile
 
 __all__ = ["MEASURE_PREFIX", "TEST_TAINT_KEY", "Harness"]
 
-log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
@@ -473,8 +471,9 @@ class Harness:
         with the profile's inject command; when it started (``time.monotonic()``), for timings.
 
         Hold the node exclusively. When the test ends the device is healed, and then the test waits
-        (up to ``timeouts.health``, without failing) until the node has no tainted device that was
-        not tainted before the test's first fault, so the next test finds its devices usable.
+        (up to ``timeouts.health``) until the node has no tainted device that was not tainted before
+        the test's first fault, so the next test finds its devices usable; a taint that stays fails
+        this test, the one whose fault made it, not a later one that cannot find a usable device.
         """
         commands, found = self._fault_target(device, node)
         inject = commands.command("inject", found, fault)
@@ -505,8 +504,10 @@ class Harness:
             wait_untainted(
                 self.kube, self.driver, node, self._tainted_before[node], self.profile.timeouts.health
             )
-        except WaitTimeout as e:  # the test's own checks say whether that is wrong
-            log.warning("devices still tainted after heal", extra={"node": node, "error": str(e)})
+        except WaitTimeout as e:
+            raise AssertionError(
+                f"the taints this test's faults made on {node} stayed after heal: {e}"
+            ) from None
 
     def health_stream(self, node: str | None = None) -> HealthStream:
         """The driver's health stream on ``node`` (``v1`` when advertised, else ``v1alpha1``), read
@@ -528,22 +529,46 @@ class Harness:
         """What a container of a running pod sees."""
         return self.cluster.container_view(f"{self.namespace}/{pod}", container)
 
-    def seen_devices(self, view: ContainerView) -> set[str]:
-        """The devices a container's env carries, as :meth:`identity` values (profile's pattern)."""
-        pattern = re.compile(self.profile.container.env)
-        found = set()
-        for key, value in view.env.items():
-            m = pattern.match(key)
-            if m is None:
-                continue
-            found.add(_normal(m.group("device")) if "device" in pattern.groupindex else value)
-        return found
+    def devices_untold(self) -> str:
+        """Why the suite cannot tell which devices a container got ('' when it can): the profile
+        gives no way (``container``: ``env``, ``deviceNodes``, ``netDevices``, ``mounts``,
+        ``cdiDevices``)."""
+        if self.profile.container.ways:
+            return ""
+        return (
+            f"profile {self.profile.name} gives no way to tell which devices a container got "
+            f"(container: env, {', '.join(VIEW_WAYS)})"
+        )
+
+    def seen_devices(
+        self, view: ContainerView, node: str | None = None, *, what: str = "the container"
+    ) -> set[str]:
+        """The devices of ``node`` that a container's ``view`` shows, by name, through every way the
+        profile gives (:mod:`~conformance.harness.views`); a find that names no device of the node
+        is kept as written, with why. The ways must agree: when they do not, this fails naming what
+        each shows (``what`` names the container). Skips when the profile gives no way
+        (:meth:`devices_untold`); a test that checks more calls that first, and says what it did."""
+        untold = self.devices_untold()
+        if untold:
+            pytest.skip(untold)
+        target = node or self.node
+        shown = shown_by_way(
+            view,
+            self.profile.container,
+            self.devices(target),
+            driver=self.driver,
+            unique=self.profile.devices.unique,
+            node=target,
+        )
+        first, *others = shown.values()
+        if any(other != first for other in others):
+            ways = "; ".join(f"by {way} {sorted(found)}" for way, found in shown.items())
+            raise AssertionError(f"{what} shows other devices by each way the profile gives: {ways}")
+        return first
 
     def identity(self, device: str, node: str | None = None) -> str:
-        """How a container's env names a device of ``node`` (see ``container.env`` of the profile)."""
-        if "device" in re.compile(self.profile.container.env).groupindex:
-            return _normal(device)
-        return self.unique(self.devices(node)[device])
+        """How :meth:`seen_devices` names ``device`` of ``node``: by its name."""
+        return device
 
     def cdi_specs(self, node: str | None = None) -> dict[Path, Obj]:
         """The CDI specs on ``node`` (``.json`` and ``.yaml`` files of its CDI dir), parsed.
@@ -640,7 +665,3 @@ class Harness:
         claim = self.claim(count=len(chosen))
         self.write_allocation(claim, [("gpu", d) for d in chosen], node=node)
         return ref(claim)
-
-
-def _normal(name: str) -> str:
-    return re.sub(r"[^A-Z0-9]", "_", name.upper())

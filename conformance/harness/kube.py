@@ -93,6 +93,7 @@ class Kube:
         body: Any,
         content_type: str,
         timeout: Any,
+        accept: str = "application/json",
     ) -> Any:
         """Send a request; the raw urllib3 response (body not read yet)."""
         import urllib3
@@ -101,7 +102,7 @@ class Kube:
             method,
             path,
             query_params=list(query),
-            header_params={"Accept": "application/json", "Content-Type": content_type},
+            header_params={"Accept": accept, "Content-Type": content_type},
             auth_settings=["BearerToken"],
         )
         payload = None if body is None else json.dumps(body)
@@ -250,6 +251,22 @@ class Kube:
                     yield str(event["type"]), dict(event["object"])
         finally:
             response.release_conn()
+
+    def text(self, path: str, timeout: float | None = None) -> str:
+        """``GET path`` answered in plain text (``/metrics``); :class:`ApiError` when it is refused."""
+        import urllib3
+
+        limit = urllib3.Timeout(total=timeout or self.timeout)
+        response = self._open(
+            "GET", path, [], body=None, content_type="text/plain", timeout=limit, accept="text/plain"
+        )
+        try:
+            data = response.read()
+        finally:
+            response.release_conn()
+        if not 200 <= response.status < 300:
+            raise _api_error(response.status, data, f"GET {path}")
+        return str(data.decode(errors="replace"))
 
     def server_version(self) -> str:
         """The API server's ``gitVersion`` (``v1.37.2``)."""

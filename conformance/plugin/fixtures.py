@@ -18,7 +18,17 @@ from clusters import Cluster
 from conformance._files import write_atomic
 from conformance.catalogue import AREAS, EXCLUSIVE_CLUSTER_MARK, EXCLUSIVE_MARK, by_id, rule_of
 from conformance.errors import UsageError
-from conformance.harness import Environment, Harness, Kube, LogMarks, missing, parse_minor, until
+from conformance.harness import (
+    ApiError,
+    Environment,
+    Harness,
+    Kube,
+    LogMarks,
+    feature_gates,
+    missing,
+    parse_minor,
+    until,
+)
 from conformance.plugin import preflight
 from conformance.plugin.state import HARNESS_KEY, RUN_KEY, ConformanceRun
 
@@ -68,9 +78,12 @@ def dra_env(request: pytest.FixtureRequest) -> Environment:
         k8s_version=version,
         served_kinds=tuple(kube.served("resource.k8s.io/v1")),
     )
+    gates: dict[str, bool] = {}
+    with contextlib.suppress(ApiError):  # /metrics needs a right an external kubeconfig may lack
+        gates = feature_gates(kube.text("/metrics"))
     write_atomic(
         run.cluster_session.ensure_slot() / "environment.json",
-        json.dumps({"k8s_version": version, "backend": dra_cluster.backend}),
+        json.dumps({"k8s_version": version, "backend": dra_cluster.backend, "feature_gates": gates}),
     )
     return env
 

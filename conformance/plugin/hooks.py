@@ -43,9 +43,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--dra-driver-bin", default=None, help="the binary a profile's local.command names as {driver_bin}"
     )
-    group.addoption("--dra-rules", default="", help="comma list of rule ids to run (default: all)")
+    group.addoption(
+        "--dra-rules", default="", help="comma list of rule ids or globs (REG-*) to run (default: all)"
+    )
     group.addoption(
         "--dra-areas", default="", help="comma list of areas to run, by id or marker (default: all)"
+    )
+    group.addoption(
+        "--dra-skip",
+        default="",
+        help="comma list of rule ids or globs to leave out (preflight runs anyway: it gates the run)",
     )
     group.addoption(
         "--dra-fail-fast",
@@ -85,6 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
             nodes=config.getoption("dra_nodes"),
             rules=config.getoption("dra_rules"),
             areas=config.getoption("dra_areas"),
+            skip=config.getoption("dra_skip"),
             run_id=Path(report_dir).name if report_dir else (workerinput or {}).get("dra_run_id"),
             reports_dir=Path(report_dir).parent if report_dir else "reports",
             k8s_version=config.getoption("k8s_version", None),

@@ -8,7 +8,7 @@ With a profile, :func:`~conformance.plugin.hooks.pytest_configure` registers one
 * selects rules (``--dra-rules``, ``-m AREA``), keeps preflight first, and turns a profile's known
   failures into expected failures with their reason;
 * writes ``run.json``, ``records.jsonl`` and ``collected.json`` to the run directory (controller
-  side, also under xdist), and the report at the end;
+  side, also under xdist), the report at the end, and ``manifest.sha256`` last of all;
 * collects diagnostics when a test fails (the test's harness is in ``item.stash[HARNESS_KEY]``).
 
 The fixtures (:mod:`conformance.plugin.fixtures`) and the hooks both import this module; it
@@ -266,6 +266,12 @@ class ConformanceRun:
             report.write_allure_environment(rendered.run, Path(allure_dir))
         _link_latest(self.run_dir)
 
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        # after every plugin's sessionfinish (pytest's junit.xml among them): the manifest comes last;
+        # `dra-conformance run` writes it again once its own files (pytest.log, cluster-logs/) are in
+        if self.controller and (self.run_dir / "run.json").is_file():
+            report.write_manifest(self.run_dir)
+
     def _slot_file(self, name: str) -> Path:
         return self.cluster_session.slot / name
 
@@ -303,11 +309,13 @@ class ConformanceRun:
             nodes=tuple(verdict.nodes if verdict else ()),
             started=self.started,
             finished=finished,
-            selection=tuple(r.id for r in self.suite.selected)
-            if self.suite.rules or self.suite.areas
-            else (),
+            selection=tuple(r.id for r in self.suite.selected) if self.suite.narrowed else (),
             known_failures=dict(profile.known_failures),
             stopped=self._stopped,
+            suite_version=report.suite_version(),
+            suite_commit=report.suite_commit(),
+            profile_sha256=profile.digest,
+            feature_gates={str(k): bool(v) for k, v in (env.get("feature_gates") or {}).items()},
         )
         write_atomic(self.run_dir / "run.json", info.to_json())
 
@@ -319,7 +327,7 @@ class ConformanceRun:
             narrowed = bool(data["narrowed"])
         except (OSError, ValueError, KeyError, TypeError):
             collected = {r.id for r in self.suite.selected}
-            narrowed = bool(self.suite.rules or self.suite.areas)
+            narrowed = self.suite.narrowed
         if not narrowed:
             return ()
         chosen = collected | set(preflight.PRE_RULES)

@@ -6,6 +6,8 @@ schema is documented field by field in ``README.md`` beside this file.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from pathlib import Path
 
 import yaml
@@ -15,11 +17,14 @@ from conformance.profiles.schema import (
     EXTERNAL_PLACEHOLDERS,
     FAULT_PLACEHOLDERS,
     PROFILE_CAPABILITIES,
+    VIEW_WAYS,
     AttributeMatch,
+    ContainerSpec,
     DriverProfile,
     ExampleConfig,
     ExternalCommands,
     Faults,
+    ViewPattern,
     parse,
 )
 
@@ -28,11 +33,14 @@ __all__ = [
     "FAULT_PLACEHOLDERS",
     "PROFILE_CAPABILITIES",
     "SHIPPED_DIR",
+    "VIEW_WAYS",
     "AttributeMatch",
+    "ContainerSpec",
     "DriverProfile",
     "ExampleConfig",
     "ExternalCommands",
     "Faults",
+    "ViewPattern",
     "load",
     "parse",
     "shipped",
@@ -61,7 +69,10 @@ def load(where: str | Path) -> DriverProfile:
             )
         path = SHIPPED_DIR / f"{name}.yaml"
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
+        text = raw.decode()
+    except UnicodeDecodeError as e:
+        raise ProfileError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from e
     except OSError as e:
         raise ProfileError(f"cannot read profile {path}: {e.strerror}") from e
     try:
@@ -70,4 +81,4 @@ def load(where: str | Path) -> DriverProfile:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         raise ProfileError(f"{path}: not valid YAML{at}: {getattr(e, 'problem', e)}") from e
-    return parse(data, str(path), path.resolve())
+    return dataclasses.replace(parse(data, str(path), path.resolve()), digest=hashlib.sha256(raw).hexdigest())

@@ -25,6 +25,7 @@ __all__ = [
     "EXTERNAL_PLACEHOLDERS",
     "FAULT_PLACEHOLDERS",
     "PROFILE_CAPABILITIES",
+    "VIEW_WAYS",
     "AttributeMatch",
     "Configs",
     "ContainerSpec",
@@ -37,6 +38,7 @@ __all__ = [
     "InvalidConfig",
     "LocalDriver",
     "Timeouts",
+    "ViewPattern",
     "parse",
 ]
 
@@ -130,19 +132,74 @@ class Devices:
         return self.per_node_in_class or self.per_node
 
 
+VIEW_WAYS: Mapping[str, Mapping[str, str]] = {
+    "deviceNodes": {"path": r"^/dev/nvidia(?P<value>[0-9]+)$"},
+    "netDevices": {"name": r"^net(?P<value>[0-9]+)$", "hostInterfaceName": r"^(?P<value>.+)$"},
+    "mounts": {"containerPath": r"^/var/run/acme/(?P<value>[^/]+)\.json$"},
+    "cdiDevices": {"id": r"^k8s\.acme\.com/gpu=(?P<value>.+)$"},
+}
+"""The ways besides ``env`` that a container shows a device (keys of ``container``): for each, the
+fields of one entry a pattern may read, with an example pattern."""
+
+
+@dataclass(frozen=True)
+class ViewPattern:
+    """One way a container names a device, besides env vars: a regex on one field of one kind of
+    entry of its view, whose group ``value`` stands for the device through an attribute, or is
+    part of the device's name."""
+
+    way: str
+    """The kind of entry: ``deviceNodes``, ``netDevices``, ``mounts`` or ``cdiDevices`` (CDI ids)."""
+    key: str
+    """The field the pattern reads (:data:`VIEW_WAYS`): ``path``, ``name``, ``hostInterfaceName``,
+    ``containerPath`` or ``id`` (``vendor/class=name``)."""
+    pattern: str
+    """A regular expression searched in that field, with a named group ``value``."""
+    attribute: str = ""
+    """The device attribute the value equals (one the profile lists); or else :attr:`device`."""
+    device: str = ""
+    """The device's name, ``{value}`` standing for the value (``gpu-{value}``, ``{value}``)."""
+
+    @property
+    def field_name(self) -> str:
+        """Where the pattern is in the profile (``container.deviceNodes.path``)."""
+        return f"container.{self.way}.{self.key}"
+
+
 @dataclass(frozen=True)
 class ContainerSpec:
-    """How a container shows the devices it got."""
+    """How a container shows the devices it got: env vars, and any of :data:`VIEW_WAYS`. The
+    suite reads every way given, and they must agree."""
 
     env: str = ""
     """A regex for the names of env vars that each carry one of the container's devices. With a
     named group ``device``, that part of the name is the device name (compared upper-cased, with
     every other character than letters and digits as ``_``); without, the variable's value is
     the device's ``unique`` attribute."""
+    device_nodes: ViewPattern | None = None
+    """Device nodes by their path in the container (``deviceNodes``)."""
+    net_devices: ViewPattern | None = None
+    """Network interfaces moved into the container (CDI ``netDevices``), by either name."""
+    mounts: ViewPattern | None = None
+    """Mounts by their path in the container."""
+    cdi_devices: ViewPattern | None = None
+    """The CDI ids the container got (``vendor/class=name``)."""
     capacity_env: Mapping[str, str] = field(default_factory=dict)
     """Consumable capacity name -> the env var that tells a container of a share how much of it the
     share holds (a quantity, e.g. ``memory: GPU_MEMORY_LIMIT``); a name may hold ``{device}`` as in
     :attr:`ExampleConfig.env`. Empty: containers are not checked for their share."""
+
+    @property
+    def patterns(self) -> tuple[ViewPattern, ...]:
+        """The ways given besides ``env``."""
+        ways = (self.device_nodes, self.net_devices, self.mounts, self.cdi_devices)
+        return tuple(w for w in ways if w is not None)
+
+    @property
+    def ways(self) -> tuple[str, ...]:
+        """The ways given, by profile key (``env``, ``deviceNodes``, ...); empty: the suite cannot
+        tell which devices a container got."""
+        return (("env",) if self.env else ()) + tuple(p.way for p in self.patterns)
 
     def share_problems(self, env: Mapping[str, str], consumed: Mapping[str, Any]) -> list[str]:
         """Where ``env`` does not show the share ``consumed`` (capacity -> quantity) as
@@ -342,6 +399,9 @@ class DriverProfile:
     """Rule id -> why it is expected to fail."""
     idempotent_prepares: int = 3
     """How often REG-IDEMPOTENT-PREPARE prepares the same claim."""
+    digest: str = ""
+    """SHA-256 of the file's bytes, as ``sha256sum`` prints it (empty when not read from a file):
+    a report names the profile by its content, not by where it lay."""
 
     def claims(self, capability: str) -> bool:
         """Whether the profile claims ``capability``."""
@@ -468,6 +528,76 @@ def _devices(r: _Reader) -> Devices:
     )
 
 
+def _container(r: _Reader | None, devices: Devices) -> ContainerSpec:
+    if r is None:
+        return ContainerSpec()
+    r.known(["env", *VIEW_WAYS, "capacityEnv"])
+    env = r.get("env", str, "")
+    try:
+        re.compile(env)
+    except re.error as e:
+        r.fail(env, f"a regular expression ({e})", "env")
+    ways = {way: _view_pattern(r.sub(way), way, devices) for way in VIEW_WAYS}
+    capacity_env = r.get("capacityEnv", dict, {})
+    for capacity, var in capacity_env.items():
+        if not isinstance(var, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_{}]*", var):
+            r.fail(var, "an env var name (letters, digits, '_', {device})", f"capacityEnv.{capacity}")
+    return ContainerSpec(
+        env,
+        device_nodes=ways["deviceNodes"],
+        net_devices=ways["netDevices"],
+        mounts=ways["mounts"],
+        cdi_devices=ways["cdiDevices"],
+        capacity_env={str(k): str(v) for k, v in capacity_env.items()},
+    )
+
+
+def _view_pattern(r: _Reader | None, way: str, devices: Devices) -> ViewPattern | None:
+    if r is None:
+        return None
+    keys = VIEW_WAYS[way]
+    r.known([*keys, "attribute", "device"])
+    given = [k for k in keys if k in r.data]
+    if len(given) != 1:
+        first = next(iter(keys))
+        r.fail(
+            dict(r.data),
+            f"one pattern, in {' or '.join(keys)}{', not both' if len(keys) > 1 else ''} "
+            f"(e.g. {first}: '{keys[first]}')",
+        )
+    key = given[0]
+    pattern = r.get(key, str, required=True)
+    try:
+        compiled = re.compile(pattern)
+    except re.error as e:
+        r.fail(pattern, f"a regular expression ({e})", key)
+    if "value" not in compiled.groupindex:
+        r.fail(
+            pattern,
+            f"a regular expression with a group (?P<value>...) around the part that names the "
+            f"device, e.g. {keys[key]}",
+            key,
+        )
+    attribute, device = r.get("attribute", str, ""), r.get("device", str, "")
+    if bool(attribute) == bool(device):
+        r.fail(
+            dict(r.data),
+            "attribute (the device attribute the value equals) or device (the device "
+            "name, {value} standing for the value: gpu-{value}), one of them",
+        )
+    listed = [*devices.attributes, *([devices.unique] if devices.unique != "name" else [])]
+    if attribute and attribute not in listed:
+        r.fail(
+            attribute,
+            f"an attribute the profile lists ({', '.join(dict.fromkeys(listed)) or 'none'}): add "
+            "it to devices.attributes with its type, or name the device with device: '{value}'",
+            "attribute",
+        )
+    if device and (sorted(set(_PLACEHOLDER.findall(device))) != ["value"]):
+        r.fail(device, "the device name with {value} where the value goes (gpu-{value}, {value})", "device")
+    return ViewPattern(way, key, pattern, attribute, device)
+
+
 def _configs(r: _Reader | None) -> Configs:
     if r is None:
         return Configs()
@@ -582,20 +712,6 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
             lr.fail(nvml, "fake (the driver runs on fakegpu's libnvidia-ml.so.1) or none", "nvml")
         fake_profile = lr.get("fakeProfile", str, "dgx-h100")
         local = LocalDriver(lr.get("command", str, required=True), nodes, nvml, fake_profile)
-    container = ContainerSpec()
-    cr = r.sub("container")
-    if cr is not None:
-        cr.known(["env", "capacityEnv"])
-        env = cr.get("env", str, "")
-        try:
-            re.compile(env)
-        except re.error as e:
-            cr.fail(env, f"a regular expression ({e})", "env")
-        capacity_env = cr.get("capacityEnv", dict, {})
-        for capacity, var in capacity_env.items():
-            if not isinstance(var, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_{}]*", var):
-                cr.fail(var, "an env var name (letters, digits, '_', {device})", f"capacityEnv.{capacity}")
-        container = ContainerSpec(env, {str(k): str(v) for k, v in capacity_env.items()})
     timeouts = Timeouts()
     tr = r.sub("timeouts")
     if tr is not None:
@@ -613,18 +729,19 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
     if repeats < 2:
         r.fail(repeats, "at least 2", "idempotentPrepares")
     classes = r.sub("deviceClasses", required=True)
-    devices = r.sub("devices", required=True)
-    assert classes is not None and devices is not None
+    dr = r.sub("devices", required=True)
+    assert classes is not None and dr is not None
+    devices = _devices(dr)
     return DriverProfile(
         name=name,
         driver=driver,
         device_classes=_device_classes(classes, path.parent if path else None),
-        devices=_devices(devices),
+        devices=devices,
         path=path,
         description=r.get("description", str, ""),
         local=local,
         capabilities=frozenset(capabilities),
-        container=container,
+        container=_container(r.sub("container"), devices),
         configs=_configs(r.sub("configs")),
         faults=_faults(r.sub("faults")),
         external=_external(r.sub("external")),

@@ -4,14 +4,27 @@ Layers inside, each importing only those above it: ``results`` (a record per tes
 rule), ``model`` (:class:`Report`, :func:`build`), ``text`` (what every rendering shares),
 the renderings ``jsonfile`` (``conformance.json``, :func:`load`), ``markdown``, ``htmlpage`` and
 ``allure_env``, and ``writing`` (:func:`write`, the one caller of the renderers). pytest writes
-``junit.xml`` itself (the plugin points ``--junitxml`` into the run directory).
+``junit.xml`` itself (the plugin points ``--junitxml`` into the run directory). Beside them:
+``provenance`` (the suite's version and commit a report names), ``manifest``
+(``manifest.sha256`` over a run's files, its check, the run as one tarball) and ``compare``
+(what changed between two runs).
 """
 
 from __future__ import annotations
 
 from conformance.report.allure_env import write_allure_environment
+from conformance.report.compare import Change, Comparison, compare
 from conformance.report.jsonfile import load
+from conformance.report.manifest import (
+    MANIFEST,
+    Verification,
+    archive_path,
+    verify_manifest,
+    write_archive,
+    write_manifest,
+)
 from conformance.report.model import SCHEMA_VERSION, Report, ReportError, build
+from conformance.report.provenance import suite_commit, suite_version
 from conformance.report.results import (
     RULE_OUTCOMES,
     TEST_OUTCOMES,
@@ -27,9 +40,12 @@ from conformance.report.text import clip, fmt_duration, summary_table
 from conformance.report.writing import write
 
 __all__ = [
+    "MANIFEST",
     "RULE_OUTCOMES",
     "SCHEMA_VERSION",
     "TEST_OUTCOMES",
+    "Change",
+    "Comparison",
     "Report",
     "ReportError",
     "RuleOutcome",
@@ -37,13 +53,21 @@ __all__ = [
     "RunInfo",
     "TestOutcome",
     "TestRecord",
+    "Verification",
+    "archive_path",
     "build",
     "clip",
+    "compare",
     "fmt_duration",
     "load",
     "read_records",
     "rule_results",
+    "suite_commit",
+    "suite_version",
     "summary_table",
+    "verify_manifest",
     "write",
     "write_allure_environment",
+    "write_archive",
+    "write_manifest",
 ]

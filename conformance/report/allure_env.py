@@ -39,6 +39,8 @@ def write_allure_environment(run: RunInfo, allure_dir: Path) -> None:
         "Profile": run.profile,
         "Nodes": ", ".join(run.nodes),
         "Run": run.run_id,
+        "Suite": f"{run.suite_version} {run.suite_commit}".strip(),
+        "Profile SHA-256": run.profile_sha256,
     }
     text = "".join(f"{_property_escape(k, key=True)}={_property_escape(v)}\n" for k, v in values.items())
     write_atomic(allure_dir / "environment.properties", text)

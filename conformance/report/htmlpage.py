@@ -18,7 +18,15 @@ from html import escape
 from conformance.catalogue import AREAS
 from conformance.report.model import Report
 from conformance.report.results import RuleResult, TestRecord
-from conformance.report.text import DISPLAY_ORDER, clip, fmt_duration, iso_utc, run_duration
+from conformance.report.text import (
+    DISPLAY_ORDER,
+    clip,
+    fmt_duration,
+    gates_text,
+    iso_utc,
+    run_duration,
+    suite_text,
+)
 
 __all__ = ["render"]
 
@@ -157,7 +165,9 @@ def _header(report: Report) -> str:
             "Profile",
             _e(run.profile) + (f" (<code>{_e(run.profile_path)}</code>)" if run.profile_path else ""),
         ),
+        ("Profile SHA-256", f"<code>{_e(run.profile_sha256)}</code>" if run.profile_sha256 else "-"),
         ("Kubernetes", _e(run.kubernetes_version)),
+        ("Feature gates", _e(gates_text(run))),
         ("Tier", _e(run.tier)),
         ("Nodes", _e(", ".join(run.nodes)) or "-"),
         (
@@ -165,6 +175,7 @@ def _header(report: Report) -> str:
             _e(iso_utc(run.started)) + (f", took {_e(fmt_duration(took))}" if took else ", did not finish"),
         ),
         ("Run", f"<code>{_e(run.run_id)}</code>"),
+        ("Suite", _e(suite_text(run))),
         ("Selection", _e(", ".join(run.selection)) if run.selection else "every rule"),
     ]
     rows = "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in facts)

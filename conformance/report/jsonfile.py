@@ -76,6 +76,10 @@ def to_dict(report: Report) -> dict[str, Any]:
         "selection": list(run.selection),
         "known_failures": dict(run.known_failures),
         "stopped": run.stopped,
+        "suite_version": run.suite_version,
+        "suite_commit": run.suite_commit,
+        "profile_sha256": run.profile_sha256,
+        "feature_gates": dict(run.feature_gates),
         "ok": report.ok,
         "totals": dict(report.totals),
         "areas": {area: dict(counts) for area, counts in report.areas.items()},
@@ -144,6 +148,11 @@ def from_dict(data: Mapping[str, Any]) -> Report:
             selection=tuple(str(s) for s in data["selection"]),
             known_failures={str(k): str(v) for k, v in data["known_failures"].items()},
             stopped=str(data["stopped"]),
+            # added within schema 1: absent from older reports
+            suite_version=str(data.get("suite_version", "")),
+            suite_commit=str(data.get("suite_commit", "")),
+            profile_sha256=str(data.get("profile_sha256", "")),
+            feature_gates={str(k): bool(v) for k, v in (data.get("feature_gates") or {}).items()},
         )
         results = [_rule_from(r) for r in data["rules"]]
     except KeyError as e:

@@ -12,7 +12,15 @@ import re
 from conformance.catalogue import AREAS
 from conformance.report.model import Report
 from conformance.report.results import RuleResult, TestRecord
-from conformance.report.text import DISPLAY_ORDER, clip, fmt_duration, iso_utc, run_duration
+from conformance.report.text import (
+    DISPLAY_ORDER,
+    clip,
+    fmt_duration,
+    gates_text,
+    iso_utc,
+    run_duration,
+    suite_text,
+)
 
 __all__ = ["render"]
 
@@ -55,11 +63,14 @@ def _heading(report: Report) -> list[str]:
     facts = [
         ("Driver", f"`{run.driver}`"),
         ("Profile", _text(run.profile) + (f" (`{run.profile_path}`)" if run.profile_path else "")),
+        ("Profile SHA-256", f"`{run.profile_sha256}`" if run.profile_sha256 else "-"),
         ("Kubernetes", _text(run.kubernetes_version)),
+        ("Feature gates", _text(gates_text(run))),
         ("Tier", _text(run.tier)),
         ("Nodes", _text(", ".join(run.nodes)) or "-"),
         ("Date", date),
         ("Run", f"`{run.run_id}`"),
+        ("Suite", _text(suite_text(run))),
         ("Selection", _text(", ".join(run.selection)) if run.selection else "every rule"),
     ]
     out = [f"# DRA driver conformance: {_text(run.driver)}", "", _verdict(report), "", "| | |", "|---|---|"]

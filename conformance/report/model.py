@@ -26,7 +26,7 @@ from conformance.report.results import (
     rule_results,
 )
 
-__all__ = ["SCHEMA_VERSION", "Report", "ReportError", "assemble", "build"]
+__all__ = ["NOT_SELECTED", "SCHEMA_VERSION", "Report", "ReportError", "assemble", "build"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ SCHEMA_VERSION: Final = 1
 """The ``schema_version`` of the reports built here; the only one ``conformance.json`` is read in."""
 
 NOT_SELECTED: Final = "not selected"
+"""The reason of a rule the run left out (``--rules``, ``-m``, ``--skip``)."""
 NO_TEST: Final = "no test ran"
 
 

@@ -114,6 +114,16 @@ class RunInfo:
     """The profile's known failures, rule id -> reason."""
     stopped: str = ""
     """Why the run stopped early (a preflight failure), else empty."""
+    suite_version: str = ""
+    """The version of the dra-conformance that ran (empty in runs older than this field)."""
+    suite_commit: str = ""
+    """The git commit of the suite's checkout (``-dirty`` with local changes); empty when it did not
+    run from one."""
+    profile_sha256: str = ""
+    """SHA-256 of the profile file's bytes (what ``sha256sum`` prints for it)."""
+    feature_gates: dict[str, bool] = field(default_factory=dict)
+    """The DRA feature gates the API server reports (its ``kubernetes_feature_enabled`` metric),
+    by name; empty when it could not be read."""
 
     def to_json(self) -> str:
         """The ``run.json`` text."""

@@ -7,7 +7,16 @@ from datetime import UTC, datetime
 from conformance.report.model import Report
 from conformance.report.results import RuleOutcome, RunInfo
 
-__all__ = ["DISPLAY_ORDER", "clip", "fmt_duration", "iso_utc", "run_duration", "summary_table"]
+__all__ = [
+    "DISPLAY_ORDER",
+    "clip",
+    "fmt_duration",
+    "gates_text",
+    "iso_utc",
+    "run_duration",
+    "suite_text",
+    "summary_table",
+]
 
 DISPLAY_ORDER: tuple[RuleOutcome, ...] = (
     "passed",
@@ -44,6 +53,24 @@ def run_duration(run: RunInfo) -> float:
     if run.finished and run.started:
         return max(0.0, run.finished - run.started)
     return 0.0
+
+
+def suite_text(run: RunInfo) -> str:
+    """The suite that ran, for people: ``dra-conformance 0.1.0, commit 1680188e...`` (``-`` when the
+    run predates these fields)."""
+    if not run.suite_version:
+        return "-"
+    return f"dra-conformance {run.suite_version}" + (
+        f", commit {run.suite_commit}" if run.suite_commit else ""
+    )
+
+
+def gates_text(run: RunInfo) -> str:
+    """The DRA feature gates of the cluster, for people: ``on: A, B; off: C`` (``-`` when unknown)."""
+    on = sorted(name for name, value in run.feature_gates.items() if value)
+    off = sorted(name for name, value in run.feature_gates.items() if not value)
+    parts = ([f"on: {', '.join(on)}"] if on else []) + ([f"off: {', '.join(off)}"] if off else [])
+    return "; ".join(parts) or "-"
 
 
 def clip(text: str, max_lines: int, max_chars: int) -> str:

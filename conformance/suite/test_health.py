@@ -2,8 +2,9 @@
 
 Faults are made with the profile's commands (``faults``; :mod:`conformance.harness.faults`), only the ones
 it lists as ``healable``, on devices that no claim holds and no taint marks. A test that makes a
-fault holds its node alone, and heals every device it faulted when it ends (then waits, without
-failing, until the taints its faults caused are gone, so the next test finds a clean node).
+fault holds its node alone, and heals every device it faulted when it ends, then waits until the
+taints its faults caused are gone, so the next test finds a clean node: a taint that stays fails
+the test that made it.
 Every wait is on events: the driver's health stream (read as the kubelet reads it), watches of
 the node's slices, of the pod. Each test records how long the driver took (``measures`` in its
 record: fault to Unhealthy in the stream, to the taint, to the pod's status).

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 
-from conformance.catalogue import AREAS, RULES, area_of_marker, by_id, select
+from conformance.catalogue import AREAS, RULES, area_of_marker, by_id, closest, matching, select
+from conformance.report import MANIFEST, verify_manifest
 from tests.conformance.suitekit import SUITE_INI
 
 COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES")
@@ -34,9 +37,11 @@ def test_catalogue_shape() -> None:
 
 def test_lookups_name_what_is_allowed() -> None:
     assert by_id("REG-FUZZ").area == "REG"
-    with pytest.raises(KeyError, match="ids of that area: REG-GETINFO"):
+    with pytest.raises(KeyError, match=r"unknown rule id 'REG-FUZZY'; closest: REG-FUZZ, "):
         by_id("REG-FUZZY")
-    with pytest.raises(KeyError, match="ids start with one of PRE, REG"):
+    with pytest.raises(
+        KeyError, match=r"unknown rule id 'NOPE'; closest: \S+, \S+, \S+ \('dra-conformance rules'"
+    ):
         by_id("NOPE")
     area = area_of_marker("Allocation")
     assert area is not None and area.id == "ALLOC"
@@ -47,6 +52,22 @@ def test_lookups_name_what_is_allowed() -> None:
         "PRE-SLICES",
         "PRE-NODES",
     ]
+
+
+def test_globs_select_and_skip_rules() -> None:
+    reg = [r.id for r in RULES if r.area == "REG"]
+    assert [r.id for r in matching("REG-*")] == reg
+    assert [r.id for r in matching("reg-*")] == reg  # ids are upper case; a glob need not be
+    assert [r.id for r in matching("reg-fuzz")] == ["REG-FUZZ"]
+    assert [r.id for r in select(["REG-*"], skip=["REG-V1*", "REG-FUZZ"])] == [
+        i for i in reg if i not in ("REG-V1BETA1-PARITY", "REG-FUZZ")
+    ]
+    assert len(select(skip=["RES-*"])) == len(RULES) - 8  # a skip alone starts from every rule
+    with pytest.raises(KeyError, match=r"no rule id matches 'HEALTH-TAINTS\*'; closest: HEALTH-TAINT, "):
+        select(["HEALTH-TAINTS*"])
+    with pytest.raises(KeyError, match=r"no rule id matches 'XYZ-\?'"):
+        select(skip=["XYZ-?"])
+    assert closest("SLICE-COUNTER", 1) == ["SLICE-COUNTERS"]
 
 
 def test_the_suite_has_a_test_for_every_rule_of_its_areas(pytester: pytest.Pytester) -> None:
@@ -65,3 +86,30 @@ def test_the_suite_has_a_test_for_every_rule_of_its_areas(pytester: pytest.Pytes
         covered |= set(re.findall(r'@rule\("([A-Z]+-[A-Z0-9-]+)"\)', path.read_text()))
     wanted = {r.id for r in RULES if r.area in COVERED_AREAS}
     assert covered == wanted, f"missing: {sorted(wanted - covered)}; unknown: {sorted(covered - wanted)}"
+
+
+def test_the_plugin_selects_by_glob_and_skips_and_writes_a_manifest(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "reports" / "run-1"
+    result = pytester.runpytest_subprocess(
+        "--pyargs", "conformance.suite", "-c", str(SUITE_INI), f"--rootdir={SUITE_INI.parent}",
+        "--dra-profile=reference-gpu", "--collect-only", "-q", "-p", "no:xdist",
+        "--dra-rules=SLICE-*", "--dra-skip=SLICE-E*,SLICE-GONE", f"--dra-report-dir={run_dir}",
+    )  # fmt: skip
+    assert result.ret == 0, result.stdout.str()
+    collected = json.loads((run_dir / "collected.json").read_text())
+    rules = {t["rule"] for t in collected["tests"]}
+    slices = {r.id for r in RULES if r.area == "SLICE"} - {"SLICE-EDIT", "SLICE-GONE"}
+    assert rules == slices | {r.id for r in RULES if r.area == "PRE"}  # preflight gates every run
+    # the plugin writes manifest.sha256 last: over the report and pytest's junit.xml too
+    found = verify_manifest(run_dir)
+    assert found.ok, found
+    assert "junit.xml" in (run_dir / MANIFEST).read_text()
+    bad = pytester.runpytest_subprocess(
+        "--pyargs", "conformance.suite", "-c", str(SUITE_INI), f"--rootdir={SUITE_INI.parent}",
+        "--dra-profile=reference-gpu", "--collect-only", "-q", "-p", "no:xdist", "--dra-skip=SLICE-EDTI",
+        f"--dra-report-dir={run_dir}",
+    )  # fmt: skip
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--skip: unknown rule id 'SLICE-EDTI'; closest: SLICE-EDIT" in bad.stderr.str()

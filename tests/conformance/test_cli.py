@@ -1,18 +1,26 @@
-"""``dra-conformance``: usage errors exit 2 with one clear line and start nothing; rules and profiles list."""
+"""``dra-conformance``: usage errors exit 2 with one clear line and start nothing; rules (and their dry
+run on a profile) and profiles list; --version; rule globs."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+import yaml
 
-from conformance.catalogue import RULES
+from clusters.local.cluster import LOCAL_CAPABILITIES
+from conformance import profiles, report
+from conformance.catalogue import RULES, by_id
 from conformance.cli import main
 from conformance.config import SuiteConfig
 from conformance.errors import UsageError
+from conformance.harness import Environment, missing
+from conformance.profiles import SHIPPED_DIR
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -33,8 +41,17 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         (["--profile", "nvidia"], "no profile named 'nvidia'"),
         (
             ["--profile", "reference-gpu", "--rules", "REG-NOPE"],
-            "unknown rule id 'REG-NOPE'; ids of that area: REG-",
+            "--rules: unknown rule id 'REG-NOPE'; closest: REG-NOTIFY, REG-",
         ),
+        (
+            ["--profile", "reference-gpu", "--rules", "REG-*,PREPX-*"],
+            "--rules: no rule id matches 'PREPX-*'; closest: ",
+        ),
+        (
+            ["--profile", "reference-gpu", "--skip", "RES-KUBLET-*"],
+            "--skip: no rule id matches 'RES-KUBLET-*'; closest: RES-KUBELET-RESTART",
+        ),
+        ([], "run needs --profile NAME|PATH (or --rerun-failed"),
         (["--profile", "reference-gpu", "-m", "teleport"], "unknown area 'teleport'; areas: preflight (PRE)"),
         (["--profile", "reference-gpu", "--cluster", "external"], "--cluster external needs --kubeconfig"),
         (
@@ -75,9 +92,52 @@ def test_rules_lists_the_catalogue(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rules"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(RULES) == 94
-    assert lines[0].startswith("PRE-API ")
+    assert lines[0].split()[:2] == ["PRE-API", "PRE"]
+    assert lines[0].endswith("[needs: -; since: 1.34]")
+    getinfo = next(line for line in lines if line.startswith("REG-GETINFO "))
+    assert getinfo.split()[1] == "REG" and "[needs: grpc; since: " in getinfo
+    assert by_id("REG-GETINFO").sentence in getinfo
     assert main(["rules", "-m", "registration"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 18
+
+
+def test_rules_takes_globs_and_skips(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rules", "--rules", "reg-*", "--skip", "REG-V1*,REG-FUZZ", "--rules", "PREP-CDI-*"]) == 0
+    ids = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    left_out = {"REG-V1BETA1-PARITY", "REG-FUZZ"}
+    wanted = [
+        r.id for r in RULES if (r.area == "REG" and r.id not in left_out) or r.id.startswith("PREP-CDI-")
+    ]
+    assert ids == wanted  # in catalogue order
+    assert len(wanted) == 16 + 3
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"dra-conformance {metadata.version('dra-conformance')}")
+    if report.suite_commit():  # run from a checkout, as the tests are
+        assert f"(commit {report.suite_commit()})" in out
+
+
+def test_rules_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    """``dra-conformance rules | head``: the reader goes away; no BrokenPipeError traceback."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "conformance", "rules"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+    ) as proc:  # fmt: skip
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # before the first line: every write finds no reader
+        err = proc.stderr.read().decode()
+        assert proc.wait(60) == 141, err
+    assert err == ""
+    head = subprocess.run(
+        f"{shlex.quote(sys.executable)} -m conformance rules --profile reference-gpu | head -n 1",
+        shell=True, capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False,
+    )  # fmt: skip
+    assert head.stdout.startswith("PRE-API") and "Traceback" not in head.stderr, head.stderr
 
 
 def test_profiles_lists_and_checks(capsys: pytest.CaptureFixture[str]) -> None:
@@ -99,10 +159,11 @@ def test_kind_and_k3s_install_only_the_reference_driver() -> None:
     config = SuiteConfig.build("reference-mig", cluster="kind")
     assert config.release.fake_profile == "dgx-h100-mig-empty"
     assert config.release.device_kinds == ("gpu", "partitionable-mig")
+    assert SuiteConfig.build("reference-l4", cluster="k3s").release.device_kinds == ("gpu",)
     gpu = SuiteConfig.build("reference-gpu", cluster="k3s").release
-    assert gpu.device_kinds == ("gpu",)
-    assert gpu.values()["gpuSharing"] == "consumable" and gpu.values()["consumableGpus"] == "4-7"
-    assert config.release.values()["gpuSharing"] == "exclusive"
+    assert gpu.values()["gpuSharing"] == "consumable" and gpu.values()["consumableGpus"] == "4-6"
+    mig = config.release.values()
+    assert mig["gpuSharing"] == "exclusive" and "consumableGpus" not in mig
     with pytest.raises(UsageError, match=r"installs the reference driver's chart.*--cluster external"):
         SuiteConfig.build("example-gpu", cluster="kind")
 
@@ -140,3 +201,62 @@ def test_a_kind_run_without_a_docker_engine_stops_before_making_anything(tmp_pat
     assert "error: the kind cluster did not come up: no Docker engine answers" in done.stderr
     assert "Cannot connect to the Docker daemon" in done.stderr
     assert fake.argvs("kind") == [] and not (tmp_path / "reports").exists()
+
+
+def _lines_by_rule(out: str) -> dict[str, str]:
+    return {line.split()[0]: line for line in out.splitlines()}
+
+
+def test_rules_on_a_profile_is_a_dry_run_judged_as_the_suite_judges(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = yaml.safe_load((SHIPPED_DIR / "reference-l4.yaml").read_text())
+    data["knownFailures"] = {"REG-FUZZ": "hangs on a 10 000-claim batch"}
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump(data))
+    assert main(["rules", "--profile", str(mine)]) == 0
+    out, err = capsys.readouterr()
+    lines = _lines_by_rule(out)
+    assert len(lines) == len(RULES)
+    name = data["name"]
+    assert lines["SLICE-COUNTERS"].split(None, 2)[1:] == [
+        "skip",
+        f"profile {name} does not claim partitionable",
+    ]
+    assert lines["REG-FUZZ"].split(None, 2)[1:] == ["run", "known failure: hangs on a 10 000-claim batch"]
+    assert lines["REG-GETINFO"].split() == ["REG-GETINFO", "run"]
+    # the same verdicts as the dra fixture gives on a local cluster of that version
+    profile = profiles.load(mine)
+    env = Environment(profile, "local", LOCAL_CAPABILITIES, 37, "v1.37.2", served_kinds=("DeviceTaintRule",))
+    skipped = {rule_id for rule_id, line in lines.items() if line.split()[1] == "skip"}
+    assert skipped == {r.id for r in RULES if missing(r, env)}
+    assert f"profile {name} (gpu.dra-conformance.io), cluster backend local, Kubernetes 1." in err
+    assert f"{len(RULES) - len(skipped)} of {len(RULES)} rule(s) run, {len(skipped)} skip" in err
+
+
+def test_the_dry_run_names_what_only_the_cluster_can_tell(capsys: pytest.CaptureFixture[str]) -> None:
+    # nvidia-gpu runs on an external cluster only: no sockets, version not known
+    assert main(["rules", "--profile", "nvidia-gpu", "--rules", "REG-GETINFO,ALLOC-TAINT-*,ALLOC-ONE"]) == 0
+    out, err = capsys.readouterr()
+    lines = _lines_by_rule(out)
+    assert "cluster backend external, Kubernetes version unknown (--k8s-version V)" in err
+    assert lines["REG-GETINFO"].split(None, 2)[1:] == [
+        "skip",
+        "cluster backend 'external' cannot reach the driver's sockets on a node (grpc)",
+    ]
+    assert lines["ALLOC-TAINT-NOSCHEDULE"].split(None, 2)[1:] == [
+        "run",
+        "if the cluster runs Kubernetes 1.35+ (DRADeviceTaints); if the cluster serves DeviceTaintRule",
+    ]
+    assert lines["ALLOC-ONE"].split() == ["ALLOC-ONE", "run"]  # 1.34: every cluster the suite runs on
+    assert (
+        main(["rules", "--profile", "nvidia-gpu", "--rules", "ALLOC-TAINT-*", "--k8s-version", "1.34"]) == 0
+    )
+    lines = _lines_by_rule(capsys.readouterr().out)
+    assert lines["ALLOC-TAINT-NOSCHEDULE"].split()[1] == "skip"
+    assert "needs Kubernetes 1.35+" in lines["ALLOC-TAINT-NOSCHEDULE"]
+    # kind cannot reach sockets either; restarts of the kubelet it can do
+    assert main(["rules", "--profile", "reference-gpu", "--cluster", "kind", "-m", "resilience"]) == 0
+    lines = _lines_by_rule(capsys.readouterr().out)
+    assert lines["RES-KUBELET-RESTART"].split()[1] == "run"
+    assert "cannot restart the API server (restart-apiserver)" in lines["RES-APISERVER"]

@@ -69,7 +69,8 @@ def _device(name: str = "gpu-3", **attributes: Any) -> dict[str, Any]:
 
 
 def test_a_fault_is_filled_in_then_becomes_words_of_the_inject_command() -> None:
-    commands = FaultCommands(Local(), load("reference-gpu"), "n0")
+    """reference-l4: its faults name the device by its unique attribute, the UUID."""
+    commands = FaultCommands(Local(), load("reference-l4"), "n0")
     argv = commands.command("inject", _device(), "ecc {unique} double")
     fakegpu = [sys.executable, "-m", "fakegpu", "--state-dir", "/tmp/roots/n0/gpus"]
     assert argv == [*fakegpu, "inject", "ecc", "GPU-3", "double"]

@@ -119,6 +119,61 @@ def test_mig_profile_reads_its_class_file_next_to_it() -> None:
         ({"timeouts": {"pod": 0}}, r"timeouts.pod: 0 is not valid; expected a number of at least 1"),
         ({"container": {"env": "("}}, r"container.env: '\(' is not valid; expected a regular expression"),
         (
+            {"container": {"deviceNodes": {"path": "^/dev/nvidia[0-9]+$", "device": "gpu-{value}"}}},
+            r"container.deviceNodes.path: '\^/dev/nvidia\[0-9\]\+\$' is not valid; expected a regular "
+            r"expression with a group \(\?P<value>...\) around the part that names the device, e\.g\. "
+            r"\^/dev/nvidia\(\?P<value>\[0-9\]\+\)\$$",
+        ),
+        (
+            {"container": {"mounts": {"containerPath": "(?P<value>", "device": "{value}"}}},
+            r"container.mounts.containerPath: '\(\?P<value>' is not valid; expected a regular expression "
+            r"\(missing \), unterminated subpattern",
+        ),
+        (
+            {"container": {"deviceNodes": {"path": "^/dev/nvidia(?P<value>[0-9]+)$", "attribute": "minor"}}},
+            r"container.deviceNodes.attribute: 'minor' is not valid; expected an attribute the profile lists "
+            r"\(type, productName, index, cudaComputeCapability, driverVersion\): add it to "
+            r"devices.attributes with its type, or name the device with device: '\{value\}'$",
+        ),
+        (
+            {"container": {"netDevices": {"name": "^(?P<value>net[0-9])$"}}},
+            r"container.netDevices: \{'name': .*\} is not valid; expected attribute \(the device attribute "
+            r"the value equals\) or device \(the device name, \{value\} standing for the value: "
+            r"gpu-\{value\}\), one of them$",
+        ),
+        (
+            {
+                "container": {
+                    "cdiDevices": {"id": "=(?P<value>.+)$", "attribute": "index", "device": "{value}"}
+                }
+            },
+            r"container.cdiDevices: .* is not valid; expected attribute .*, one of them$",
+        ),
+        (
+            {"container": {"netDevices": {"name": "(?P<value>a)", "hostInterfaceName": "(?P<value>b)"}}},
+            r"container.netDevices: .* is not valid; expected one pattern, in name or hostInterfaceName, "
+            r"not both \(e.g. name: '\^net\(\?P<value>\[0-9\]\+\)\$'\)$",
+        ),
+        (
+            {"container": {"deviceNodes": {"attribute": "index"}}},
+            r"container.deviceNodes: \{'attribute': 'index'\} is not valid; expected one pattern, in path "
+            r"\(e.g. path: .*\)$",
+        ),
+        (
+            {"container": {"deviceNodes": {"path": "(?P<value>[0-9]+)$", "device": "gpu-{minor}"}}},
+            r"container.deviceNodes.device: 'gpu-\{minor\}' is not valid; expected the device name with "
+            r"\{value\} where the value goes \(gpu-\{value\}, \{value\}\)$",
+        ),
+        (
+            {"container": {"mounts": {"hostPath": "(?P<value>.+)", "device": "{value}"}}},
+            r"container.mounts: unknown field 'hostPath'; the fields here are containerPath, attribute, "
+            r"device$",
+        ),
+        (
+            {"container": {"cdiDevices": "k8s.gpu/*"}},
+            r"container.cdiDevices: 'k8s.gpu/\*' is not valid; expected a mapping$",
+        ),
+        (
             {"container": {"capacityEnv": {"memory": "GPU MEMORY"}}},
             r"container.capacityEnv.memory: 'GPU MEMORY' is not valid; expected an env var name",
         ),
@@ -154,8 +209,8 @@ def test_nested_errors_name_the_path() -> None:
     ):
         parse(data, "mine.yaml")
     data = _good()
-    data["devices"]["perNodeInClass"] = 9
-    with pytest.raises(ProfileError, match=r"devices.perNodeInClass: 9 .* from 1 to perNode \(8\)"):
+    data["devices"]["perNodeInClass"] = 34
+    with pytest.raises(ProfileError, match=r"devices.perNodeInClass: 34 .* from 1 to perNode \(33\)"):
         parse(data, "mine.yaml")
 
 
@@ -204,10 +259,49 @@ def test_config_env_names_may_hold_the_per_device_part() -> None:
     assert config.shown(wrong) == {}
 
 
+def test_container_ways_parse_into_patterns() -> None:
+    data = _good()
+    data["devices"]["attributes"]["minor"] = "int"
+    data["container"] = {
+        "env": "^GPU_DEVICE_(?P<device>[A-Z0-9_]+)$",
+        "deviceNodes": {"path": "^/dev/nvidia(?P<value>[0-9]+)$", "attribute": "minor"},
+        "netDevices": {"hostInterfaceName": "^(?P<value>ens[0-9]+)$", "device": "nic-{value}"},
+        "mounts": {"containerPath": "^/var/run/dra-gpu/(?P<value>.+)\\.json$", "device": "{value}"},
+        "cdiDevices": {"id": "/gpu=(?P<value>.+)$", "attribute": "index"},
+    }
+    container = parse(data, "mine.yaml").container
+    assert container.ways == ("env", "deviceNodes", "netDevices", "mounts", "cdiDevices")
+    assert container.device_nodes is not None and container.device_nodes.attribute == "minor"
+    assert container.net_devices is not None
+    assert (container.net_devices.key, container.net_devices.device) == ("hostInterfaceName", "nic-{value}")
+    assert container.cdi_devices is not None and container.cdi_devices.field_name == "container.cdiDevices.id"
+    data["container"] = {"env": "^GPU_DEVICE_[0-9]+$"}  # as before: env alone, no group needed
+    assert parse(data, "mine.yaml").container.ways == ("env",)
+    del data["container"]
+    assert parse(data, "mine.yaml").container.ways == ()
+
+
+def test_readme_ways_of_the_container_section_validate() -> None:
+    """The README's commented-out ways (``# netDevices: {...}``) parse, each in the README's example."""
+    text = README.read_text()
+    block = re.search(r"```yaml\n(.*?)```", text, re.S)
+    assert block is not None
+    example = yaml.safe_load(block.group(1))
+    lines = re.findall(
+        r"^ *# (?:NVIDIA's driver, say: )?((?:deviceNodes|netDevices|mounts|cdiDevices): \{.*\})", text, re.M
+    )
+    assert {line.split(":")[0] for line in lines} == {"deviceNodes", "netDevices", "mounts", "cdiDevices"}
+    for line in lines:
+        way = yaml.safe_load(line.rstrip("."))
+        profile = parse({**example, "container": way}, f"README: {line}")
+        assert profile.container.patterns, line
+
+
 def test_capacity_env_tells_whether_a_container_shows_its_share() -> None:
     from conformance.profiles.schema import ContainerSpec
 
-    spec = ContainerSpec("", {"memory": "GPU_MEMORY_LIMIT", "cores": "CPU_DEVICE_{device}_CONSUMED_CPU"})
+    names = {"memory": "GPU_MEMORY_LIMIT", "cores": "CPU_DEVICE_{device}_CONSUMED_CPU"}
+    spec = ContainerSpec(capacity_env=names)
     consumed = {"memory": "40Gi", "cores": "2", "other": "1"}
     env = {"GPU_MEMORY_LIMIT": str(40 * 2**30), "CPU_DEVICE_3_CONSUMED_CPU": "2", "GPU_DEVICE_GPU_0": "x"}
     assert spec.share_problems(env, consumed) == []

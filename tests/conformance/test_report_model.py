@@ -247,7 +247,8 @@ def test_summary_table(tmp_path: Path) -> None:
 
 
 def test_allure_environment(tmp_path: Path) -> None:
-    report.write_allure_environment(replace(RUN, profile="dgx h100=café:x"), tmp_path / "allure-results")
+    run = replace(RUN, profile="dgx h100=café:x", suite_version="0.1.0", profile_sha256="ab" * 32)
+    report.write_allure_environment(run, tmp_path / "allure-results")
     text = (tmp_path / "allure-results" / "environment.properties").read_text()
     assert text.isascii()
     assert text.splitlines() == [
@@ -257,6 +258,8 @@ def test_allure_environment(tmp_path: Path) -> None:
         "Profile=dgx h100\\=caf\\u00e9\\:x",
         "Nodes=node-0, node-1",
         "Run=20250501-120000-dgx-h100",
+        "Suite=0.1.0",
+        f"Profile\\ SHA-256={'ab' * 32}",
     ]
 
 

@@ -112,6 +112,31 @@ def make_claim(
     }
 
 
+class MemoryPodSource:
+    """Pods held in memory, by (namespace, name): what the pod switches of ``driver.consumers`` read."""
+
+    def __init__(self) -> None:
+        self.pods: dict[tuple[str, str], Mapping[str, Any]] = {}
+
+    def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self.pods.get((namespace, name))
+
+
+def make_pod(
+    name: str, claims: Mapping[str, str], uses: Sequence[str], namespace: str = "default"
+) -> dict[str, Any]:
+    """A pod whose ``spec.resourceClaims`` maps entry names to claims; its one container uses ``uses``."""
+    return {
+        "metadata": {"name": name, "namespace": namespace, "uid": str(uuidlib.uuid4())},
+        "spec": {
+            "resourceClaims": [
+                {"name": entry, "resourceClaimName": claim} for entry, claim in claims.items()
+            ],
+            "containers": [{"name": "ctr", "resources": {"claims": [{"name": u} for u in uses]}}],
+        },
+    }
+
+
 @dataclass
 class Node:
     """One driver instance under test, with its dirs and seams."""
@@ -123,12 +148,18 @@ class Node:
     inventory: Inventory
     boot_id: str = "boot-1"
     servers: list[PluginServer] = field(default_factory=list)
+    pods: MemoryPodSource = field(default_factory=MemoryPodSource)
 
     def state(self, **changes: Any) -> DeviceState:
         """A fresh ``DeviceState`` over the node's dirs (a restart, when called again)."""
         settings = replace(self.settings, **changes) if changes else self.settings
         return DeviceState(
-            settings, self.inventory, self.claims, partitioner=self.partitioner, boot_id=self.boot_id
+            settings,
+            self.inventory,
+            self.claims,
+            partitioner=self.partitioner,
+            boot_id=self.boot_id,
+            pods=self.pods,
         )
 
     def serve(self, state: DeviceState | None = None, **kwargs: Any) -> PluginServer:

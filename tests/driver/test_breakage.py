@@ -12,7 +12,7 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,14 +24,25 @@ from draproto import health_v1_pb2, health_v1_pb2_grpc, registration_pb2, regist
 from driver.breakage import RULES, parse_rules
 from driver.cdi import validate
 from driver.consumable import make_consumable
-from driver.errors import CDIError, DeviceConflict, SettingsError, StoreConflict
+from driver.errors import CDIError, DeviceConflict, PrepareError, SettingsError, StoreConflict
 from driver.health import HealthMonitor
 from driver.inventory import Inventory
 from driver.settings import from_args
 from driver.slices import SlicePublisher
 from driver.slicing import MAX_DEVICES_PER_SLICE, DeviceTaint
 from driver.state import ClaimRef
-from tests.driver.drvkit import DRIVER, NODE, Node, gpu, make_claim, opaque, prepare, result, unprepare
+from tests.driver.drvkit import (
+    DRIVER,
+    NODE,
+    Node,
+    gpu,
+    make_claim,
+    make_pod,
+    opaque,
+    prepare,
+    result,
+    unprepare,
+)
 
 TS = {"apiVersion": "gpu.dra-conformance.io/v1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}
 
@@ -64,7 +75,8 @@ def test_every_rule_is_documented() -> None:
         "ignore-sharing-strategy", "qualified-request-names", "forget-unbatched-claims",
         "fault-on-wrong-device", "sticky-taint", "benign-faults-count",
         "forget-checkpoint", "leak-restored-claims", "refuse-reregister", "recreate-slices-on-start",
-        "no-rewatch", "exceed-consumable-share",
+        "no-rewatch", "short-counter-set", "unprepare-with-first-pod", "skip-unreferenced-claims",
+        "stale-claim-state", "device-status-not-ready", "exceed-consumable-share",
     }  # fmt: skip
 
 
@@ -223,6 +235,28 @@ def _slices_owned_by_node(node: Node) -> tuple[bool, ...]:
             for s in store.objects.values()
         ),
     )
+
+
+def _counters_within_their_sets(node: Node) -> tuple[bool, ...]:
+    whole = replace(gpu(0), consumes_counters={"gpu-0-counter-set": {"memory": 80, "compute-slices": 7}})
+    inventory = Inventory(
+        devices={"gpu-0": whole}, counter_sets={"gpu-0-counter-set": {"memory": 80, "compute-slices": 7}}
+    )
+    store = SliceStore()
+    publisher = SlicePublisher(
+        store,  # type: ignore[arg-type]  # sync() never watches
+        driver_name=DRIVER,
+        node_name=NODE,
+        breaks=node.settings.breaks,
+    )
+    publisher.update(inventory)
+    publisher.sync()
+    sets = {
+        c["name"]: {k: int(v["value"]) for k, v in c["counters"].items()}
+        for s in store.objects.values()
+        for c in s["spec"].get("sharedCounters") or []
+    }
+    return (sets == {"gpu-0-counter-set": {"memory": 80, "compute-slices": 7}},)
 
 
 def _allocated_pool_answered(node: Node) -> tuple[bool, ...]:
@@ -438,6 +472,58 @@ def _slices_restored_after_api_restart(node: Node) -> tuple[bool, ...]:
         publisher.stop()
 
 
+def _shared(node: Node, uses: Sequence[str] = ("gpu",), pods: int = 1) -> dict[str, Any]:
+    """A claim ``c`` reserved for ``pods`` pods whose container uses ``uses`` of it (entry ``gpu``)."""
+    claim = make_claim("c", [result("gpu", "gpu-0")])
+    made = [make_pod(f"p{i}", {"gpu": "c"}, uses) for i in range(pods)]
+    for pod in made:
+        node.pods.pods[("default", pod["metadata"]["name"])] = pod
+    claim["status"]["reservedFor"] = [
+        {"resource": "pods", "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]} for p in made
+    ]
+    return node.put(claim)
+
+
+def _claim_kept_while_pods_use_it(node: Node) -> tuple[bool, ...]:
+    state = node.state()
+    claim = _shared(node, pods=2)
+    try:
+        state.prepare(_ref(claim))
+        del node.pods.pods[("default", "p0")]  # the first pod goes; p1 still uses the claim
+        deadline = time.monotonic() + 2.0  # the switch looks twice a second
+        while _spec_path(node, claim).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return (_spec_path(node, claim).exists(),)
+    finally:
+        state.stop()
+
+
+def _unreferenced_claim_prepared(node: Node) -> tuple[bool, ...]:
+    claim = _shared(node, uses=())
+    devices = node.state().prepare(_ref(claim))
+    return bool(devices), _spec_path(node, claim).exists()
+
+
+def _prepared_again_after_unprepare(node: Node) -> tuple[bool, ...]:
+    claim = _shared(node)
+    state = node.state()
+    state.prepare(_ref(claim))
+    state.unprepare(_ref(claim))
+    try:
+        state.prepare(_ref(claim))
+    except PrepareError:
+        return (False,)
+    return (True,)
+
+
+def _device_status_ready(node: Node) -> tuple[bool, ...]:
+    node.serve()
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0"), result("gpu", "gpu-1")]))
+    assert prepare(node, claim).claims[claim["metadata"]["uid"]].error == ""
+    written = (node.claims.get_claim("default", "c") or {})["status"]["devices"]
+    return tuple([(c["type"], c["status"]) for c in e["conditions"]] == [("Ready", "True")] for e in written)
+
+
 KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "non-idempotent-prepare": _idempotent_prepare,
     "drop-claim-from-batch": _whole_batch_answered,
@@ -468,6 +554,11 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "refuse-reregister": _registers_again,
     "recreate-slices-on-start": _slices_kept_on_start,
     "no-rewatch": _slices_restored_after_api_restart,
+    "short-counter-set": _counters_within_their_sets,
+    "unprepare-with-first-pod": _claim_kept_while_pods_use_it,
+    "skip-unreferenced-claims": _unreferenced_claim_prepared,
+    "stale-claim-state": _prepared_again_after_unprepare,
+    "device-status-not-ready": _device_status_ready,
     "exceed-consumable-share": _share_given,
 }
 """Per switch: the checks of the rule it breaks."""

@@ -88,13 +88,26 @@ def _allocated_claim(api: Any, name: str, device: str, config: list[dict[str, An
             "devices": {
                 "results": [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device}],
                 "config": config,
-            }
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
+                ]
+            },
         }
     }
     custom.replace_namespaced_custom_object_status(
         "resource.k8s.io", "v1", "default", "resourceclaims", name, claim
     )
     return claim
+
+
+def _status_devices(api: Any, name: str) -> list[dict[str, Any]]:
+    from kubernetes import client
+
+    custom: Any = client.CustomObjectsApi(api)  # raw JSON
+    claim = custom.get_namespaced_custom_object("resource.k8s.io", "v1", "default", "resourceclaims", name)
+    return list((claim.get("status") or {}).get("devices") or [])
 
 
 def test_driver_publishes_prepares_from_the_api_and_cleans_up(control_plane: ControlPlane, api: Any) -> None:
@@ -127,6 +140,10 @@ def test_driver_publishes_prepares_from_the_api_and_cleans_up(control_plane: Con
             assert [d.device_name for d in entry.devices] == ["gpu-1"]
             spec = json.loads((root / "cdi" / f"{DRIVER}-{uid}.json").read_text())
             assert "GPU_SHARING_STRATEGY=TimeSlicing" in spec["devices"][0]["containerEdits"]["env"]
+            (status,) = _status_devices(api, "one")
+            assert (status["driver"], status["pool"], status["device"]) == (DRIVER, NODE, "gpu-1")
+            assert status["data"]["uuid"] == _device(api, "gpu-1")["attributes"]["uuid"]["string"]
+            assert [(c["type"], c["status"]) for c in status["conditions"]] == [("Ready", "True")]
             gone = dra_v1_pb2.Claim(namespace="default", uid="not-" + uid, name="nope")
             missing = stub.NodePrepareResources(
                 dra_v1_pb2.NodePrepareResourcesRequest(claims=[gone]), timeout=45
@@ -136,6 +153,7 @@ def test_driver_publishes_prepares_from_the_api_and_cleans_up(control_plane: Con
                 dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[ref]), timeout=45
             )
             assert undo.claims[uid].error == ""
+            assert _status_devices(api, "one") == []
 
         # health drives the taints: a GPU that falls off the bus is tainted NoExecute, and healed, not
         fake = [sys.executable, "-m", "fakegpu", "--state-dir", str(root / "fake")]
@@ -184,13 +202,30 @@ def _as_service_account(
 
 
 def test_driver_works_with_only_the_helm_charts_rbac(control_plane: ControlPlane, api: Any) -> None:
-    """The chart's ClusterRole is all the driver needs: publish, watch, prepare, clean up."""
+    """The chart's ClusterRole is all the driver needs: publish, watch, prepare, write the claim's
+    status.devices (as a pod on the claim's node), clean up."""
+    from kubernetes import client
 
     text = (CHART_TEMPLATES / "rbac.yaml").read_text().split("---")[0]
+    text = text.replace("{{ .Values.driverName | quote }}", json.dumps(DRIVER))
     rules = yaml.safe_load(text[text.index("rules:") :])["rules"]
     rbac = kube.rbac(api)
     rbac.create_cluster_role({"metadata": {"name": "drv-rbac-test"}, "rules": rules})
     kube.core(api).create_namespaced_service_account("default", {"metadata": {"name": "drv-rbac"}})
+    # a token bound to a pod on the node: the API server lets it write status.devices of claims
+    # allocated there (associated-node:patch)
+    pod = kube.core(api).create_namespaced_pod(
+        "default",
+        {
+            "metadata": {"name": "drv-rbac"},
+            "spec": {
+                "nodeName": NODE,
+                "serviceAccountName": "drv-rbac",
+                "containers": [{"name": "d", "image": "x"}],
+            },
+        },
+    )
+    bound = client.V1BoundObjectReference(kind="Pod", api_version="v1", name="drv-rbac", uid=pod.metadata.uid)
     rbac.create_cluster_role_binding(
         {
             "metadata": {"name": "drv-rbac-test"},
@@ -205,7 +240,7 @@ def test_driver_works_with_only_the_helm_charts_rbac(control_plane: ControlPlane
     root = Path(tempfile.mkdtemp(dir="/tmp", prefix="drv"))
     kubeconfig = root / "kubeconfig"
     kubeconfig.write_text(
-        yaml.safe_dump(_as_service_account(api, control_plane.kubeconfig, "default", "drv-rbac"))
+        yaml.safe_dump(_as_service_account(api, control_plane.kubeconfig, "default", "drv-rbac", bound))
     )
     proc = _start_driver(root, kubeconfig)
     try:
@@ -216,14 +251,28 @@ def test_driver_works_with_only_the_helm_charts_rbac(control_plane: ControlPlane
             30,
             "the slice back (watch)",
         )
-        claim = _allocated_claim(api, "rbac", "gpu-0", [])
-        uid = claim["metadata"]["uid"]
+        # status.devices by apply, and by replace (a claim with an opaque config: driver/README.md)
+        mps = {"apiVersion": "gpu.dra-conformance.io/v1", "kind": "GpuConfig", "sharing": {"strategy": "MPS"}}
+        config = [{"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": mps}}]
+        claims = {
+            "rbac": _allocated_claim(api, "rbac", "gpu-0", []),
+            "rbac-cfg": _allocated_claim(api, "rbac-cfg", "gpu-1", config),
+        }
+        refs = [
+            dra_v1_pb2.Claim(namespace="default", uid=c["metadata"]["uid"], name=n) for n, c in claims.items()
+        ]
         with grpc.insecure_channel(f"unix://{root / 'plugin' / 'dra.sock'}") as channel:
-            ref = dra_v1_pb2.Claim(namespace="default", uid=uid, name="rbac")
-            answer = dra_v1_pb2_grpc.DRAPluginStub(channel).NodePrepareResources(
-                dra_v1_pb2.NodePrepareResourcesRequest(claims=[ref]), timeout=45
+            stub = dra_v1_pb2_grpc.DRAPluginStub(channel)
+            answer = stub.NodePrepareResources(
+                dra_v1_pb2.NodePrepareResourcesRequest(claims=refs), timeout=45
             )
-        assert answer.claims[uid].error == ""
+            assert [answer.claims[r.uid].error for r in refs] == ["", ""]
+            assert [[d["device"] for d in _status_devices(api, n)] for n in claims] == [["gpu-0"], ["gpu-1"]]
+            undo = stub.NodeUnprepareResources(
+                dra_v1_pb2.NodeUnprepareResourcesRequest(claims=refs), timeout=45
+            )
+            assert [undo.claims[r.uid].error for r in refs] == ["", ""]
+            assert [_status_devices(api, n) for n in claims] == [[], []]
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=30)
         assert proc.returncode == 0, stderr.decode()[-3000:]
@@ -234,6 +283,7 @@ def test_driver_works_with_only_the_helm_charts_rbac(control_plane: ControlPlane
             proc.kill()
             proc.communicate()
         shutil.rmtree(root, ignore_errors=True)
+        kube.core(api).delete_namespaced_pod("drv-rbac", "default", grace_period_seconds=0)
 
 
 def _slice_body(name: str, node: str) -> dict[str, Any]:

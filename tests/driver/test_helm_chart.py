@@ -274,13 +274,26 @@ def test_rbac_grants_only_what_the_driver_uses() -> None:
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-    # KubeSliceStore: list (and list?watch), create, replace, delete; ApiClaimSource: get; node_uid: get
+    # KubeSliceStore: list (and list?watch), create, replace, delete; ApiClaimSource: get, and
+    # status.devices by apply (patch) or replace (update); node_uid: get
     slice_verbs = ["list", "watch", "create", "update", "delete"]
     assert grants == {
         ("resource.k8s.io", "resourceclaims", "get"),
+        *{("resource.k8s.io", "resourceclaims/status", verb) for verb in ("patch", "update")},
+        *{
+            ("resource.k8s.io", "resourceclaims/driver", f"associated-node:{verb}")
+            for verb in ("patch", "update")
+        },
         ("", "nodes", "get"),
         *{("resource.k8s.io", "resourceslices", verb) for verb in slice_verbs},
     }
+    rules = only(objects, "ClusterRole")["rules"]
+    assert [r.get("resourceNames") for r in rules if "resourceclaims/driver" in r["resources"]] == [[DRIVER]]
+    assert all("resourceNames" not in r for r in rules if "resourceclaims/driver" not in r["resources"])
+    other = only(render({"driverName": "accel.example.com"}), "ClusterRole")["rules"]
+    assert [r.get("resourceNames") for r in other if "resourceclaims/driver" in r["resources"]] == [
+        ["accel.example.com"]
+    ]
     binding = only(objects, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == only(objects, "ClusterRole")["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RELEASE, "namespace": NAMESPACE}]

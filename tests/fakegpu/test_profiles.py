@@ -11,7 +11,7 @@ import yaml
 import fakegpu
 
 DGX = ["dgx-h200", "dgx-h100", "dgx-h100-mig", "dgx-h100-mig-empty", "dgx-a100-80gb", "dgx-a100-40gb"]
-SHIPPED = sorted([*DGX, "l4x4", "t4", "jetson-orin", "mixed", "hgx-16xh100", "pcie"])
+SHIPPED = sorted([*DGX, "dgx-h100-mig-last", "l4x4", "t4", "jetson-orin", "mixed", "hgx-16xh100", "pcie"])
 
 
 def test_shipped_profiles() -> None:
@@ -29,6 +29,7 @@ def test_mig_is_off_unless_the_profile_says_so() -> None:
         mig_on = {
             "dgx-h100-mig": list(range(8)),
             "dgx-h100-mig-empty": list(range(8)),
+            "dgx-h100-mig-last": [7],
             "mixed": [1],
             "pcie": [1],
         }

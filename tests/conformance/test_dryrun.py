@@ -1,0 +1,71 @@
+"""The dry run (``runner.plan``): which rules a run of a profile on a cluster backend would check
+or skip, judged by the suite's own needs logic (``harness.missing``), with what only a running
+cluster can tell (served kinds, an unknown version) named as conditions."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from clusters.external import ExternalCluster
+from clusters.k3s import K3S_CAPABILITIES
+from clusters.kind import KIND_CAPABILITIES
+from clusters.local.cluster import LOCAL_CAPABILITIES
+from conformance import profiles
+from conformance.catalogue import RULES, by_id
+from conformance.errors import UsageError
+from conformance.harness import Environment, assumed, missing
+from conformance.runner import backend_version, plan
+
+ABILITIES = {"local": LOCAL_CAPABILITIES, "kind": KIND_CAPABILITIES, "k3s": K3S_CAPABILITIES}
+
+
+@pytest.mark.parametrize("cluster", ["local", "kind", "k3s"])
+@pytest.mark.parametrize("name", ["reference-gpu", "reference-l4", "reference-mig"])
+def test_the_plan_skips_what_the_dra_fixture_skips(cluster: str, name: str) -> None:
+    profile = profiles.load(name)
+    # what the fixture sees on a cluster that serves everything, of the backend's version
+    version = backend_version(cluster)
+    minor = int(version.split(".")[1])
+    env = Environment(profile, cluster, ABILITIES[cluster], minor, version, served_kinds=("DeviceTaintRule",))
+    planned = plan(profile, cluster, version)
+    assert [p.rule.id for p in planned] == [r.id for r in RULES]
+    assert {p.rule.id: p.skip for p in planned} == {r.id: missing(r, env) or "" for r in RULES}
+
+
+def test_an_external_cluster_has_what_the_profile_commands_give() -> None:
+    profile = profiles.load("nvidia-gpu")
+    planned = {p.rule.id: p for p in plan(profile, "external")}
+    given = profile.external.given()
+    # the abilities the backend itself would have with those commands
+    kubeconfig = profiles.SHIPPED_DIR / "nvidia-gpu.yaml"  # any file: the constructor only checks it exists
+    abilities = ExternalCluster(kubeconfig, commands=given).capabilities
+    env = Environment(profile, "external", abilities, 0, "", served_known=False)
+    assert {i: p.skip for i, p in planned.items()} == {r.id: missing(r, env) or "" for r in RULES}
+    assert "cannot reach the driver's sockets on a node (grpc)" in planned["REG-GETINFO"].skip
+
+
+def test_what_only_the_cluster_can_tell_is_a_condition() -> None:
+    profile = profiles.load("nvidia-gpu")  # does not claim taints: DeviceTaintRule must do
+    env = Environment(profile, "external", frozenset(), 0, "", served_known=False)
+    assert assumed(by_id("ALLOC-TAINT-NOSCHEDULE"), env) == [
+        "the cluster runs Kubernetes 1.35+ (DRADeviceTaints)",
+        "the cluster serves DeviceTaintRule",
+    ]
+    assert assumed(by_id("ALLOC-ONE"), env) == []  # 1.34: every cluster the suite runs on is that new
+    known = Environment(profile, "external", frozenset(), 35, "v1.35.0", served_kinds=("DeviceTaintRule",))
+    assert assumed(by_id("ALLOC-TAINT-NOSCHEDULE"), known) == []
+    older = plan(profile, "external", "1.34.1", [by_id("ALLOC-TAINT-NOSCHEDULE")])[0]
+    assert older.skip == "needs Kubernetes 1.35+ (1.35 (DRADeviceTaints)); the cluster runs 1.34.1"
+
+
+def test_known_failures_run_with_their_reason_and_bad_input_is_refused() -> None:
+    profile = profiles.load("reference-gpu")
+    mine = replace(profile, known_failures={"REG-FUZZ": "issue 12"})
+    (fuzz,) = plan(mine, "local", "1.37.2", [by_id("REG-FUZZ")])
+    assert (fuzz.skip, fuzz.known_failure) == ("", "issue 12")
+    with pytest.raises(UsageError, match="--cluster 'docker' is not one of local, kind, k3s, external"):
+        plan(profile, "docker")
+    with pytest.raises(UsageError, match="--k8s-version 'latest'"):
+        backend_version("local", "latest")
