@@ -146,7 +146,8 @@ def missing(rule: Rule, env: Environment) -> str | None:
 
 def assumed(rule: Rule, env: Environment) -> list[str]:
     """What :func:`missing` took on trust for ``rule`` because ``env`` does not know it yet: each
-    a condition on the cluster ("the cluster runs Kubernetes 1.35+ (DRADeviceTaints)"); empty when none."""
+    a condition on the cluster ("the cluster runs Kubernetes 1.36+ (DRADeviceTaints, beta; GA
+    1.37)"); empty when none."""
     out = []
     since = _since(rule)
     if since > DRA_V1_MINOR and not env.k8s_minor:

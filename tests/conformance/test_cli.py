@@ -246,7 +246,8 @@ def test_the_dry_run_names_what_only_the_cluster_can_tell(capsys: pytest.Capture
     ]
     assert lines["ALLOC-TAINT-NOSCHEDULE"].split(None, 2)[1:] == [
         "run",
-        "if the cluster runs Kubernetes 1.35+ (DRADeviceTaints); if the cluster serves DeviceTaintRule",
+        "if the cluster runs Kubernetes 1.36+ (DRADeviceTaints, beta; GA 1.37); "
+        "if the cluster serves DeviceTaintRule",
     ]
     assert lines["ALLOC-ONE"].split() == ["ALLOC-ONE", "run"]  # 1.34: every cluster the suite runs on
     assert (
@@ -254,7 +255,7 @@ def test_the_dry_run_names_what_only_the_cluster_can_tell(capsys: pytest.Capture
     )
     lines = _lines_by_rule(capsys.readouterr().out)
     assert lines["ALLOC-TAINT-NOSCHEDULE"].split()[1] == "skip"
-    assert "needs Kubernetes 1.35+" in lines["ALLOC-TAINT-NOSCHEDULE"]
+    assert "needs Kubernetes 1.36+" in lines["ALLOC-TAINT-NOSCHEDULE"]
     # kind cannot reach sockets either; restarts of the kubelet it can do
     assert main(["rules", "--profile", "reference-gpu", "--cluster", "kind", "-m", "resilience"]) == 0
     lines = _lines_by_rule(capsys.readouterr().out)

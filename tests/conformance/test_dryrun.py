@@ -50,14 +50,17 @@ def test_what_only_the_cluster_can_tell_is_a_condition() -> None:
     profile = profiles.load("nvidia-gpu")  # does not claim taints: DeviceTaintRule must do
     env = Environment(profile, "external", frozenset(), 0, "", served_known=False)
     assert assumed(by_id("ALLOC-TAINT-NOSCHEDULE"), env) == [
-        "the cluster runs Kubernetes 1.35+ (DRADeviceTaints)",
+        "the cluster runs Kubernetes 1.36+ (DRADeviceTaints, beta; GA 1.37)",
         "the cluster serves DeviceTaintRule",
     ]
     assert assumed(by_id("ALLOC-ONE"), env) == []  # 1.34: every cluster the suite runs on is that new
-    known = Environment(profile, "external", frozenset(), 35, "v1.35.0", served_kinds=("DeviceTaintRule",))
+    known = Environment(profile, "external", frozenset(), 36, "v1.36.0", served_kinds=("DeviceTaintRule",))
     assert assumed(by_id("ALLOC-TAINT-NOSCHEDULE"), known) == []
     older = plan(profile, "external", "1.34.1", [by_id("ALLOC-TAINT-NOSCHEDULE")])[0]
-    assert older.skip == "needs Kubernetes 1.35+ (1.35 (DRADeviceTaints)); the cluster runs 1.34.1"
+    assert (
+        older.skip
+        == "needs Kubernetes 1.36+ (1.36 (DRADeviceTaints, beta; GA 1.37)); the cluster runs 1.34.1"
+    )
 
 
 def test_known_failures_run_with_their_reason_and_bad_input_is_refused() -> None:
