@@ -277,11 +277,24 @@ def test_two_halves_share_a_gpu_and_each_container_sees_its_share(shared: Node) 
     for claim in (a, b):
         env = _env(shared, claim)
         assert env["GPU_MEMORY_LIMIT"] == str(512 * MIB) and env["GPU_COMPUTE_SHARE"] == "50"
-        share = claim["status"]["allocation"]["devices"]["results"][0]["shareID"]
-        assert env["GPU_DEVICE_GPU_0_" + share.upper().replace("-", "_")] == gpu(0).uuid
+        assert env["GPU_DEVICE_GPU_0"] == gpu(0).uuid  # a share looks like the device to a container
     info = json.loads(next((shared.settings.claims_dir / a["metadata"]["uid"]).glob("*.json")).read_text())
     assert info["consumedCapacity"] == {MEMORY: 512 * MIB, COMPUTE_SHARE: 50}
     assert info["env"]["GPU_COMPUTE_SHARE"] == "50"
+
+
+def test_two_shares_of_one_gpu_in_one_claim_get_names_of_their_own(shared: Node) -> None:
+    state = shared.state()
+    halves = [_share_result("gpu-0", memory="512Mi", compute="50") for _ in range(2)]
+    claim = shared.put(make_claim("two", halves))
+    devices = state.prepare(_ref(claim))
+    shares = [r["shareID"] for r in halves]
+    assert sorted(d.cdi_ids[0].rsplit("=", 1)[1] for d in devices) == sorted(
+        f"{claim['metadata']['uid']}-gpu-0-{s}" for s in shares
+    )
+    more = shared.put(make_claim("more", [_share_result("gpu-0", memory="0", compute="1")]))
+    with pytest.raises(DeviceConflict, match="computeShare: 100 is held"):
+        state.prepare(_ref(more))
 
 
 def test_a_third_share_that_does_not_fit_is_refused_until_one_goes(shared: Node) -> None:
