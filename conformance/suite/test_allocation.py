@@ -511,8 +511,12 @@ def test_consumable_capacity(dra: Harness) -> None:
         short = {k: v for k, v in asked.items() if k not in consumed or quantity(consumed[k]) < quantity(v)}
         assert not short, f"claim {_name(c)} asked {asked}; consumedCapacity is {consumed}"
         shares.append(results[0].share_id)
-        if dra.profile.container.capacity_env and "view" in dra.env.cluster_capabilities:
-            wrong = dra.profile.container.share_problems(dra.view(pod).env, consumed)
+        if "view" in dra.env.cluster_capabilities:
+            view = dra.view(pod)
+            if not dra.devices_untold():  # a share is the device to its container
+                seen = dra.seen_devices(view, what=f"pod {pod}")
+                assert dra.identity(name) in seen, f"pod {pod} of a share of {name} sees {sorted(seen)}"
+            wrong = dra.profile.container.share_problems(view.env, consumed)
             assert not wrong, f"pod {pod} of a share of {name} is not told its share: {'; '.join(wrong)}"
     assert len(set(shares)) == 2, f"two claims on {name} got the same shareID {shares}"
 
