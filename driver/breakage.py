@@ -50,6 +50,7 @@ RULES: dict[str, str] = {
     "short-counter-set": "counter sets publish half their memory: a whole GPU consumes more than its set has",
     "stale-claim-state": "a claim prepared again after its unprepare fails once (stale state), then succeeds",
     "device-status-not-ready": "the status.devices entries of prepared devices say Ready=False",
+    "ignore-extended-resource-claims": "a claim the scheduler made for extended resources is answered empty",
     "exceed-consumable-share": "a container is told it has the whole shared GPU, not its consumedCapacity",
 }
 """Every switch, with the rule it breaks."""

@@ -15,7 +15,23 @@ from typing import Any, Protocol
 
 from driver.errors import ClaimError
 
-__all__ = ["ApiClaimSource", "ClaimSource", "MemoryClaimSource", "apply_body"]
+__all__ = [
+    "EXTENDED_RESOURCE_CLAIM_ANNOTATION",
+    "ApiClaimSource",
+    "ClaimSource",
+    "MemoryClaimSource",
+    "apply_body",
+    "is_extended_resource_claim",
+]
+
+EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+"""Set to ``"true"`` on the claim kube-scheduler makes for a pod's extended resources (KEP-5004)."""
+
+
+def is_extended_resource_claim(claim: Mapping[str, Any]) -> bool:
+    """Whether the scheduler made ``claim`` for a pod's extended resources (not a user's claim)."""
+    annotations = (claim.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true"
 
 
 class ClaimSource(Protocol):

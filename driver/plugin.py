@@ -38,7 +38,8 @@ from draproto import (
 )
 from driver._files import PRIVATE_DIR_MODE, private_dir
 from driver.checkpoint import PreparedDevice
-from driver.errors import PrepareError
+from driver.claims import is_extended_resource_claim
+from driver.errors import ClaimError, PrepareError
 from driver.healthstream import HealthSource, services
 from driver.settings import Settings
 from driver.state import ClaimRef, DeviceState
@@ -150,9 +151,20 @@ class _DRAPlugin:
             entry = response.claims[ref.uid]
             if isinstance(outcome, Exception):
                 self._fail(entry, ref, "prepare", outcome)
-            else:
+            elif not self._ignored(ref):
                 entry.devices.extend(self._device(d) for d in outcome)
         return response
+
+    def _ignored(self, ref: ClaimRef) -> bool:
+        """Whether the answer leaves out a prepared claim's devices (switch
+        ``ignore-extended-resource-claims``: a claim the scheduler made for extended resources)."""
+        if not self._settings.breaks("ignore-extended-resource-claims"):
+            return False
+        try:
+            claim = self._state.claims.get_claim(ref.namespace, ref.name)
+        except ClaimError:
+            return False
+        return claim is not None and is_extended_resource_claim(claim)
 
     def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
         response = self._pb2.NodeUnprepareResourcesResponse()

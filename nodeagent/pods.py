@@ -3,9 +3,10 @@
 ``sync(uid)`` brings one pod one step closer to what it should be and returns
 when to look at it again (None: only on the next event or resync):
 
-- new pod: resolve its claims, wait until each is allocated and reserved for
-  it, prepare the unprepared ones (one call per driver, batched), resolve each
-  container's CDI devices into a ContainerView file, set the status Running;
+- new pod: resolve its claims (with the scheduler's claim for its extended
+  resources), wait until each is allocated and reserved for it, prepare the
+  unprepared ones (one call per driver, batched), resolve each container's CDI
+  devices into a ContainerView file, set the status Running;
 - running pod: finish it when its run time is up (Succeeded), refresh health;
 - finished pod: release its claims;
 - deleted pod (``deletionTimestamp``): stop, release its claims (unprepare the
@@ -250,12 +251,14 @@ class PodManager:
     def _container_edits(
         self, pod: Obj, prepared: dict[str, list[PreparedDevice]]
     ) -> dict[str, cdi.ContainerEdits]:
-        """What each container sees: the CDI ids of the devices it references, resolved."""
+        """What each container sees: the CDI ids of the devices it references (its claims, and the
+        requests of the extended-resource claim that serve the extended resources it asks for),
+        resolved."""
         spec = pod.get("spec") or {}
         ids: dict[str, list[str]] = {
             c["name"]: [] for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
         }
-        for ref in claims.container_claim_refs(pod):
+        for ref in claims.container_claim_refs(pod) + claims.extended_resource_refs(pod):
             for i in cdi_ids(prepared.get(ref.pod_claim, []), ref.request):
                 if i not in ids[ref.container]:
                     ids[ref.container].append(i)

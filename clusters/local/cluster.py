@@ -22,6 +22,7 @@ this module never imports it. The node agent too is only started as a process
 from __future__ import annotations
 
 import abc
+import json
 import logging
 import os
 import secrets
@@ -51,6 +52,7 @@ from clusters.local.driverproc import (
 from clusters.local.gobins import fill_binaries, resolve_fakecri
 from clusters.local.processes import ManagedProcess, install_signal_handlers
 from clusters.local.settings import LocalSettings
+from clusters.pools import whole_pools
 from nodeagent.layout import NodeLayout
 
 __all__ = ["LOCAL_CAPABILITIES", "LocalCluster", "LocalClusterBase", "LocalNode", "find_container_view"]
@@ -632,12 +634,12 @@ class LocalCluster(LocalClusterBase):
     def _wait_slices(self, nodes: Sequence[LocalNode]) -> None:
         from kubernetes import client
 
-        api = client.ResourceV1Api(self.api_client())
+        api: Any = client.ResourceV1Api(self.api_client())  # Any: the raw answer is read
         names = {n.name for n in nodes}
 
         def published() -> bool:
-            have = {s.spec.node_name for s in api.list_resource_slice().items if s.spec.node_name}
-            return names <= have
+            listed = api.list_resource_slice(_preload_content=False)
+            return names <= whole_pools(json.loads(listed.data).get("items") or [])
 
         procs = [p for n in nodes for p in (n.driver, n.agent) if p is not None]
         self._wait(f"ResourceSlices of {sorted(names)}", published, procs, self.settings.slice_timeout)

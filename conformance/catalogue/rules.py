@@ -492,7 +492,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "ALLOC-EXTENDED",
         "ALLOC",
-        "a pod asking for the class's extended resource gets a device through DRA",
+        "a pod asking for the class's extended resource gets a device through DRA, and its container sees "
+        "that device; one asking for more than the node holds stays unschedulable",
         ("extended-resource",),
         "1.36 (DRAExtendedResource)",
         "e2e; nv",

@@ -30,6 +30,7 @@ import grpc
 import yaml
 
 from clusters import Cluster
+from clusters.pools import whole_pools
 from conformance.errors import PreflightFailed
 from conformance.harness import ApiError, Kube, WaitTimeout, get_info, is_socket, meta, watch_until
 from conformance.profiles import DriverProfile
@@ -246,9 +247,8 @@ def _check_slices(
     if not nodes:
         return f"no node under test: no node has ResourceSlices of driver {profile.driver}"
 
-    def published(objs: Any) -> bool:
-        have = {(s.get("spec") or {}).get("nodeName") for s in objs.values()}
-        return set(nodes) <= have
+    def published(objs: Any) -> bool:  # whole pools: a driver writes its slices one by one
+        return set(nodes) <= whole_pools(objs.values())
 
     def describe(objs: Any) -> str:
         have = {(s.get("spec") or {}).get("nodeName") for s in objs.values()}

@@ -26,6 +26,7 @@ from conformance.harness import (
     consumption,
     counter_sets,
     meta,
+    pod_phase,
     quantity,
     quantity_text,
     ref,
@@ -546,24 +547,64 @@ def test_overlapping_partitions(dra: Harness) -> None:
     assert _devices_of(dra, _current(dra, b)) == [second]
 
 
+def _extended_resource(dra: Harness) -> tuple[str, str]:
+    """The extended resource a pod asks for, and its class: the first of the profile's classes that
+    names one (default class first), else the default class's implicit name."""
+    for c in [dra.device_class, *dra.profile.device_classes.names]:
+        named = ((dra.get("DeviceClass", c) or {}).get("spec") or {}).get("extendedResourceName")
+        if named:
+            return str(named), c
+    # without a name of its own, a class answers to deviceclass.resource.kubernetes.io/<class>
+    return f"deviceclass.resource.kubernetes.io/{dra.device_class}", dra.device_class
+
+
+def _not_scheduled(pod: Obj) -> bool:
+    """Unschedulable; or, for a count above what one claim may hold, refused by the scheduler's
+    allocator as an error (the pod is not scheduled either way)."""
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "SchedulerError"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    ) or unschedulable(pod)
+
+
 @rule("ALLOC-EXTENDED")
 def test_extended_resource(dra: Harness) -> None:
-    """a pod asking for the class's extended resource gets a device through DRA"""
-    classes = [dra.device_class, *dra.profile.device_classes.names]
-    named = [
-        str(((dra.get("DeviceClass", c) or {}).get("spec") or {}).get("extendedResourceName") or "")
-        for c in classes
-    ]
-    # without a name of its own, a class answers to deviceclass.resource.kubernetes.io/<class>
-    resource = next((r for r in named if r), f"deviceclass.resource.kubernetes.io/{dra.device_class}")
+    """a pod asking for the class's extended resource gets a device through DRA, and its container sees
+    that device; one asking for more than the node holds stays unschedulable"""
+    resource, device_class = _extended_resource(dra)
     container = Container("ctr", extra={"resources": {"limits": {resource: "1"}}})
     pod = _name(dra.pod(containers=[container]))
     status = dra.wait_running(pod).get("status") or {}
-    claim_name = (status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+    extended = status.get("extendedResourceClaimStatus") or {}
+    claim_name = extended.get("resourceClaimName")
     assert claim_name, f"pod {pod} asked for {resource} but names no extended-resource claim"
     claim = dra.get("ResourceClaim", str(claim_name))
     assert claim is not None, f"claim {claim_name} of pod {pod} does not exist"
-    assert len(_devices_of(dra, claim)) == 1, f"{resource}: 1 asked for, allocated {allocated_devices(claim)}"
+    devices = _devices_of(dra, claim)
+    assert len(devices) == 1, f"{resource}: 1 asked for, allocated {allocated_devices(claim)}"
+    mapped = [m for m in extended.get("requestMappings") or [] if m.get("containerName") == "ctr"]
+    assert [m.get("resourceName") for m in mapped] == [resource], (
+        f"pod {pod}: container ctr asked for {resource}; request mappings {extended.get('requestMappings')}"
+    )
+    if "view" in dra.env.cluster_capabilities and dra.profile.container.env:
+        seen = dra.seen_devices(dra.view(pod))
+        assert seen == {dra.identity(devices[0])}, (
+            f"the container of pod {pod}, which asked for {resource}, sees devices {sorted(seen)}, not "
+            f"{devices[0]} that claim {claim_name} holds"
+        )
+    # bad input: more than the node has in the class (every device of the node, for a class other than
+    # the default: reference-mig's whole GPUs, 209 of them, above the claim limit: a SchedulerError)
+    held = dra.profile.devices.in_class if device_class == dra.device_class else dra.profile.devices.per_node
+    greedy = Container("ctr", extra={"resources": {"limits": {resource: str(held + 1)}}})
+    over = _name(dra.pod(containers=[greedy]))
+    dra.wait_pod(
+        over, "not scheduled", lambda p: _not_scheduled(p) or pod_phase(p) in ("Running", "Succeeded")
+    )
+    placed = dra.get("Pod", over) or {}
+    assert _not_scheduled(placed), (
+        f"pod {over} asked for {held + 1} of {resource}, more than {dra.node} holds ({held}), yet it was "
+        f"placed: phase {pod_phase(placed)}"
+    )
 
 
 def _status_devices(claim: Obj, driver: str | None = None) -> list[Obj]:

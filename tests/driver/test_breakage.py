@@ -76,7 +76,8 @@ def test_every_rule_is_documented() -> None:
         "fault-on-wrong-device", "sticky-taint", "benign-faults-count",
         "forget-checkpoint", "leak-restored-claims", "refuse-reregister", "recreate-slices-on-start",
         "no-rewatch", "short-counter-set", "unprepare-with-first-pod", "skip-unreferenced-claims",
-        "stale-claim-state", "device-status-not-ready", "exceed-consumable-share",
+        "stale-claim-state", "device-status-not-ready",
+        "ignore-extended-resource-claims", "exceed-consumable-share",
     }  # fmt: skip
 
 
@@ -524,6 +525,21 @@ def _device_status_ready(node: Node) -> tuple[bool, ...]:
     return tuple([(c["type"], c["status"]) for c in e["conditions"]] == [("Ready", "True")] for e in written)
 
 
+def _extended_resource_claim(name: str = "p-extended-resources-x7k") -> dict[str, Any]:
+    """A claim as kube-scheduler makes it for a pod's extended resources (KEP-5004)."""
+    claim = make_claim(name, [result("container-0-request-0", "gpu-0")])
+    claim["metadata"]["annotations"] = {"resource.kubernetes.io/extended-resource-claim": "true"}
+    return claim
+
+
+def _extended_resource_claim_answered(node: Node) -> tuple[bool, ...]:
+    node.serve()
+    claim = node.put(_extended_resource_claim())
+    answer = prepare(node, claim).claims[claim["metadata"]["uid"]]
+    assert answer.error == ""
+    return ([d.device_name for d in answer.devices] == ["gpu-0"],)
+
+
 KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "non-idempotent-prepare": _idempotent_prepare,
     "drop-claim-from-batch": _whole_batch_answered,
@@ -559,6 +575,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "skip-unreferenced-claims": _unreferenced_claim_prepared,
     "stale-claim-state": _prepared_again_after_unprepare,
     "device-status-not-ready": _device_status_ready,
+    "ignore-extended-resource-claims": _extended_resource_claim_answered,
     "exceed-consumable-share": _share_given,
 }
 """Per switch: the checks of the rule it breaks."""
@@ -594,3 +611,9 @@ def test_ignore_sharing_strategy_still_refuses_invalid_configs(node: Node) -> No
 def test_switches_leave_other_rules_alone(node: Node) -> None:
     node.settings = replace(node.settings, break_rules=frozenset(RULES) - {"non-idempotent-prepare"})
     assert all(_idempotent_prepare(node))
+
+
+def test_ignore_extended_resource_claims_answers_a_users_claim(node: Node) -> None:
+    broken(node, "ignore-extended-resource-claims").serve()
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
+    assert [d.device_name for d in prepare(node, claim).claims[claim["metadata"]["uid"]].devices] == ["gpu-0"]

@@ -6,7 +6,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from driver.deviceclasses import class_name, device_classes, render
+from driver.deviceclasses import class_name, device_classes, extended_resource_name, render
 from tests import kube
 
 
@@ -19,6 +19,14 @@ def test_default_driver_gets_nvidia_style_class_names() -> None:
         'device.attributes["gpu.dra-conformance.io"].type == "gpu"'
     )
     assert mig.endswith('.type == "mig"')
+
+
+def test_only_the_gpu_class_names_an_extended_resource() -> None:
+    # the name must be unique among classes; a MIG device is no fixed amount of anything
+    gpu, mig = device_classes("gpu.dra-conformance.io")
+    assert gpu["spec"]["extendedResourceName"] == "gpu.dra-conformance.io/gpu"
+    assert "extendedResourceName" not in mig["spec"]
+    assert extended_resource_name("accel.example.com") == "accel.example.com/gpu"
 
 
 @pytest.mark.parametrize(

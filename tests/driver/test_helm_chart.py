@@ -304,10 +304,15 @@ def test_rbac_grants_only_what_the_driver_uses() -> None:
     [(DRIVER, "dra-conformance.io"), ("accel.example.com", "accel.example.com")],
 )
 def test_device_classes_select_the_driver_devices_by_type(driver_name: str, domain: str) -> None:
-    classes = {
-        obj["metadata"]["name"]: obj["spec"]["selectors"]
+    specs = {
+        obj["metadata"]["name"]: obj["spec"]
         for obj in of_kind(render({"driverName": driver_name}), "DeviceClass")
     }
+    assert {name: spec.get("extendedResourceName") for name, spec in specs.items()} == {
+        f"gpu.{domain}": f"{driver_name}/gpu",
+        f"mig.{domain}": None,
+    }
+    classes = {name: spec["selectors"] for name, spec in specs.items()}
     assert classes == {
         f"{kind}.{domain}": [
             {

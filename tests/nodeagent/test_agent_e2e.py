@@ -182,6 +182,39 @@ def test_template_claim_pod_finishes_and_is_succeeded(world: World, caplog: pyte
     until(lambda: any(c[0][2] == generated for c in world.plugin.unprepare_calls), 30, "unprepared")
 
 
+def test_extended_resource_pod_gets_the_devices_of_the_scheduler_claim(world: World) -> None:
+    """KEP-5004: a pod asking ``resources.limits`` for a DeviceClass's extended resource; the scheduler
+    makes, allocates and reserves a claim for it, the agent prepares that claim and the container gets
+    its device."""
+    _write_spec(world.root, ["ext-gpu"])
+    world.plugin.fixed_devices = [
+        {"request_names": [], "pool": "pool-a", "device": "gpu-0", "cdi": ["example.com/gpu=ext-gpu"]}
+    ]
+    device_class = manifests.device_class(DRIVER, "ext.example.com")
+    device_class["spec"]["extendedResourceName"] = "example.com/gpu"
+    world.create("/apis/resource.k8s.io/v1/deviceclasses", device_class)
+    pod = manifests.pod(NS, "p-ext", {})
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"example.com/gpu": "1"}}
+    world.create(f"/api/v1/namespaces/{NS}/pods", pod)
+    running = until(
+        lambda: (world.pod("p-ext") or {}).get("status", {}).get("phase") == "Running" and world.pod("p-ext"),
+        60,
+        "Running",
+    )
+    special = running["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+    claim = world.kube.get_claim(NS, special)
+    assert claim is not None
+    call = [(NS, claim["metadata"]["uid"], special)]
+    assert call in world.plugin.prepare_calls
+    assert world.view("p-ext", "app")["env"] == {"GPU_NAME": "ext-gpu"}
+    world.send("DELETE", f"/api/v1/namespaces/{NS}/pods/p-ext")
+    until(lambda: world.pod("p-ext") is None, 30, "pod gone")
+    assert call in world.plugin.unprepare_calls
+    # the claim goes with its pod (garbage collector), and its device with it: later tests need them
+    until(lambda: world.kube.get_claim(NS, special) is None, 30, "the extended-resource claim gone")
+
+
 def test_failed_prepare_is_an_event_on_the_pod(world: World) -> None:
     # no CDI ids: the test is about the retry, not about what an earlier test left in the CDI dir
     world.plugin.fixed_devices = [{"request_names": [], "pool": "pool-a", "device": "gpu-1", "cdi": []}]

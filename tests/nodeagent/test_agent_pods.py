@@ -417,3 +417,101 @@ def test_a_device_shared_by_two_requests_is_listed_by_its_cdi_ids(env: Env) -> N
     [entry] = pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"]
     assert entry["name"] == "claim:nics"
     assert [r["resourceID"] for r in entry["resources"]] == ["example.com/gpu=s1", "example.com/gpu=s2"]
+
+
+def _asking(pod: dict[str, Any], amounts: dict[str, str], key: str = "limits") -> None:
+    """Containers of ``pod`` ask ``resources.<key>`` for the extended resource ``example.com/gpu``."""
+    spec = pod["spec"]
+    for c in spec.get("initContainers", []) + spec["containers"]:
+        if c["name"] in amounts:
+            c.setdefault("resources", {})[key] = {"example.com/gpu": amounts[c["name"]]}
+
+
+def test_extended_resource_claim_is_prepared_and_each_container_gets_its_requests(env: Env) -> None:
+    """KEP-5004: the scheduler's claim (``status.extendedResourceClaimStatus``) is prepared with the
+    pod's other claims, in one call; a container gets the devices of the requests mapped to it for a
+    resource it asks for (an init container may reuse an app container's request), as the kubelet."""
+    special = "p1-extended-resources-x7k"
+    env.kube.add_claim(
+        make_claim(
+            special,
+            "u1",
+            requests=("container-1-request-0", "container-2-request-0"),
+            reserved_for=("pod-1",),
+        )
+    )
+    env.kube.add_claim(make_claim("c2", "u2", reserved_for=("pod-1",)))
+    env.plugin.results["u1"] = [
+        {
+            "request_names": ["container-1-request-0"],
+            "pool": "pool-a",
+            "device": "gpu-0",
+            "cdi": ["example.com/gpu=g0"],
+        },
+        {
+            "request_names": ["container-2-request-0"],
+            "pool": "pool-a",
+            "device": "gpu-1",
+            "cdi": ["example.com/gpu=g1"],
+        },
+    ]
+    env.spec("g0", "g1", "dev-u2")
+    pod = make_pod(
+        "p1",
+        "pod-1",
+        claims={"gpus": "c2"},
+        init_containers={"init": []},
+        containers={"a": [], "b": [("gpus", None)], "c": []},
+    )
+    _asking(pod, {"init": "1", "a": "1"})
+    _asking(pod, {"b": "1", "c": "0"}, key="requests")
+    mappings = [
+        ("init", "container-1-request-0"),
+        ("a", "container-1-request-0"),
+        ("b", "container-2-request-0"),
+    ]
+    # a mapping for a resource its container does not ask for (c asks 0) gives it nothing, as the kubelet
+    mappings.append(("c", "container-2-request-0"))
+    pod["status"]["extendedResourceClaimStatus"] = {
+        "resourceClaimName": special,
+        "requestMappings": [
+            {"containerName": c, "resourceName": "example.com/gpu", "requestName": r} for c, r in mappings
+        ],
+    }
+    env.kube.add_pod(pod)
+    assert env.sync() == {"pod-1": None}
+    assert [sorted(call) for call in env.plugin.prepare_calls] == [
+        [("default", "u1", special), ("default", "u2", "c2")]
+    ]
+    assert env.view("p1", "init")["cdi_devices"] == ["example.com/gpu=g0"]
+    assert env.view("p1", "a")["cdi_devices"] == ["example.com/gpu=g0"]
+    assert env.view("p1", "a")["env"] == {"DEV_G0": "1"}
+    assert env.view("p1", "b")["cdi_devices"] == ["example.com/gpu=dev-u2", "example.com/gpu=g1"]
+    assert env.view("p1", "c")["cdi_devices"] == []
+    status = env.kube.pod_now("default", "p1")["status"]  # type: ignore[index]
+    assert status["phase"] == "Running"
+    assert status["extendedResourceClaimStatus"]["resourceClaimName"] == special  # the scheduler's, kept
+    # only references in resources.claims have an allocatedResourcesStatus entry (kubelet 1.37)
+    entries = {c["name"]: c.get("allocatedResourcesStatus") for c in status["containerStatuses"]}
+    assert entries["a"] is None and [e["name"] for e in entries["b"]] == ["claim:gpus"]
+    env.kube.request_delete("default", "p1")
+    env.sync()
+    assert [sorted(call) for call in env.plugin.unprepare_calls] == [
+        [("default", "u1", special), ("default", "u2", "c2")]
+    ]
+    assert env.pods.checkpoint.claims() == []
+
+
+def test_extended_resource_claim_not_reserved_keeps_the_pod_pending(env: Env) -> None:
+    env.kube.add_claim(make_claim("p1-extended-resources-x7k", "u1", reserved_for=()))
+    pod = make_pod("p1", "pod-1", containers={"a": []})
+    _asking(pod, {"a": "1"})
+    pod["status"]["extendedResourceClaimStatus"] = {
+        "resourceClaimName": "p1-extended-resources-x7k",
+        "requestMappings": [{"containerName": "a", "resourceName": "example.com/gpu", "requestName": "gpu"}],
+    }
+    env.kube.add_pod(pod)
+    assert env.sync()["pod-1"] is not None
+    assert env.plugin.prepare_calls == []
+    assert "default/p1-extended-resources-x7k is not reserved for pod p1" in env.kube.events[-1]["message"]
+    assert env.kube.phase("p1") == "Pending"
