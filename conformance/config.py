@@ -139,8 +139,9 @@ class SuiteConfig:
 
     @property
     def release(self) -> DriverRelease:
-        """The chart values of the reference driver for ``kind`` and ``k3s``: its fake machine and
-        device kinds, read from the profile's local command (``--fake-profile``, ``--device-kinds``)."""
+        """The chart values of the reference driver for ``kind`` and ``k3s``: its fake machine, device
+        kinds and GPU sharing, read from the profile's local command (``--fake-profile``,
+        ``--device-kinds``, ``--gpu-sharing``, ``--consumable-gpus``)."""
         words = shlex.split(self.local_command)
         if not ({"-m", "driver"} <= set(words) or any(w.endswith("dra-gpu-driver") for w in words)):
             raise UsageError(
@@ -153,8 +154,14 @@ class SuiteConfig:
             return words[words.index(name) + 1] if name in words[:-1] else default
 
         kinds = tuple(k for k in flag("--device-kinds", "gpu").split(",") if k)
+        sharing = {"gpuSharing": flag("--gpu-sharing", "exclusive")}
+        if "--consumable-gpus" in words[:-1]:
+            sharing["consumableGpus"] = flag("--consumable-gpus", "")
         return DriverRelease(
-            driver=self.profile.driver, fake_profile=flag("--fake-profile", "dgx-h100"), device_kinds=kinds
+            driver=self.profile.driver,
+            fake_profile=flag("--fake-profile", "dgx-h100"),
+            device_kinds=kinds,
+            extra=sharing,
         )
 
     @property

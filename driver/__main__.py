@@ -49,6 +49,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
     """Run the driver until ``stop`` is set; returns the exit code."""
     from driver import devices
     from driver.claims import ApiClaimSource
+    from driver.consumable import make_consumable
     from driver.consumers import POD_SWITCHES, ApiPodSource
     from driver.health import HealthMonitor
     from driver.kubeslices import KubeSliceStore
@@ -70,6 +71,8 @@ def run(settings: Settings, stop: threading.Event) -> int:
         except fakegpu.FakeGpuError as e:
             raise SettingsError(f"--backend fake: {e}") from e
     inventory = devices.discover(settings.backend.device_kinds)
+    if settings.backend.gpu_sharing == "consumable":
+        inventory = make_consumable(inventory, settings.backend.consumable_gpus)
     pods = ApiPodSource(api) if settings.break_rules & POD_SWITCHES else None
     state = DeviceState(settings, inventory, ApiClaimSource(api), pods=pods)
     state.restore()

@@ -55,6 +55,7 @@ RULES: dict[str, str] = {
     "trust-corrupt-checkpoint": "a checkpoint that fails its checksum is loaded as it reads, without a word",
     "config-to-whole-request": "a config scoped to one subrequest (gpu/sub0) applies to every one of gpu",
     "claims-by-name": "a claim re-created under the same name (a new UID) is answered from the old one",
+    "exceed-consumable-share": "a container is told it has the whole shared GPU, not its consumedCapacity",
 }
 """Every switch, with the rule it breaks."""
 

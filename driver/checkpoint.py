@@ -82,6 +82,9 @@ class PreparedDevice:
     """UUID of the MIG device created for a ``partition`` device, to destroy on unprepare."""
     config: DeviceConfig | None = None
     """The applied opaque config (stored in its normalized API form)."""
+    consumed: dict[str, int] | None = None
+    """What this share takes of a device shared by capacity (``consumedCapacity``, defaults filled
+    in); None on other devices."""
 
     def to_json(self) -> dict[str, Any]:
         """JSON form: the fields, with the config in API form."""

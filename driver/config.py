@@ -164,18 +164,20 @@ QUANTITY_MAX_CHARS = 64
 _DECIMAL = Context(prec=QUANTITY_MAX_CHARS + 20, Emax=10**6, Emin=-(10**6), traps=[])
 
 
-def parse_quantity(value: Any, field: str) -> int:
+def parse_quantity(value: Any, field: str, *, allow_zero: bool = False, unit: str = "bytes") -> int:
     """A Kubernetes quantity of bytes (``10Gi``, ``512M``, ``1e9``, ``1024``) as an int.
 
     Bounded in time and size whatever the input: the string is at most 64 characters, the
     magnitude is checked from the exponent before any big number is made, and values above
     2^63-1 (Kubernetes' limit) are refused with the field named. Fractions of a byte round up.
+    ``allow_zero`` accepts 0 (a consumed capacity may be); ``unit`` names what is counted in messages.
     """
+    lowest = 0 if allow_zero else 1
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ConfigError(field, f"must be a quantity such as 10Gi, got {_shown(value)}")
     if isinstance(value, int):
-        if not 0 < value <= QUANTITY_MAX:
-            raise ConfigError(field, f"{_shown(value)} is out of range; use 1 to {QUANTITY_MAX}")
+        if not lowest <= value <= QUANTITY_MAX:
+            raise ConfigError(field, f"{_shown(value)} is out of range; use {lowest} to {QUANTITY_MAX}")
         return value
     text = value.strip()
     if len(text) > QUANTITY_MAX_CHARS:
@@ -185,15 +187,18 @@ def parse_quantity(value: Any, field: str) -> int:
         raise ConfigError(field, f"{_shown(value)} is not a quantity (examples: 512Mi, 10Gi, 1e9)")
     number_text, suffix, exponent_text = match.groups()
     number = Decimal(number_text)
-    if number <= 0:
-        raise ConfigError(field, f"{_shown(value)} must be greater than zero")
+    if number < 0 or (number == 0 and not allow_zero):
+        wanted = "zero or more" if allow_zero else "greater than zero"
+        raise ConfigError(field, f"{_shown(value)} must be {wanted}")
+    if number == 0:
+        return 0
     base, exponent = _SUFFIX_EXPONENT[suffix]
     if exponent_text is not None:
         exponent = int(exponent_text)  # at most 64 digits: cheap, and never used as a power below
     # number < 10**(adjusted+1), and 2**60 < 10**19: decide "too big" before computing anything big
     magnitude = number.adjusted() + 1 + (exponent if base == 10 else 19 * exponent // 60 + 1)
     if magnitude > 25:  # a loose gate; the exact limit is checked below
-        raise ConfigError(field, f"{_shown(value)} is out of range; at most {QUANTITY_MAX} bytes")
+        raise ConfigError(field, f"{_shown(value)} is out of range; at most {QUANTITY_MAX} {unit}")
     if magnitude < -30:
         return 1  # a positive amount far below one byte
     scaled = (
@@ -201,7 +206,7 @@ def parse_quantity(value: Any, field: str) -> int:
     )
     amount = int(scaled.to_integral_value(rounding=ROUND_CEILING, context=_DECIMAL))
     if amount > QUANTITY_MAX:
-        raise ConfigError(field, f"{_shown(value)} is out of range; at most {QUANTITY_MAX} bytes")
+        raise ConfigError(field, f"{_shown(value)} is out of range; at most {QUANTITY_MAX} {unit}")
     return amount
 
 

@@ -14,6 +14,7 @@ from typing import Literal
 
 __all__ = [
     "DEVICE_KINDS",
+    "GIB",
     "MIB",
     "AttributeValue",
     "DeviceInfo",
@@ -21,6 +22,7 @@ __all__ = [
     "Inventory",
     "MigProfile",
     "Placement",
+    "RequestPolicy",
     "Version",
 ]
 
@@ -31,6 +33,7 @@ DeviceKind = Literal["gpu", "mig", "partition"]
 """What one published device is: a whole GPU, an existing MIG device, or a possible partition."""
 
 MIB = 1024 * 1024
+GIB = 1024 * MIB
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,27 @@ class Placement:
     def slices(self) -> range:
         """The memory slices this placement covers."""
         return range(self.start, self.start + self.size)
+
+
+@dataclass(frozen=True)
+class RequestPolicy:
+    """How a claim consumes one capacity of a device that several claims share (``requestPolicy``).
+
+    A claim that asks nothing of the capacity consumes :attr:`default`; an amount it asks is rounded
+    up to ``minimum + n * step`` by the scheduler. The API requires ``default`` within the range and
+    ``default - minimum`` a multiple of ``step``.
+    """
+
+    default: int
+    minimum: int
+    step: int | None = None
+
+    def body(self) -> dict[str, object]:
+        """The ``requestPolicy`` as the API server expects it (a ``validRange``)."""
+        valid: dict[str, str] = {"min": str(self.minimum)}
+        if self.step is not None:
+            valid["step"] = str(self.step)
+        return {"default": str(self.default), "validRange": valid}
 
 
 @dataclass(frozen=True)
@@ -126,6 +150,18 @@ class DeviceInfo:
     """Where a MIG device sits, or where a partition would be created."""
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    multi_allocatable: bool = False
+    """Published with ``allowMultipleAllocations``: several claims share it by capacity."""
+    request_policies: Mapping[str, RequestPolicy] = field(default_factory=dict)
+    """Capacity name -> how a claim consumes it (multi-allocatable devices only)."""
+
+    def default_consumption(self) -> dict[str, int]:
+        """What a claim that asks for no capacity consumes of each: the policy's default, else the
+        whole capacity (as the API says for a capacity without a policy)."""
+        return {
+            key: self.request_policies[key].default if key in self.request_policies else value
+            for key, value in self.capacity.items()
+        }
 
     @property
     def gpu_uuid(self) -> str:

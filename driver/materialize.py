@@ -11,7 +11,8 @@ import contextlib
 import json
 import logging
 import shutil
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -21,6 +22,7 @@ from driver._names import within
 from driver.cdi import CDIDevice, SpecStore
 from driver.checkpoint import ClaimRecord, PreparedDevice
 from driver.config import DeviceConfig
+from driver.consumable import share_env
 from driver.errors import DriverError, PrepareError
 from driver.inventory import DeviceInfo, Inventory
 from driver.settings import Settings
@@ -122,6 +124,8 @@ class Materializer:
     def make(self, record: ClaimRecord, *, recreate_partitions: bool) -> None:
         """Create partitions (if asked), device-info files and the CDI spec of a claim."""
         cdi_devices = []
+        counts = Counter(d.device for d in record.devices)
+        twice = {name for name, n in counts.items() if n > 1}
         for device in record.devices:
             info = self.inventory.get(device.device)
             if info is None:
@@ -134,15 +138,17 @@ class Materializer:
                 device.uuid = device.partition_uuid
                 self._reach("prepare-partition")
             config = device.config
-            info_file = self._write_info(record, device, info, config)
+            name = self.cdi_device_name(device, twice)
+            info_file = self._write_info(record, device, info, config, name)
             if self.settings.breaks("ignore-sharing-strategy"):
                 config = None  # validated and recorded, but never reaches the container
-            device.cdi_ids = [self.specs.cdi_id(record.uid, self.cdi_device_name(device))]
+            device.cdi_ids = [self.specs.cdi_id(record.uid, name)]
+            env = config.env(device.uuid) if config is not None else {}
             cdi_devices.append(
                 CDIDevice(
-                    device_name=self.cdi_device_name(device),
+                    device_name=name,
                     uuid=device.uuid,
-                    env=config.env(device.uuid) if config is not None else {},
+                    env={**env, **self._share_env(device, info)},
                     info_file=info_file,
                     device_nodes=(
                         devnodes.device_nodes(info, device.partition_uuid, self._mig_minors)
@@ -154,13 +160,30 @@ class Materializer:
         spec = self.specs.build(record.uid, cdi_devices)
         self.specs.write(record.uid, spec)
 
+    def _share_env(self, device: PreparedDevice, info: DeviceInfo) -> dict[str, str]:
+        """The env that tells the container its share of a device shared by capacity."""
+        if device.consumed is None:
+            return {}
+        if self.settings.breaks("exceed-consumable-share"):
+            return share_env(info.capacity)  # the whole GPU, whatever the share
+        return share_env(device.consumed)
+
     @staticmethod
-    def cdi_device_name(device: PreparedDevice) -> str:
-        # one claim can hold the same device twice with distinct consumable-capacity shares
-        return device.device if not device.share_id else f"{device.device}-{device.share_id}"
+    def cdi_device_name(device: PreparedDevice, twice: Collection[str] = ()) -> str:
+        """The device's name in the claim's CDI spec, env key and info file: its own name, so that a
+        share looks like the device to a container; ``-<share id>`` added where the claim holds
+        several shares of the device (``twice``), whose names must differ."""
+        if device.share_id and device.device in twice:
+            return f"{device.device}-{device.share_id}"
+        return device.device
 
     def _write_info(
-        self, record: ClaimRecord, device: PreparedDevice, info: DeviceInfo, config: DeviceConfig | None
+        self,
+        record: ClaimRecord,
+        device: PreparedDevice,
+        info: DeviceInfo,
+        config: DeviceConfig | None,
+        name: str,
     ) -> Path:
         doc = {
             "claim": {"namespace": record.namespace, "name": record.name, "uid": record.uid},
@@ -173,11 +196,12 @@ class Materializer:
             "index": info.index,
             "minor": info.minor,
             "shareID": device.share_id,
+            "consumedCapacity": device.consumed,
             "config": None if config is None else config.to_dict(),
-            "env": {} if config is None else config.env(device.uuid),
+            "env": {**({} if config is None else config.env(device.uuid)), **self._share_env(device, info)},
         }
         claim_dir = self.claim_dir(record.uid)
-        path = within(claim_dir, claim_dir / f"{self.cdi_device_name(device)}.json")
+        path = within(claim_dir, claim_dir / f"{name}.json")
         # rebuilt with the CDI spec after a reboot: atomic, but no need to fsync
         atomic_write(path, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), durable=False)
         return path

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from driver import consumable
 from driver._names import check_uid, shown
 from driver.checkpoint import ClaimRecord, PreparedDevice
 from driver.claims import ClaimSource
@@ -107,6 +108,10 @@ def plan(
                 check_uid(str(share_id), "shareID")
             except PrepareError as e:
                 raise ClaimError(f"claim {ref}: device {name}: {e}") from None
+        try:
+            consumed = consumable.consumed(info, result.get("consumedCapacity"))
+        except ClaimError as e:
+            raise ClaimError(f"claim {ref}: device {name}: {e}") from None
         key = (name, share_id)
         answered = request if settings.breaks("subrequest-name") else _parent_request(request)
         if settings.breaks("qualified-request-names"):
@@ -125,5 +130,6 @@ def plan(
             shareable=bool(share_id) or bool(config and config.shareable),
             admin_access=bool(result.get("adminAccess")),
             config=config,
+            consumed=consumed,
         )
     return list(planned.values())

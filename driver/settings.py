@@ -17,6 +17,7 @@ from pathlib import Path
 
 from draproto.logs import LOG_FORMATS
 from driver.breakage import CRASH_POINTS, RULES, parse_crash_points, parse_rules
+from driver.consumable import SHARING_MODES
 from driver.errors import SettingsError
 from driver.faults import DEFAULT_IGNORED_XIDS
 from driver.inventory import DEVICE_KINDS
@@ -65,6 +66,11 @@ class BackendSettings:
     """Kinds of devices to publish: ``gpu``, ``mig`` (existing MIG devices), ``partitionable-mig``."""
     node_name: str = ""
     """The node's name (fakegpu derives stable UUIDs from it)."""
+    gpu_sharing: str = "exclusive"
+    """``exclusive``: one claim per whole GPU; ``consumable``: whole GPUs shared by capacity
+    (``allowMultipleAllocations``, ``driver.consumable``)."""
+    consumable_gpus: frozenset[int] | None = None
+    """With ``consumable``: the indices of the GPUs shared by capacity; None: every GPU."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,27 @@ def _bool(value: str, name: str) -> bool:
     raise SettingsError(f"{name}={value!r} is not a boolean; use true or false")
 
 
+def _indices(text: str | None, flag: str) -> frozenset[int] | None:
+    """``0,2,4-7`` as a set of GPU indices; None for no value."""
+    if text is None:
+        return None
+    found: set[int] = set()
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        first, dash, last = part.partition("-")
+        try:
+            low, high = int(first), int(last if dash else first)
+        except ValueError as e:
+            raise SettingsError(f"{flag} {text!r}: {part!r} is not a GPU index or a range such as 4-7") from e
+        if low < 0 or high < low or high - low > 4096:
+            raise SettingsError(f"{flag} {text!r}: {part!r} is not a range of GPU indices (low-high)")
+        found.update(range(low, high + 1))
+    if not found:
+        raise SettingsError(f"{flag} {text!r}: names no GPU; give indices such as 0,1 or 4-7")
+    return frozenset(found)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The driver's command line; every flag's help names its env var."""
     parser = argparse.ArgumentParser(
@@ -204,6 +231,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--device-kinds",
         "comma list of device kinds to publish: gpu, mig (static MIG devices), "
         "partitionable-mig (default gpu)",
+        metavar="LIST",
+    )
+    add(
+        "--gpu-sharing",
+        "how whole GPUs are published: exclusive (one claim each) or consumable (several claims share "
+        "one by capacity: memory, computeShare) (default exclusive)",
+        choices=list(SHARING_MODES),
+    )
+    add(
+        "--consumable-gpus",
+        "with --gpu-sharing consumable: comma list of the GPU indices shared by capacity, ranges "
+        "allowed (4-7); the others stay exclusive (default: every GPU)",
         metavar="LIST",
     )
     parser.add_argument(
@@ -283,6 +322,15 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
             f"--device-kinds {sorted(kinds)}: unknown {unknown}; choose from {list(DEVICE_KINDS)}"
         )
     fake_state_dir = pick("--fake-state-dir", None, "FAKEGPU_STATE_DIR")
+    gpu_sharing = pick("--gpu-sharing", "exclusive") or "exclusive"
+    if gpu_sharing not in SHARING_MODES:
+        raise SettingsError(f"{_env_name('--gpu-sharing')}={gpu_sharing!r}: use {' or '.join(SHARING_MODES)}")
+    consumable_gpus = _indices(pick("--consumable-gpus"), "--consumable-gpus")
+    if consumable_gpus is not None and gpu_sharing != "consumable":
+        raise SettingsError(
+            f"--consumable-gpus {','.join(map(str, sorted(consumable_gpus)))}: GPUs are shared by "
+            "capacity only with --gpu-sharing consumable"
+        )
 
     health = args.health
     if health is None:
@@ -326,6 +374,8 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
             fake_state_dir=Path(fake_state_dir) if fake_state_dir else None,
             device_kinds=kinds,
             node_name=node_name,
+            gpu_sharing=gpu_sharing,
+            consumable_gpus=consumable_gpus,
         ),
         health=HealthSettings(enabled=health, ignored_xids=ignored),
         log_format=log_format,

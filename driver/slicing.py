@@ -7,7 +7,9 @@ ResourceSlice bodies for one pool, named after the node and owned by the Node ob
   ``sharedCounters`` or ``devices`` in a slice, not both; at most 8 sets a slice);
 - devices are packed in order, at most 128 a slice, or 64 in a slice where any device
   has taints, consumes counters or carries a list attribute;
-- every slice carries the same ``pool.generation`` and the right ``resourceSliceCount``.
+- every slice carries the same ``pool.generation`` and the right ``resourceSliceCount``;
+- a device several claims share by capacity (``driver.consumable``) carries
+  ``allowMultipleAllocations`` and a ``requestPolicy`` per capacity.
 """
 
 from __future__ import annotations
@@ -95,14 +97,25 @@ def _attribute(value: object) -> Body:
     return {"string": str(value)}
 
 
+def _capacity(dev: DeviceInfo, key: str, value: int) -> Body:
+    entry: Body = {"value": str(value)}
+    policy = dev.request_policies.get(key)
+    if policy is not None:
+        entry["requestPolicy"] = policy.body()
+    return entry
+
+
 def device_body(dev: DeviceInfo, taints: Sequence[DeviceTaint] = ()) -> Body:
-    """One ``spec.devices[]`` entry: attributes, capacity, counters consumed, taints."""
+    """One ``spec.devices[]`` entry: attributes, capacity (with request policies where several claims
+    share the device), counters consumed, taints."""
     body: Body = {
         "name": dev.name,
         "attributes": {key: _attribute(value) for key, value in dev.attributes.items()},
     }
+    if dev.multi_allocatable:
+        body["allowMultipleAllocations"] = True
     if dev.capacity:
-        body["capacity"] = {key: {"value": str(value)} for key, value in dev.capacity.items()}
+        body["capacity"] = {key: _capacity(dev, key, value) for key, value in dev.capacity.items()}
     if dev.consumes_counters:
         body["consumesCounters"] = [
             {"counterSet": name, "counters": {k: {"value": str(v)} for k, v in counters.items()}}

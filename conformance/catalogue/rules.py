@@ -476,7 +476,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "ALLOC-CONSUMABLE",
         "ALLOC",
-        "two claims on one multi-allocatable device get distinct share ids and consume its capacity; a third that does not fit stays Pending",
+        "two claims on one multi-allocatable device get distinct share ids and consume its capacity (each container told its share, where the profile says how); a third that does not fit stays Pending",
         ("consumable-capacity",),
         "1.36 (DRAConsumableCapacity)",
         "e2e; ex",

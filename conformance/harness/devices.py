@@ -22,7 +22,9 @@ __all__ = [
     "exact_cel",
     "match_cel",
     "quantity",
+    "quantity_text",
     "scalar_attributes",
+    "share_amount",
     "takeable",
     "twins",
     "varying_attribute",
@@ -192,6 +194,40 @@ def takeable(devices: Mapping[str, Obj], busy: Iterable[str], sets: Drawn) -> li
             draw(drawn)
             chosen.append(name)
     return chosen
+
+
+def share_amount(capacity: Obj, part: Decimal) -> Decimal:
+    """How much of one capacity of a multi-allocatable device a claim asks for to take ``part`` of
+    it (``Decimal("0.5")``: half): that part of its value rounded DOWN to an amount its
+    ``requestPolicy`` takes as it is, so that the share consumes exactly what was asked.
+
+    ``validRange``: ``min + n * step`` (the scheduler rounds up to that), not below ``min`` nor above
+    ``max``; ``validValues``: the largest at most that part, else the smallest; no policy: the part.
+    """
+    want = quantity(capacity) * part
+    policy = capacity.get("requestPolicy") or {}
+    values = sorted(quantity(v) for v in policy.get("validValues") or [])
+    if values:
+        below = [v for v in values if v <= want]
+        return below[-1] if below else values[0]
+    valid = policy.get("validRange")
+    if valid is None:
+        return want
+    low = quantity(valid.get("min") or 0)
+    high = quantity(valid["max"]) if valid.get("max") is not None else None
+    if high is not None:
+        want = min(want, high)
+    if want <= low:
+        return low
+    if valid.get("step") is not None:
+        step = quantity(valid["step"])
+        return low + ((want - low) // step) * step
+    return want if want < 1 else Decimal(int(want))  # an integer range is compared in integers
+
+
+def quantity_text(amount: Decimal) -> str:
+    """A quantity for a manifest: ``"42760060928"``, or milli units (``"2500m"``) for a fraction."""
+    return str(int(amount)) if amount == int(amount) else f"{int(amount * 1000)}m"
 
 
 def attribute_value(device: Mapping[str, Any], name: str, driver: str) -> Any:

@@ -186,6 +186,10 @@ class ContainerSpec:
     """Mounts by their path in the container."""
     cdi_devices: ViewPattern | None = None
     """The CDI ids the container got (``vendor/class=name``)."""
+    capacity_env: Mapping[str, str] = field(default_factory=dict)
+    """Consumable capacity name -> the env var that tells a container of a share how much of it the
+    share holds (a quantity, e.g. ``memory: GPU_MEMORY_LIMIT``); a name may hold ``{device}`` as in
+    :attr:`ExampleConfig.env`. Empty: containers are not checked for their share."""
 
     @property
     def patterns(self) -> tuple[ViewPattern, ...]:
@@ -198,6 +202,27 @@ class ContainerSpec:
         """The ways given, by profile key (``env``, ``deviceNodes``, ...); empty: the suite cannot
         tell which devices a container got."""
         return (("env",) if self.env else ()) + tuple(p.way for p in self.patterns)
+
+    def share_problems(self, env: Mapping[str, str], consumed: Mapping[str, Any]) -> list[str]:
+        """Where ``env`` does not show the share ``consumed`` (capacity -> quantity) as
+        :attr:`capacity_env` says it should (``NAME=value, consumed amount``)."""
+        from kubernetes.utils import parse_quantity
+
+        out = []
+        for capacity, name in sorted(self.capacity_env.items()):
+            if capacity not in consumed:
+                continue
+            want = parse_quantity(consumed[capacity])  # type: ignore[no-untyped-call]
+            seen = {k: v for k, v in env.items() if _env_name(name).fullmatch(k)}
+            shown = []
+            for value in seen.values():
+                try:
+                    shown.append(parse_quantity(value))  # type: ignore[no-untyped-call]
+                except ValueError:
+                    continue
+            if want not in shown:
+                out.append(f"{name} should show {capacity} {consumed[capacity]} (saw {seen or None!r})")
+        return out
 
 
 @dataclass(frozen=True)
@@ -531,19 +556,24 @@ def _devices(r: _Reader) -> Devices:
 def _container(r: _Reader | None, devices: Devices) -> ContainerSpec:
     if r is None:
         return ContainerSpec()
-    r.known(["env", *VIEW_WAYS])
+    r.known(["env", *VIEW_WAYS, "capacityEnv"])
     env = r.get("env", str, "")
     try:
         re.compile(env)
     except re.error as e:
         r.fail(env, f"a regular expression ({e})", "env")
     ways = {way: _view_pattern(r.sub(way), way, devices) for way in VIEW_WAYS}
+    capacity_env = r.get("capacityEnv", dict, {})
+    for capacity, var in capacity_env.items():
+        if not isinstance(var, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_{}]*", var):
+            r.fail(var, "an env var name (letters, digits, '_', {device})", f"capacityEnv.{capacity}")
     return ContainerSpec(
         env,
         device_nodes=ways["deviceNodes"],
         net_devices=ways["netDevices"],
         mounts=ways["mounts"],
         cdi_devices=ways["cdiDevices"],
+        capacity_env={str(k): str(v) for k, v in capacity_env.items()},
     )
 
 

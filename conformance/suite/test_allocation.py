@@ -10,6 +10,7 @@ they hold or taint them for a while), or single out by its attributes a device t
 from __future__ import annotations
 
 import ipaddress
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -27,8 +28,10 @@ from conformance.harness import (
     meta,
     pod_phase,
     quantity,
+    quantity_text,
     ref,
     reserved_for,
+    share_amount,
     unschedulable,
     varying_attribute,
     who_overlaps,
@@ -132,9 +135,14 @@ def test_all_devices(dra: Harness) -> None:
 
 
 def _takes_a_share(device: Obj) -> bool:
-    """Whether a claim that asks for no capacity takes only part of the device (it stays free for more)."""
+    """Whether a claim that asks for no capacity takes only part of the device (it stays free for more):
+    a request policy whose default is less than the whole capacity (without one, the whole is taken)."""
     capacities = (device.get("capacity") or {}).values()
-    return bool(device.get("allowMultipleAllocations")) and any(c.get("requestPolicy") for c in capacities)
+    return bool(device.get("allowMultipleAllocations")) and any(
+        quantity(c["requestPolicy"]["default"]) < quantity(c)
+        for c in capacities
+        if (c.get("requestPolicy") or {}).get("default") is not None
+    )
 
 
 @rule("ALLOC-EXHAUST")
@@ -356,7 +364,11 @@ def test_admin_access(dra: Harness) -> None:
     """an `adminAccess` claim (namespace labelled for it) gets a device already in use, and the driver
     prepares it"""
     dra.label_namespace({"resource.kubernetes.io/admin-access": "true"})
-    _user, claim = dra.run_pod()
+    multi = {bool(d.get("allowMultipleAllocations")) for d in dra.devices().values()}
+    # kept off multi-allocatable devices where there are others: the scheduler checks an adminAccess
+    # request against the capacity the other claims consume (see the skip below)
+    selectors = [manifests.cel("!device.allowMultipleAllocations")] if multi == {True, False} else []
+    _user, claim = dra.run_pod({"selectors": selectors})
     (device,) = _devices_of(dra, claim)
     admin = dra.claim(admin_access=True, selectors=[dra.exact(device)])
     pod = _pod_for(dra, admin)
@@ -459,8 +471,8 @@ def test_taint_no_execute(dra: Harness) -> None:
 
 @rule("ALLOC-CONSUMABLE")
 def test_consumable_capacity(dra: Harness) -> None:
-    """two claims on one multi-allocatable device get distinct share ids and consume its capacity; a
-    third that does not fit stays Pending"""
+    """two claims on one multi-allocatable device get distinct share ids and consume its capacity (each
+    container told its share, where the profile says how); a third that does not fit stays Pending"""
     free = set(dra.free_devices())
     shared = [
         d
@@ -469,28 +481,45 @@ def test_consumable_capacity(dra: Harness) -> None:
     ]
     assert shared, f"profile claims consumable-capacity, but {dra.node} has no free multi-allocatable device"
     device = shared[0]
-    key, total = sorted((k, quantity(v)) for k, v in device["capacity"].items())[0]
-    half = total / 2
-    amount = str(int(half)) if half == int(half) else f"{int(half * 1000)}m"
+    name = str(device["name"])
+    # half of EVERY capacity (what is not asked for is taken at its default, often the whole), rounded
+    # down to what the capacity's requestPolicy takes as asked
+    capacities = {str(k): c for k, c in device["capacity"].items()}
+    halves = {k: share_amount(c, Decimal("0.5")) for k, c in capacities.items()}
+    over = sorted(k for k, c in capacities.items() if 2 * halves[k] > quantity(c))
+    assert not over, (
+        f"{name}: the least a claim may take of {', '.join(over)} ({capacities}) is more than half: two "
+        "claims cannot share it"
+    )
+    assert any(3 * halves[k] > quantity(c) for k, c in capacities.items()), (
+        f"{name}: three claims asking {halves} all fit in {capacities}: none is left out"
+    )
+    asked = {k: quantity_text(v) for k, v in halves.items()}
     every = _every_device_class(dra)
-    selector = dra.exact(str(device["name"]))
-    claims = [dra.claim(device_class=every, selectors=[selector], capacity={key: amount}) for _ in range(3)]
+    selector = dra.exact(name)
+    claims = [dra.claim(device_class=every, selectors=[selector], capacity=asked) for _ in range(3)]
     pods = [_pod_for(dra, c) for c in claims]
     for pod in pods[:2]:
         dra.wait_running(pod)
     dra.wait_unschedulable(pods[2])
     shares = []
-    for c in claims[:2]:
+    for c, pod in zip(claims[:2], pods[:2], strict=True):
         current = _current(dra, c)
         results = allocated_devices(current)
-        assert [r.device for r in results] == [device["name"]], f"claim {_name(c)} got {results}"
-        assert results[0].share_id, f"claim {_name(c)} on multi-allocatable {device['name']} has no shareID"
+        assert [r.device for r in results] == [name], f"claim {_name(c)} got {results}"
+        assert results[0].share_id, f"claim {_name(c)} on multi-allocatable {name} has no shareID"
         consumed = current["status"]["allocation"]["devices"]["results"][0].get("consumedCapacity") or {}
-        assert key in consumed and quantity(consumed[key]) >= quantity(amount), (
-            f"claim {_name(c)} asked {amount} of {key}; consumedCapacity is {consumed}"
-        )
+        short = {k: v for k, v in asked.items() if k not in consumed or quantity(consumed[k]) < quantity(v)}
+        assert not short, f"claim {_name(c)} asked {asked}; consumedCapacity is {consumed}"
         shares.append(results[0].share_id)
-    assert len(set(shares)) == 2, f"two claims on {device['name']} got the same shareID {shares}"
+        if "view" in dra.env.cluster_capabilities:
+            view = dra.view(pod)
+            if not dra.devices_untold():  # a share is the device to its container
+                seen = dra.seen_devices(view, what=f"pod {pod}")
+                assert dra.identity(name) in seen, f"pod {pod} of a share of {name} sees {sorted(seen)}"
+            wrong = dra.profile.container.share_problems(view.env, consumed)
+            assert not wrong, f"pod {pod} of a share of {name} is not told its share: {'; '.join(wrong)}"
+    assert len(set(shares)) == 2, f"two claims on {name} got the same shareID {shares}"
 
 
 @rule("ALLOC-PARTITION")

@@ -83,7 +83,6 @@ UNPROVEN: Mapping[str, str] = {
     "ALLOC-PARTITION": (
         "a driver can break it only through its counters, which the test reads to find devices that overlap"
     ),
-    "ALLOC-CONSUMABLE": _NO_SWITCH,
     "PREP-NETDEV": "no GPU driver moves a network interface; example-net fails it (a known failure)",
     "SLICE-ATTRS": _API_REFUSES,
     "SLICE-LIMITS": _API_REFUSES,
@@ -92,7 +91,6 @@ UNPROVEN: Mapping[str, str] = {
 """Rules no self-test has seen fail yet, with the reason. May only shrink."""
 
 NO_PASS: Mapping[str, str] = {
-    "ALLOC-CONSUMABLE": "no profile run here claims consumable-capacity",
     "PREP-NETDEV": "no driver run here passes it: example-net's known failure, not run in the self-tests",
 }
 """Rules no clean run here has seen pass, with the reason. May only shrink."""

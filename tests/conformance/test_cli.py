@@ -160,6 +160,10 @@ def test_kind_and_k3s_install_only_the_reference_driver() -> None:
     assert config.release.fake_profile == "dgx-h100-mig-empty"
     assert config.release.device_kinds == ("gpu", "partitionable-mig")
     assert SuiteConfig.build("reference-l4", cluster="k3s").release.device_kinds == ("gpu",)
+    gpu = SuiteConfig.build("reference-gpu", cluster="k3s").release
+    assert gpu.values()["gpuSharing"] == "consumable" and gpu.values()["consumableGpus"] == "4-6"
+    mig = config.release.values()
+    assert mig["gpuSharing"] == "exclusive" and "consumableGpus" not in mig
     with pytest.raises(UsageError, match=r"installs the reference driver's chart.*--cluster external"):
         SuiteConfig.build("example-gpu", cluster="kind")
 

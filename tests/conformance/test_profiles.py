@@ -187,6 +187,10 @@ def test_mig_profile_reads_its_class_file_next_to_it() -> None:
             r"container.cdiDevices: 'k8s.gpu/\*' is not valid; expected a mapping$",
         ),
         (
+            {"container": {"capacityEnv": {"memory": "GPU MEMORY"}}},
+            r"container.capacityEnv.memory: 'GPU MEMORY' is not valid; expected an env var name",
+        ),
+        (
             {"faults": {"kinds": ["lost 0"], "healable": ["ecc 0 double"]}},
             r"faults.healable: 'ecc 0 double' is not valid; expected one of kinds \('lost 0'\)",
         ),
@@ -304,3 +308,24 @@ def test_readme_ways_of_the_container_section_validate() -> None:
         way = yaml.safe_load(line.rstrip("."))
         profile = parse({**example, "container": way}, f"README: {line}")
         assert profile.container.patterns, line
+
+
+def test_capacity_env_tells_whether_a_container_shows_its_share() -> None:
+    from conformance.profiles.schema import ContainerSpec
+
+    names = {"memory": "GPU_MEMORY_LIMIT", "cores": "CPU_DEVICE_{device}_CONSUMED_CPU"}
+    spec = ContainerSpec(capacity_env=names)
+    consumed = {"memory": "40Gi", "cores": "2", "other": "1"}
+    env = {"GPU_MEMORY_LIMIT": str(40 * 2**30), "CPU_DEVICE_3_CONSUMED_CPU": "2", "GPU_DEVICE_GPU_0": "x"}
+    assert spec.share_problems(env, consumed) == []
+    assert spec.share_problems(env, {"memory": "42949672960"}) == []  # quantities, not strings
+    wrong = {"GPU_MEMORY_LIMIT": "80Gi", "CPU_DEVICE_3_CONSUMED_CPU": "lots"}
+    assert [p.split(" ")[0] for p in spec.share_problems(wrong, consumed)] == [
+        "CPU_DEVICE_{device}_CONSUMED_CPU",
+        "GPU_MEMORY_LIMIT",
+    ]
+    assert (
+        "should show memory 40Gi (saw {'GPU_MEMORY_LIMIT': '80Gi'})"
+        in spec.share_problems(wrong, consumed)[1]
+    )
+    assert ContainerSpec("").share_problems(wrong, consumed) == []  # nothing said: nothing checked

@@ -162,6 +162,7 @@ CASES: dict[str, Case] = {
     "claims-by-name": case(
         "reference-gpu", "preparation", "PREP-RECREATED-CLAIM", rules=("PREP-RECREATED-CLAIM",)
     ),
+    "exceed-consumable-share": case("reference-gpu", "allocation", "ALLOC-CONSUMABLE"),
 }
 """Every switch that breaks a rule of the areas the suite has, where it is shown, what fails."""
 
@@ -169,10 +170,11 @@ PENDING: dict[str, str] = {}
 """Switches whose rules have no tests yet, and why."""
 
 NOT_CLAIMED = frozenset({"ALLOC-CONSUMABLE", "PREP-NETDEV"})
-"""Rules of capabilities no reference profile claims (consumable-capacity, net)."""
+"""Rules of capabilities the reference profiles do not claim (consumable-capacity, net);
+reference-gpu claims consumable-capacity."""
 
 CLEAN_SKIPS: dict[str, frozenset[str]] = {
-    "reference-gpu": NOT_CLAIMED,
+    "reference-gpu": NOT_CLAIMED - {"ALLOC-CONSUMABLE"},
     "reference-l4": NOT_CLAIMED | {"SLICE-COUNTERS", "ALLOC-PARTITION"},
     "reference-mixed": NOT_CLAIMED | {"SLICE-COUNTERS", "ALLOC-PARTITION"},
     # 56 partitions in the default class, more than one claim holds; and kubernetes#140729

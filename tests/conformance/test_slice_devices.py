@@ -5,13 +5,17 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+import pytest
+
 from conformance.harness import (
     cel_literal,
     consumption,
     counter_sets,
     exact_cel,
     quantity,
+    quantity_text,
     scalar_attributes,
+    share_amount,
     takeable,
     twins,
     varying_attribute,
@@ -145,3 +149,39 @@ def test_attribute_values_and_their_selectors() -> None:
     assert match_cel("index", 3, "gpu.example.com") == 'device.attributes["gpu.example.com"].index == 3'
     assert match_cel("a.io/name", 'say "hi"', "d") == 'device.attributes["a.io"].name == "say \\"hi\\""'
     assert match_cel("on", True, "d") == 'device.attributes["d"].on == true'
+
+
+HALF = Decimal("0.5")
+
+
+@pytest.mark.parametrize(
+    ("capacity", "half"),
+    [
+        # the reference driver's memory of an H100 (81559 MiB): 40779 MiB, not 40779.5 (rounded down to
+        # the step, so two fit), and its compute share
+        ({"value": "85520809984", "requestPolicy": {"default": "85520809984",
+          "validRange": {"min": "1Gi", "step": "1Mi"}}}, Decimal(40779 * 2**20)),
+        ({"value": "100", "requestPolicy": {"default": "100", "validRange": {"min": "1", "step": "1"}}}, 50),
+        # dra-example-driver's net profile: bandwidth with a range and a max, vfs always 1
+        ({"value": "100Gi", "requestPolicy": {"default": "1Gi",
+          "validRange": {"min": "100Mi", "max": "100Gi", "step": "1Mi"}}}, Decimal(50 * 2**30)),
+        ({"value": "100", "requestPolicy": {"default": "1", "validValues": ["1"]}}, 1),
+        ({"value": "100", "requestPolicy": {"default": "10", "validValues": ["10", "40", "60"]}}, 40),
+        # its cpu profile: no policy, any amount
+        ({"value": "4"}, 2),
+        ({"value": "5"}, Decimal("2.5")),
+        # a minimum above half, a max below it, a range without a step
+        ({"value": "10", "requestPolicy": {"default": "10", "validRange": {"min": "6"}}}, 6),
+        ({"value": "10", "requestPolicy": {"default": "2", "validRange": {"min": "1", "max": "2"}}}, 2),
+        ({"value": "9", "requestPolicy": {"default": "9", "validRange": {"min": "1"}}}, 4),
+    ],
+)  # fmt: skip
+def test_share_amount_is_half_rounded_down_to_what_the_policy_takes(
+    capacity: dict[str, Any], half: Decimal
+) -> None:
+    assert share_amount(capacity, HALF) == half
+
+
+def test_quantity_text() -> None:
+    assert quantity_text(Decimal(42760060928)) == "42760060928"
+    assert quantity_text(Decimal("2.5")) == "2500m"

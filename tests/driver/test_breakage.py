@@ -24,6 +24,7 @@ import pytest
 from draproto import health_v1_pb2, health_v1_pb2_grpc, registration_pb2, registration_pb2_grpc
 from driver.breakage import RULES, parse_rules
 from driver.cdi import validate
+from driver.consumable import make_consumable
 from driver.errors import CDIError, DeviceConflict, PrepareError, SettingsError, StoreConflict
 from driver.health import HealthMonitor
 from driver.inventory import Inventory
@@ -79,6 +80,7 @@ def test_every_rule_is_documented() -> None:
         "stale-claim-state", "device-status-not-ready",
         "ignore-extended-resource-claims",
         "keep-deleted-claims", "trust-corrupt-checkpoint", "config-to-whole-request", "claims-by-name",
+        "exceed-consumable-share",
     }  # fmt: skip
 
 
@@ -367,6 +369,21 @@ def _other_claims_kept(node: Node) -> tuple[bool, ...]:
     return (_spec_path(node, held).exists(),)
 
 
+def _share_given(node: Node) -> tuple[bool, ...]:
+    node.inventory = make_consumable(node.inventory)
+    node.serve()
+    half = {"memory": "512Mi", "computeShare": "50"}
+    claim = node.put(
+        make_claim(
+            "c",
+            [result("gpu", "gpu-0", shareID="11111111-0000-0000-0000-000000000000", consumedCapacity=half)],
+        )
+    )
+    assert prepare(node, claim).claims[claim["metadata"]["uid"]].error == ""
+    env = json.loads(_spec_path(node, claim).read_text())["devices"][0]["containerEdits"]["env"]
+    return (f"GPU_MEMORY_LIMIT={512 * 2**20}" in env, "GPU_COMPUTE_SHARE=50" in env)
+
+
 def _ref(claim: dict[str, Any]) -> ClaimRef:
     m = claim["metadata"]
     return ClaimRef(m["namespace"], m["uid"], m["name"])
@@ -606,6 +623,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "trust-corrupt-checkpoint": _corrupt_checkpoint_set_aside,
     "config-to-whole-request": _subrequest_config_scoped,
     "claims-by-name": _recreated_claim_prepared_as_new,
+    "exceed-consumable-share": _share_given,
 }
 """Per switch: the checks of the rule it breaks."""
 

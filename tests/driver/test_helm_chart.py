@@ -63,6 +63,7 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
     "defaults": None,
     "nvml": NVML_VALUES,
     "other-driver-name": {"driverName": "accel.example.com", "image": {"tag": "dev"}},
+    "consumable": {"gpuSharing": "consumable", "consumableGpus": "0,4-7"},
     "nothing-optional": {"deviceClasses": {"enabled": False}, "admissionPolicy": {"enabled": False}},
 }
 
@@ -216,6 +217,9 @@ def test_driver_reads_the_daemonset_as_meant(values: dict[str, Any] | None) -> N
     assert settings.driver_name == merged["driverName"]
     assert settings.backend.kind == merged["backend"]
     assert settings.backend.device_kinds == frozenset(merged["deviceKinds"])
+    assert settings.backend.gpu_sharing == merged["gpuSharing"]
+    gpus = {"": None, "0,4-7": frozenset({0, 4, 5, 6, 7})}[merged["consumableGpus"]]
+    assert settings.backend.consumable_gpus == gpus
     assert settings.health.enabled is merged["health"]
     assert settings.log_format == merged["logFormat"]
     assert not settings.keep_slices

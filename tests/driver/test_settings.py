@@ -56,6 +56,18 @@ def test_env_vars_and_fallbacks() -> None:
     assert s.breaks("no-health") and s.breaks("ignore-config") and not s.breaks("oversized-slice")
 
 
+def test_gpu_sharing_is_exclusive_unless_turned_on() -> None:
+    s = from_args(["--node-name", "n"], {})
+    assert s.backend.gpu_sharing == "exclusive" and s.backend.consumable_gpus is None
+    s = from_args(["--node-name", "n", "--gpu-sharing", "consumable"], {})
+    assert s.backend.gpu_sharing == "consumable" and s.backend.consumable_gpus is None  # every GPU
+    env = {"DRA_GPU_GPU_SHARING": "consumable", "DRA_GPU_CONSUMABLE_GPUS": "0, 4-6"}
+    s = from_args(["--node-name", "n"], env)
+    assert s.backend.gpu_sharing == "consumable" and s.backend.consumable_gpus == frozenset({0, 4, 5, 6})
+    s = from_args(["--node-name", "n", "--consumable-gpus", "7"], env)
+    assert s.backend.consumable_gpus == frozenset({7})
+
+
 def test_empty_env_vars_count_as_unset() -> None:
     names = [
         "DRA_GPU_HEALTH",
@@ -96,6 +108,11 @@ def test_flags_win_over_env() -> None:
         (["--node-name", "n"], {"DRA_GPU_BACKEND": "cuda"}, "DRA_GPU_BACKEND"),
         (["--node-name", "n"], {"DRA_GPU_HEALTH": "maybe"}, "DRA_GPU_HEALTH"),
         (["--node-name", "n", "--testing-break-rule", "everything"], {}, "everything"),
+        (["--node-name", "n"], {"DRA_GPU_GPU_SHARING": "timeslice"}, "DRA_GPU_GPU_SHARING"),
+        (["--node-name", "n", "--consumable-gpus", "4-7"], {}, "only with --gpu-sharing consumable"),
+        (["--node-name", "n", "--gpu-sharing", "consumable", "--consumable-gpus", "a"], {}, "'a' is not"),
+        (["--node-name", "n", "--gpu-sharing", "consumable", "--consumable-gpus", "7-4"], {}, "'7-4'"),
+        (["--node-name", "n", "--gpu-sharing", "consumable", "--consumable-gpus", ","], {}, "names no GPU"),
     ],
 )
 def test_bad_values(argv: list[str], env: dict[str, str], message: str) -> None:
@@ -116,6 +133,8 @@ def test_help_explains_every_flag_and_its_env_var() -> None:
         "--fake-profile",
         "--fake-state-dir",
         "--device-kinds",
+        "--gpu-sharing",
+        "--consumable-gpus",
         "--health",
         "--log-format",
         "--keep-slices",
