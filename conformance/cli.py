@@ -38,6 +38,9 @@ from conformance.runner import backend_version, plan, run
 
 __all__ = ["main"]
 
+VERDICT_LINES = 30
+"""Rules the ``Result:`` block of ``run`` lists at most (the report lists them all)."""
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -295,6 +298,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     result = run(config, progress=_say)
     print(report.summary_table(result))
+    print("\n".join(report.verdict_lines(result, limit=VERDICT_LINES)))
     print(
         f"report: {config.run_dir / 'index.html'}  (also conformance.md, conformance.json, junit.xml; "
         f"{report.MANIFEST} last)"

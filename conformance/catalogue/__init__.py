@@ -14,12 +14,17 @@ from conformance.catalogue.marks import (
 )
 from conformance.catalogue.rules import (
     AREAS,
+    CORE,
+    CORE_GROUP,
+    CORE_SINCE,
     RULES,
     Area,
     Rule,
     area_of_marker,
     by_id,
     closest,
+    groups,
+    is_core,
     is_glob,
     matching,
     select,
@@ -27,6 +32,9 @@ from conformance.catalogue.rules import (
 
 __all__ = [
     "AREAS",
+    "CORE",
+    "CORE_GROUP",
+    "CORE_SINCE",
     "EXCLUSIVE_CLUSTER_MARK",
     "EXCLUSIVE_MARK",
     "RULES",
@@ -39,6 +47,8 @@ __all__ = [
     "closest",
     "exclusive",
     "exclusive_cluster",
+    "groups",
+    "is_core",
     "is_glob",
     "matching",
     "rule",

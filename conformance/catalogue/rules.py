@@ -19,12 +19,17 @@ from types import MappingProxyType
 
 __all__ = [
     "AREAS",
+    "CORE",
+    "CORE_GROUP",
+    "CORE_SINCE",
     "RULES",
     "Area",
     "Rule",
     "area_of_marker",
     "by_id",
     "closest",
+    "groups",
+    "is_core",
     "is_glob",
     "matching",
     "select",
@@ -834,6 +839,36 @@ RULES: tuple[Rule, ...] = (
 """Every rule, in catalogue order."""
 
 _BY_ID: Mapping[str, Rule] = MappingProxyType({r.id: r for r in RULES})
+
+CORE_SINCE = "1.34"
+"""The first Kubernetes minor that serves ``resource.k8s.io/v1``: every cluster the suite runs on."""
+CORE_GROUP = "core"
+"""The name of the core rules' group in a verdict's levels."""
+
+
+def is_core(rule: Rule) -> bool:
+    """Whether ``rule`` is core: it needs nothing (no profile claim, no cluster ability, no profile
+    setting such as faults or a device count) and applies from :data:`CORE_SINCE`, so every driver
+    on every cluster backend and every Kubernetes version the suite runs on can be checked on it.
+    No capability can skip a core rule; one that is not checked leaves a run incomplete."""
+    return not rule.needs and rule.since.split()[0] in ("-", CORE_SINCE)
+
+
+CORE: tuple[Rule, ...] = tuple(r for r in RULES if is_core(r))
+"""The core rules, in catalogue order (see :func:`is_core`)."""
+
+
+def groups(rule: Rule) -> tuple[str, ...]:
+    """The groups a verdict judges ``rule`` in: ``("core",)`` for a core rule; else each capability
+    its needs name (both sides of ``"a | b"``, ``devices>=2`` as written), or, for a rule that needs
+    nothing but a newer Kubernetes, ``("Kubernetes 1.36",)``."""
+    if is_core(rule):
+        return (CORE_GROUP,)
+    words = [n.strip() for need in rule.needs for n in need.split("|")]
+    if not words:
+        found = re.match(r"v?1\.(\d+)", rule.since)
+        words = [f"Kubernetes 1.{found.group(1)}" if found else rule.since]
+    return tuple(dict.fromkeys(words))
 
 
 def closest(word: str, n: int = 3) -> list[str]:

@@ -316,6 +316,7 @@ class ConformanceRun:
             suite_commit=report.suite_commit(),
             profile_sha256=profile.digest,
             feature_gates={str(k): bool(v) for k, v in (env.get("feature_gates") or {}).items()},
+            capabilities=tuple(sorted(profile.capabilities)),
         )
         write_atomic(self.run_dir / "run.json", info.to_json())
 

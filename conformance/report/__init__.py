@@ -1,7 +1,8 @@
 """The report of a run: records and verdicts, the model, and its renderings (JSON, Markdown, HTML, Allure).
 
 Layers inside, each importing only those above it: ``results`` (a record per test, a verdict per
-rule), ``model`` (:class:`Report`, :func:`build`), ``text`` (what every rendering shares),
+rule), ``verdict`` (what the run shows: conformant at which levels, incomplete, or not),
+``model`` (:class:`Report`, :func:`build`), ``text`` (what every rendering shares),
 the renderings ``jsonfile`` (``conformance.json``, :func:`load`), ``markdown``, ``htmlpage`` and
 ``allure_env``, and ``writing`` (:func:`write`, the one caller of the renderers). pytest writes
 ``junit.xml`` itself (the plugin points ``--junitxml`` into the run directory). Beside them:
@@ -36,13 +37,15 @@ from conformance.report.results import (
     read_records,
     rule_results,
 )
-from conformance.report.text import clip, fmt_duration, summary_table
+from conformance.report.text import clip, fmt_duration, summary_table, verdict_lines
+from conformance.report.verdict import STATES, Unchecked, Verdict, VerdictState, judge
 from conformance.report.writing import write
 
 __all__ = [
     "MANIFEST",
     "RULE_OUTCOMES",
     "SCHEMA_VERSION",
+    "STATES",
     "TEST_OUTCOMES",
     "Change",
     "Comparison",
@@ -53,18 +56,23 @@ __all__ = [
     "RunInfo",
     "TestOutcome",
     "TestRecord",
+    "Unchecked",
+    "Verdict",
+    "VerdictState",
     "Verification",
     "archive_path",
     "build",
     "clip",
     "compare",
     "fmt_duration",
+    "judge",
     "load",
     "read_records",
     "rule_results",
     "suite_commit",
     "suite_version",
     "summary_table",
+    "verdict_lines",
     "verify_manifest",
     "write",
     "write_allure_environment",

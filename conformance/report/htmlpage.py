@@ -57,6 +57,7 @@ code, pre, .id { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "Li
 .verdict { display: inline-block; font-weight: 600; padding: .3rem .8rem; border-radius: 6px; }
 .verdict.pass { background: var(--passed-bg); color: var(--passed); }
 .verdict.fail { background: var(--failed-bg); color: var(--failed); }
+.verdict.incomplete { background: var(--skipped-bg); color: var(--skipped); }
 .stopped { border-left: 4px solid var(--failed); background: var(--failed-bg); padding: .5rem .8rem; }
 dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: .15rem 1rem; margin: 1rem 0; }
 dl.facts dt { color: var(--muted); } dl.facts dd { margin: 0; }
@@ -151,14 +152,26 @@ def _title(area: str) -> str:
     return AREAS[area].title if area in AREAS else area
 
 
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
 def _header(report: Report) -> str:
     run = report.run
     took = run_duration(run)
-    if report.ok:
-        verdict = '<p class="verdict pass">PASS: no rule failed</p>'
-    else:
-        failed = report.totals["failed"]
-        verdict = f'<p class="verdict fail">FAIL: {failed} of {len(report.rules)} rules failed</p>'
+    found = report.verdict
+    kind = {"CONFORMANT": "pass", "INCOMPLETE": "incomplete"}.get(found.state, "fail")
+    verdict = f'<p class="verdict {kind}">{_e(found.headline())}</p>'
+    if found.not_checked:
+        items = "".join(
+            f"<li><code>{_e(u.rule)}</code> {_e(u.outcome)}: {_e(_first_line(u.reason))}</li>"
+            for u in found.not_checked
+        )
+        summary = f"<summary>{len(found.not_checked)} not checked</summary>"
+        verdict += f'<details class="unchecked">{summary}<ul>{items}</ul></details>'
+    if found.not_claimed:
+        names = ", ".join(u.rule for u in found.not_claimed)
+        verdict += f'<p class="unclaimed">Not claimed by the profile: {_e(names)}</p>'
     facts = [
         ("Driver", f"<code>{_e(run.driver)}</code>"),
         (

@@ -80,7 +80,9 @@ def to_dict(report: Report) -> dict[str, Any]:
         "suite_commit": run.suite_commit,
         "profile_sha256": run.profile_sha256,
         "feature_gates": dict(run.feature_gates),
+        "capabilities": None if run.capabilities is None else list(run.capabilities),
         "ok": report.ok,
+        "verdict": report.verdict.to_dict(),
         "totals": dict(report.totals),
         "areas": {area: dict(counts) for area, counts in report.areas.items()},
         "rules": [_rule_dict(r) for r in report.rules],
@@ -153,6 +155,9 @@ def from_dict(data: Mapping[str, Any]) -> Report:
             suite_commit=str(data.get("suite_commit", "")),
             profile_sha256=str(data.get("profile_sha256", "")),
             feature_gates={str(k): bool(v) for k, v in (data.get("feature_gates") or {}).items()},
+            capabilities=None
+            if data.get("capabilities") is None
+            else tuple(str(c) for c in data["capabilities"]),
         )
         results = [_rule_from(r) for r in data["rules"]]
     except KeyError as e:

@@ -1,6 +1,7 @@
 """``conformance.md``: the report as Markdown, for a pull request, a ticket or a terminal.
 
-A heading with the run's facts, the capability matrix (area x outcome counts), a table per area,
+A heading with the verdict and the run's facts, the capability matrix (area x outcome counts), the
+rules not checked and those the profile does not claim, a table per area,
 then every failed rule with its message and diagnostics in fenced blocks (long ones clipped; the
 whole text stays in ``conformance.json``) and the unexpected passes.
 """
@@ -50,10 +51,24 @@ def _fenced(text: str) -> str:
 
 
 def _verdict(report: Report) -> str:
-    counts = ", ".join(f"{n} {o}" for o in DISPLAY_ORDER if (n := report.totals[o]) and o != "failed")
-    if report.ok:
-        return f"**Result: PASS**: no rule failed ({counts})."
-    return f"**Result: FAIL**: {report.totals['failed']} of {len(report.rules)} rules failed ({counts})."
+    counts = ", ".join(f"{n} {o}" for o in DISPLAY_ORDER if (n := report.totals[o]))
+    return f"**Result: {_text(report.verdict.headline())}** ({counts})."
+
+
+def _verdict_lists(report: Report) -> list[str]:
+    """What keeps the run from CONFORMANT (rules not checked, and why), and what the profile does
+    not claim; nothing for a run that checked every rule in scope."""
+    verdict = report.verdict
+    out: list[str] = []
+    if verdict.not_checked:
+        out += ["", f"## Not checked ({len(verdict.not_checked)})", ""]
+        out += ["These rules neither passed nor failed: the run cannot vouch for them.", ""]
+        out += ["| rule | outcome | why |", "|---|---|---|"]
+        out += [f"| {u.rule} | {u.outcome} | {_cell(u.reason)} |" for u in verdict.not_checked]
+    if verdict.not_claimed:
+        out += ["", f"## Not claimed by the profile ({len(verdict.not_claimed)})", ""]
+        out += [f"- {u.rule}: {_cell(u.reason)}" for u in verdict.not_claimed]
+    return out
 
 
 def _heading(report: Report) -> list[str]:
@@ -151,5 +166,12 @@ def _failures(report: Report) -> list[str]:
 
 def render(report: Report) -> str:
     """The ``conformance.md`` text of ``report``."""
-    lines = [*_heading(report), "", *_matrix(report), *_area_tables(report), *_failures(report)]
+    lines = [
+        *_heading(report),
+        "",
+        *_matrix(report),
+        *_verdict_lists(report),
+        *_area_tables(report),
+        *_failures(report),
+    ]
     return "\n".join(lines) + "\n"

@@ -25,6 +25,7 @@ from conformance.report.results import (
     read_records,
     rule_results,
 )
+from conformance.report.verdict import Verdict, judge
 
 __all__ = ["NOT_SELECTED", "SCHEMA_VERSION", "Report", "ReportError", "assemble", "build"]
 
@@ -61,6 +62,12 @@ class Report:
     def ok(self) -> bool:
         """True when no rule failed (an unexpected pass is reported, but is not a failure)."""
         return self.totals.get("failed", 0) == 0
+
+    @property
+    def verdict(self) -> Verdict:
+        """What the run shows: conformant at which levels, incomplete, or not conformant (computed
+        from the rules, so a report of any age has one)."""
+        return judge(self.run, self.rules)
 
 
 def _counts(results: Sequence[RuleResult]) -> dict[RuleOutcome, int]:

@@ -124,6 +124,9 @@ class RunInfo:
     feature_gates: dict[str, bool] = field(default_factory=dict)
     """The DRA feature gates the API server reports (its ``kubernetes_feature_enabled`` metric),
     by name; empty when it could not be read."""
+    capabilities: tuple[str, ...] | None = None
+    """The capabilities the profile claims; None in runs older than this field (their verdict then
+    counts every skipped rule as not checked)."""
 
     def to_json(self) -> str:
         """The ``run.json`` text."""
@@ -136,6 +139,8 @@ class RunInfo:
         values = {k: v for k, v in data.items() if k in known}
         values["nodes"] = tuple(values.get("nodes", ()))
         values["selection"] = tuple(values.get("selection", ()))
+        if values.get("capabilities") is not None:
+            values["capabilities"] = tuple(values["capabilities"])
         return cls(**values)
 
 

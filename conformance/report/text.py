@@ -16,6 +16,7 @@ __all__ = [
     "run_duration",
     "suite_text",
     "summary_table",
+    "verdict_lines",
 ]
 
 DISPLAY_ORDER: tuple[RuleOutcome, ...] = (
@@ -110,3 +111,11 @@ def summary_table(report: Report) -> str:
 
     rule = "  ".join("-" * w for w in widths)
     return "\n".join([line(header), rule, *(line(r) for r in rows[:-1]), rule, line(rows[-1])])
+
+
+def verdict_lines(report: Report, limit: int = 0) -> list[str]:
+    """The verdict for a terminal: ``Result: <headline>``, then a line per rule not checked (or
+    failed) with why, and the rules the profile does not claim (``limit``: see
+    :meth:`~conformance.report.verdict.Verdict.lines`)."""
+    lines = report.verdict.lines(limit)
+    return [f"Result: {lines[0]}", *lines[1:]]

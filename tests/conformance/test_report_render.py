@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.catalogue import RULES
 from conformance.report import Report, build, htmlpage, markdown
 from tests.conformance.reportkit import SCRIPT, mixed_records, record, write_run
 
@@ -23,7 +24,10 @@ def test_markdown_heading_names_the_run(mixed: Report) -> None:
     md = markdown.render(mixed)
     head = md.split("## Capability matrix")[0]
     assert head.startswith("# DRA driver conformance: gpu.dra-conformance.io\n")
-    assert "**Result: FAIL**: 2 of 98 rules failed" in head
+    assert (
+        "**Result: NOT CONFORMANT: 2 rule(s) failed (REG-EMPTY, REG-BATCH); 1 known failure(s) (REG-FUZZ)**"
+        in head
+    )
     for fact in (
         "dgx-h100",
         "v1.34.1",
@@ -86,11 +90,37 @@ def test_markdown_cells_escape_pipes_and_angle_brackets(tmp_path: Path) -> None:
     assert "| ALLOC-ONE | failed | phase \\| &lt;none&gt;… |" in md
 
 
-def test_a_passing_run_says_pass(tmp_path: Path) -> None:
+def test_a_run_with_no_failure_that_left_rules_alone_is_incomplete_not_a_pass(tmp_path: Path) -> None:
     built = build(write_run(tmp_path, [record("PRE-API", "passed")]))
-    assert "**Result: PASS**: no rule failed" in markdown.render(built)
-    assert "## Failures" not in markdown.render(built)
-    assert "PASS: no rule failed" in htmlpage.render(built)
+    md = markdown.render(built)
+    assert (
+        "**Result: INCOMPLETE: 97 of 98 rules not checked (passed in full: none)** (1 passed, 97 not-run)."
+        in md
+    )
+    assert "PASS" not in md and "## Failures" not in md
+    assert "## Not checked (97)" in md
+    assert "| PRE-CLASSES | not-run | no test ran |" in md
+    page = htmlpage.render(built)
+    assert '<p class="verdict incomplete">INCOMPLETE: 97 of 98 rules not checked' in page
+    assert "<summary>97 not checked</summary>" in page and "PASS" not in page
+
+
+def test_a_run_that_checked_every_rule_in_scope_says_conformant_with_its_levels(tmp_path: Path) -> None:
+    records = [record(r.id, "passed") for r in RULES if r.needs != ("partitionable",)]
+    records += [
+        record(r.id, "skipped", reason="profile dgx-h100 does not claim partitionable")
+        for r in RULES
+        if r.needs == ("partitionable",)
+    ]
+    built = build(write_run(tmp_path, records, capabilities=("health",)))
+    md = markdown.render(built)
+    assert "**Result: CONFORMANT: core + grpc + " in md
+    assert "(2 rules not claimed by the profile)** (96 passed, 2 skipped)." in md
+    assert "## Not claimed by the profile (2)" in md and "## Not checked" not in md
+    assert "- SLICE-COUNTERS: profile dgx-h100 does not claim partitionable" in md
+    page = htmlpage.render(built)
+    assert '<p class="verdict pass">CONFORMANT: core + grpc + ' in page
+    assert "Not claimed by the profile: SLICE-COUNTERS, ALLOC-PARTITION" in page
 
 
 def test_html_shows_diagnostics_as_text_never_as_markup(mixed: Report) -> None:
