@@ -9,13 +9,16 @@
                                                   the catalogue; with a profile, a dry run
     dra-conformance compare RUN_A RUN_B           the rules whose verdict changed, new failures first
     dra-conformance verify RUN                    the run's files against its manifest.sha256
-    dra-conformance profiles [--check PATH]       the shipped profiles, or check one
+    dra-conformance profiles [--check PATH [--cluster C]]
+                                                  the shipped profiles, or check one and plan its run
     dra-conformance cluster up|status|down|binaries
     dra-conformance --version
 
 RUN is a run directory, or a run id (or ``latest``) under ``--reports-dir``.
 
-Exit status: ``run`` 0 when no rule failed, 1 when one did (or preflight stopped the run);
+Exit status: ``run`` 0 when no rule failed, 1 when one did (or preflight stopped the run); the
+``Result:`` line says more (CONFORMANT, INCOMPLETE, NOT CONFORMANT), but an INCOMPLETE run, or one
+whose only failures are the profile's known failures, still exits 0;
 ``compare`` 1 when a rule fails that did not before; ``verify`` 1 when a file changed, went
 missing or was added; every command 2 for a usage error (a bad option, profile, rule id or glob,
 area, run directory), 130 when interrupted, 141 when its reader went away (``rules | head``).
@@ -34,7 +37,8 @@ from clusters import cli as cluster_cli
 from conformance import catalogue, profiles, report
 from conformance.config import CLUSTER_KINDS, SuiteConfig, select
 from conformance.errors import ConformanceError, UsageError
-from conformance.runner import backend_version, plan, run
+from conformance.harness import gaps
+from conformance.runner import backend_version, plan, plan_lines, run
 
 __all__ = ["main"]
 
@@ -162,8 +166,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     v.add_argument("run", metavar="RUN", nargs="?", help="a run directory, a run id, or latest (default)")
     _add_reports_dir(v)
-    p = top.add_parser("profiles", help="list the shipped driver profiles, or check a profile file")
-    p.add_argument("--check", metavar="PATH", help="validate this profile and print what it says")
+    p = top.add_parser(
+        "profiles",
+        help="list the shipped driver profiles, or check a profile file",
+        description="The shipped profiles; with --check, validate a profile, print what it says, the plan "
+        "of a run (which rules run or skip, and why) and the settings it lacks for a rule to check all it "
+        "claims (e.g. a config whose env is empty: the config rules skip, never pass unseen).",
+    )
+    p.add_argument(
+        "--check", metavar="PATH", help="validate this profile (file or shipped name) and plan a run"
+    )
+    p.add_argument(
+        "--cluster",
+        choices=CLUSTER_KINDS,
+        help="with --check: the cluster backend of the plan (default: local when the profile can run there, "
+        "else external)",
+    )
     cluster_cli.add_commands(top)
     return parser
 
@@ -334,6 +352,8 @@ def _rules(args: argparse.Namespace) -> int:
     )
     for p in planned:
         notes = [p.skip] if p.skip else [f"if {c}" for c in p.provided]
+        if p.partial and not p.skip:
+            notes.append(f"partial: {p.partial}")
         if p.known_failure and not p.skip:
             notes.append(f"known failure: {p.known_failure}")
         print(f"{p.rule.id:<34} {'skip' if p.skip else 'run':<4}  {'; '.join(notes)}".rstrip())
@@ -392,6 +412,13 @@ def _verify(args: argparse.Namespace) -> int:
     return 1
 
 
+def _by_reason(found: dict[str, str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for rule_id, why in found.items():
+        out.setdefault(why, []).append(rule_id)
+    return out
+
+
 def _profiles(args: argparse.Namespace) -> int:
     if args.check:
         profile = profiles.load(args.check)
@@ -408,7 +435,16 @@ def _profiles(args: argparse.Namespace) -> int:
             print(f"  local: yes{extra}{needs}")
         for rule_id, reason in profile.known_failures.items():
             print(f"  known failure {rule_id}: {reason}")
+        lacking = gaps(profile)
+        for why, ids in _by_reason(lacking).items():
+            print(f"  lacks: {why}: {', '.join(ids)} cannot check all they claim (they skip, never pass)")
+        cluster = args.cluster or ("local" if profile.local is not None else "external")
+        print(f"  on cluster backend {cluster}:")
+        for line in plan_lines(plan(profile, cluster, backend_version(cluster))):
+            print(f"  {line}")
         return 0
+    if args.cluster:
+        raise UsageError("--cluster says where a checked profile would run: give --check PATH too")
     for name in profiles.shipped():
         print(f"{name:<20} {profiles.load(name).description}")
     return 0

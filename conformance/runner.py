@@ -12,7 +12,8 @@
    ``<reports>/<run-id>/`` (``reports/latest`` points there).
 
 :func:`plan` is the dry run: which rules a run of a profile on a cluster backend would check and
-which it would skip, and why, judged by the same needs logic the suite's fixtures use.
+which it would skip, and why, judged by the same needs logic the suite's fixtures use;
+:func:`plan_lines` puts it in one block, which :func:`run` says before it starts (unless quiet).
 
 pytest runs as a child process, so a run does not depend on (or disturb) the caller's pytest
 and modules; its full output goes to ``<run dir>/pytest.log``.
@@ -44,12 +45,12 @@ from conformance import report
 from conformance.catalogue import AREAS, RULES, Rule, by_id
 from conformance.config import CLUSTER_KINDS, IN_CLUSTER, SuiteConfig
 from conformance.errors import ConformanceError, UsageError
-from conformance.harness import Environment, assumed, missing, parse_minor
+from conformance.harness import Environment, assumed, gaps, missing, parse_minor
 from conformance.profiles import DriverProfile
 from conformance.report import TestRecord, read_records, rule_results
 from conformance.suite import SUITE_DIR
 
-__all__ = ["Planned", "Progress", "backend_version", "plan", "pytest_command", "run"]
+__all__ = ["Planned", "Progress", "backend_version", "plan", "plan_lines", "pytest_command", "run"]
 
 Progress = Callable[[str], None]
 """Where progress lines go (the CLI prints them to stderr)."""
@@ -267,6 +268,10 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
     run_dir = config.run_dir.resolve()
     profile = config.profile
     say(f"dra-conformance run {config.run_id}: driver {profile.driver}, profile {profile.name}")
+    if not config.quiet:
+        version = "" if config.cluster == "external" else backend_version(config.cluster, config.k8s_version)
+        for line in plan_lines(plan(profile, config.cluster, version, config.selected)):
+            say(line)
     state_dir: Path | None = None
     settings: LocalSettings | None = None
     made: KindCluster | K3sCluster | None = None
@@ -417,6 +422,9 @@ class Planned:
     """What it runs only if the cluster has (the served kinds, the version when unknown)."""
     known_failure: str = ""
     """The profile's reason when the rule is a known failure (it runs; a failure is expected)."""
+    partial: str = ""
+    """What the profile lacks for the rule to check all it claims (:func:`~conformance.harness.gaps`):
+    it runs, and skips with this reason where it would otherwise pass unseen; empty when nothing."""
 
 
 def plan(
@@ -444,6 +452,7 @@ def plan(
         k8s_version=k8s_version,
         served_known=False,
     )
+    lacking = gaps(profile)
     out = []
     for rule in rules:
         reason = missing(rule, env) or ""
@@ -453,6 +462,34 @@ def plan(
                 skip=reason,
                 provided=() if reason else tuple(assumed(rule, env)),
                 known_failure=profile.known_failures.get(rule.id, ""),
+                partial="" if reason else lacking.get(rule.id, ""),
             )
         )
+    return out
+
+
+PLAN_IDS = 8
+"""Rule ids a line of :func:`plan_lines` names before it counts the rest."""
+
+
+def plan_lines(planned: Sequence[Planned]) -> list[str]:
+    """The plan as one compact block: a count, then a line per reason (skips, partial checks,
+    conditions on the cluster, known failures) with the rules it holds for."""
+    skipped = [p for p in planned if p.skip]
+    out = [f"plan: {len(planned) - len(skipped)} of {len(planned)} rule(s) run, {len(skipped)} skip"]
+    by: dict[tuple[str, str], list[str]] = {}
+    for p in planned:
+        if p.skip:
+            by.setdefault(("skip", p.skip), []).append(p.rule.id)
+            continue
+        if p.partial:
+            by.setdefault(("partial", p.partial), []).append(p.rule.id)
+        for condition in p.provided:
+            by.setdefault(("run if", condition), []).append(p.rule.id)
+        if p.known_failure:
+            by.setdefault(("known failure", p.known_failure), []).append(p.rule.id)
+    kinds = ("skip", "partial", "run if", "known failure")
+    for (kind, why), ids in sorted(by.items(), key=lambda item: (kinds.index(item[0][0]), -len(item[1]))):
+        named = ", ".join(ids[:PLAN_IDS]) + (f", +{len(ids) - PLAN_IDS} more" if len(ids) > PLAN_IDS else "")
+        out.append(f"  {kind} ({len(ids)}): {why}: {named}")
     return out

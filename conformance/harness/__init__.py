@@ -11,7 +11,16 @@ Re-exported here: what the suite and the plugin use.
 
 from __future__ import annotations
 
-from conformance.harness.capabilities import Environment, assumed, feature_gates, missing, parse_minor
+from conformance.harness.capabilities import (
+    CONFIG_ENV_RULES,
+    Environment,
+    assumed,
+    bare_configs,
+    feature_gates,
+    gaps,
+    missing,
+    parse_minor,
+)
 from conformance.harness.devices import (
     MAX_RESULTS_PER_CLAIM,
     attribute_value,
@@ -47,6 +56,7 @@ from conformance.harness.status import allocated_devices, pod_phase, ref, reserv
 from conformance.harness.waiting import Objects, WaitFailed, WaitTimeout, until, watch_until
 
 __all__ = [
+    "CONFIG_ENV_RULES",
     "DRA_SERVICES",
     "MAX_RESULTS_PER_CLAIM",
     "MEASURE_PREFIX",
@@ -69,6 +79,7 @@ __all__ = [
     "allocated_devices",
     "assumed",
     "attribute_value",
+    "bare_configs",
     "cel_literal",
     "choose_version",
     "collect",
@@ -76,6 +87,7 @@ __all__ = [
     "counter_sets",
     "exact_cel",
     "feature_gates",
+    "gaps",
     "get_info",
     "is_socket",
     "match_cel",

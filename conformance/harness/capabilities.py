@@ -19,10 +19,13 @@ from conformance.profiles import PROFILE_CAPABILITIES, DriverProfile
 
 __all__ = [
     "CLUSTER_CAPABILITIES",
+    "CONFIG_ENV_RULES",
     "DRA_V1_MINOR",
     "Environment",
     "assumed",
+    "bare_configs",
     "feature_gates",
+    "gaps",
     "missing",
     "parse_minor",
 ]
@@ -119,6 +122,34 @@ def _unknown(need: str, env: Environment) -> str | None:
     if need == "DeviceTaintRule" and not env.served_known:
         return "the cluster serves DeviceTaintRule"
     return None
+
+
+CONFIG_ENV_RULES = (
+    "PREP-CONFIG-CLASS",
+    "PREP-CONFIG-PRECEDENCE",
+    "PREP-CONFIG-SCOPE",
+    "PREP-CONFIG-SUBREQUEST",
+    "SHARE-STRATEGY",
+)
+"""The rules that judge a config by what a container shows (``configs.valid.*.env``)."""
+
+
+def bare_configs(profile: DriverProfile) -> list[str]:
+    """The names of the profile's valid configs that say nothing a container shows (empty ``env``)."""
+    return [name for name, config in profile.configs.valid.items() if not config.env]
+
+
+def gaps(profile: DriverProfile) -> dict[str, str]:
+    """The rules that run on ``profile`` but cannot check all they claim for want of a setting, by
+    id, with what is missing. A valid config with an empty ``env`` gives the rules that judge a
+    config by what a container shows (:data:`CONFIG_ENV_RULES`) nothing to look for: they skip
+    with this reason (SHARE-STRATEGY after checking that the config is accepted), never pass."""
+    bare = bare_configs(profile)
+    if not bare:
+        return {}
+    names = ", ".join(f"configs.valid.{name}.env" for name in bare)
+    why = f"profile {profile.name} gives no env a container shows for a config ({names} empty)"
+    return dict.fromkeys(CONFIG_ENV_RULES, why)
 
 
 def _alternatives(need: str) -> list[str]:

@@ -261,3 +261,80 @@ def test_the_dry_run_names_what_only_the_cluster_can_tell(capsys: pytest.Capture
     lines = _lines_by_rule(capsys.readouterr().out)
     assert lines["RES-KUBELET-RESTART"].split()[1] == "run"
     assert "cannot restart the API server (restart-apiserver)" in lines["RES-APISERVER"]
+
+
+def test_profiles_check_plans_the_run_and_flags_configs_that_show_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["profiles", "--check", "nvidia-gpu"]) == 0  # its time-slicing config gives no env
+    out = capsys.readouterr().out
+    assert "  on cluster backend external:\n  plan: 55 of 98 rule(s) run, 43 skip\n" in out
+    assert "skip (30): cluster backend 'external' cannot reach the driver's sockets on a node (grpc): " in out
+    flagged = (
+        "PREP-CONFIG-CLASS, PREP-CONFIG-PRECEDENCE, PREP-CONFIG-SCOPE, PREP-CONFIG-SUBREQUEST, SHARE-STRATEGY"
+    )
+    assert (
+        "  lacks: profile nvidia-gpu gives no env a container shows for a config "
+        f"(configs.valid.time-slicing.env empty): {flagged} cannot check all they claim" in out
+    )
+    assert "partial (5): profile nvidia-gpu gives no env" in out
+    assert main(["profiles", "--check", "reference-gpu", "--cluster", "local"]) == 0
+    out = capsys.readouterr().out
+    assert "lacks:" not in out and "partial" not in out
+    assert "  on cluster backend local:\n  plan: " in out
+    assert main(["profiles", "--cluster", "local"]) == 2
+    assert "give --check PATH too" in capsys.readouterr().err
+
+
+def test_rules_on_a_profile_names_the_partial_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rules", "--profile", "nvidia-gpu", "--rules", "SHARE-STRATEGY,PREP-CONFIG-INVALID"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("SHARE-STRATEGY") and "run   partial: profile nvidia-gpu gives no env" in out[0]
+    assert out[1].split() == ["PREP-CONFIG-INVALID", "run"]
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_run_says_its_plan_first_unless_quiet(tmp_path: Path, quiet: bool) -> None:
+    from tests.clusters.apistub import write_kubeconfig
+
+    kubeconfig = write_kubeconfig(tmp_path / "kc", "http://127.0.0.1:9")  # nothing answers: the run stops
+    done = _cli(
+        "run", "--profile", "nvidia-gpu", "--cluster", "external", "--kubeconfig", str(kubeconfig),
+        "--reports-dir", str(tmp_path / "reports"), *(["-q"] if quiet else []), cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    if quiet:
+        assert "plan:" not in done.stderr
+    else:
+        lines = done.stderr.splitlines()
+        assert lines[1] == "plan: 55 of 98 rule(s) run, 43 skip"
+        assert any(line.startswith("  partial (5): ") for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("records", "code", "result"),
+    [
+        ([], 0, "Result: INCOMPLETE: 97 of 98 rules not checked (passed in full: none)"),
+        ([("REG-BATCH", "failed")], 1, "Result: NOT CONFORMANT: 1 rule(s) failed (REG-BATCH)"),
+    ],
+)
+def test_run_prints_the_verdict_and_exits_as_before(
+    *,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    records: list[tuple[str, report.TestOutcome]],
+    code: int,
+    result: str,
+) -> None:
+    """An INCOMPLETE run exits 0 (no rule failed), a NOT CONFORMANT one 1."""
+    from tests.conformance.reportkit import record, write_run
+
+    run_dir = write_run(tmp_path / "run", [record("PRE-API", "passed"), *(record(*r) for r in records)])
+    built = report.build(run_dir)
+    monkeypatch.setattr("conformance.cli.run", lambda config, progress: built)
+    assert main(["run", "--profile", "reference-gpu", "--reports-dir", str(tmp_path / "reports")]) == code
+    out = capsys.readouterr().out.splitlines()
+    at = out.index(result)
+    assert out[at - 1].startswith("total ")  # right under the summary table
+    assert len([line for line in out if line.startswith("  ")]) <= 31  # the rest is in the report

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conformance import profiles
-from conformance.profiles import PROFILE_CAPABILITIES
 from conformance.catalogue import CORE, CORE_SINCE, RULES, by_id, groups, is_core
 from conformance.harness.capabilities import DRA_V1_MINOR
+from conformance.profiles import PROFILE_CAPABILITIES
 from conformance.report import Report, TestRecord, build, load, verdict_lines, write
 from conformance.runner import plan
 from tests.conformance.reportkit import record, write_run
@@ -28,8 +29,10 @@ def everything_passes(**skips: str) -> list[TestRecord]:
     ]
 
 
-def built(tmp_path: Path, records: list[TestRecord], **run: object) -> Report:
-    return build(write_run(tmp_path, records, **{"capabilities": (), **run}))
+def built(tmp_path: Path, records: list[TestRecord], **run: Any) -> Report:
+    """The report of ``records`` in a run whose profile claims nothing (unless ``run`` says)."""
+    changes: dict[str, Any] = {"capabilities": (), **run}
+    return build(write_run(tmp_path, records, **changes))
 
 
 def test_core_is_what_needs_nothing_on_every_cluster_the_suite_runs_on() -> None:
