@@ -12,7 +12,8 @@ verdict says what a run shows, in one of three states:
   (the driver does not offer that capability; they are listed, never counted as passed).
 
 Beside the state, the levels: the groups (:func:`conformance.catalogue.groups`: ``core``, then one
-per capability) whose rules in scope all ran and passed.
+per capability) whose rules in scope all ran and passed; a capability the profile does not claim
+is never a level (``taints`` passed through ``DeviceTaintRule`` alone says nothing of the driver).
 """
 
 from __future__ import annotations
@@ -90,17 +91,22 @@ class Verdict:
         return f"CONFORMANT: {levels}{tail}"
 
     def lines(self, limit: int = 0) -> list[str]:
-        """The headline, then a line per rule not checked (or failed), and one naming the rules
-        not claimed; ``limit`` > 0 keeps that many rule lines and says how many were left out."""
+        """The headline, then the rules not checked (or failed) a line per outcome and reason
+        (``skipped (18): <why>: PRE-REGISTERED, REG-GETINFO, ...``), and one line naming the rules
+        not claimed; ``limit`` > 0 keeps that many reason lines and says how many were left out."""
         out = [self.headline()]
         listed = self.failed if self.state == "NOT CONFORMANT" else self.not_checked
-        shown = listed[:limit] if limit > 0 else listed
-        width = max((len(u.rule) for u in shown), default=0)
-        for u in shown:
-            why = u.reason.splitlines()[0] if u.reason.strip() else ""
-            out.append(f"  {u.rule:<{width}}  {u.outcome:<16} {why}".rstrip())
-        if len(shown) < len(listed):
-            out.append(f"  ... and {len(listed) - len(shown)} more (conformance.md lists them all)")
+        by: dict[tuple[str, str], list[str]] = {}
+        for u in listed:
+            why = u.reason.strip().splitlines()[0] if u.reason.strip() else ""
+            by.setdefault((u.outcome, why), []).append(u.rule)
+        reasons = list(by.items())
+        shown = reasons[:limit] if limit > 0 else reasons
+        for (outcome, why), ids in shown:
+            out.append(f"  {outcome} ({len(ids)}): {why}: {', '.join(ids)}" if why else f"  {outcome}: {ids}")
+        if len(shown) < len(reasons):
+            rest = sum(len(ids) for _, ids in reasons[len(shown) :])
+            out.append(f"  ... {rest} more rule(s) for other reasons (conformance.md lists them all)")
         if self.not_claimed:
             claims = sorted({c for u in self.not_claimed for c in _claims(u.reason)})
             out.append(
@@ -172,7 +178,12 @@ def judge(run: RunInfo, results: Sequence[RuleResult]) -> Verdict:
         if r.rule.id not in out_of_scope:
             for group in groups(r.rule):
                 members.setdefault(group, []).append(r)
-    levels = [g for g, rs in members.items() if rs and all(r.outcome in _PASSED for r in rs)]
+    unclaimed = (
+        set() if run.capabilities is None else {c for c in PROFILE_CAPABILITIES if c not in run.capabilities}
+    )
+    levels = [
+        g for g, rs in members.items() if g not in unclaimed and rs and all(r.outcome in _PASSED for r in rs)
+    ]
     levels.sort(key=lambda g: (g != CORE_GROUP, order.get(g, len(order)), g))
     narrowed = bool(run.selection)
     state: VerdictState

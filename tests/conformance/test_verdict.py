@@ -46,7 +46,7 @@ def test_core_is_what_needs_nothing_on_every_cluster_the_suite_runs_on() -> None
 
 
 def test_every_rule_passed_is_conformant_at_every_level(tmp_path: Path) -> None:
-    verdict = built(tmp_path, everything_passes()).verdict
+    verdict = built(tmp_path, everything_passes(), capabilities=tuple(PROFILE_CAPABILITIES)).verdict
     assert verdict.state == "CONFORMANT"
     assert verdict.levels[0] == "core"
     assert set(verdict.levels) == {g for r in RULES for g in groups(r)}
@@ -77,7 +77,7 @@ def test_a_rule_a_cluster_cannot_check_leaves_the_run_incomplete_with_why(tmp_pa
     assert "grpc" not in verdict.levels and "core" in verdict.levels
     assert verdict_lines(report) == [
         f"Result: INCOMPLETE: 1 of 98 rules not checked (passed in full: {' + '.join(verdict.levels)})",
-        f"  REG-GETINFO  skipped          {GRPC_SKIP}",
+        f"  skipped (1): {GRPC_SKIP}: REG-GETINFO",
     ]
 
 
@@ -105,11 +105,18 @@ def test_four_passed_and_the_rest_not_run_is_no_pass(tmp_path: Path) -> None:
     assert report.ok  # no rule failed: the exit status stays 0
     lines = verdict_lines(report, limit=3)
     assert lines[0] == "Result: INCOMPLETE: 94 of 98 rules not checked (passed in full: none)"
+    assert lines[1].startswith("  not-run (94): no test ran: PRE-REGISTERED, REG-GETINFO, ")
+    assert len(lines) == 2
+
+
+def test_the_terminal_lines_group_rules_by_reason_and_keep_to_a_limit(tmp_path: Path) -> None:
+    skips = {f"REG-{n}": f"reason {i}" for i, n in enumerate(["GETINFO", "VERSIONS", "NOTIFY", "SOCKETS"])}
+    skips["REG-EMPTY"] = "reason 0"
+    lines = verdict_lines(built(tmp_path, everything_passes(**skips)), limit=2)
     assert lines[1:] == [
-        "  PRE-REGISTERED  not-run          no test ran",
-        "  REG-GETINFO     not-run          no test ran",
-        "  REG-VERSIONS    not-run          no test ran",
-        "  ... and 91 more (conformance.md lists them all)",
+        "  skipped (2): reason 0: REG-GETINFO, REG-EMPTY",
+        "  skipped (1): reason 1: REG-VERSIONS",
+        "  ... 2 more rule(s) for other reasons (conformance.md lists them all)",
     ]
 
 
@@ -183,6 +190,8 @@ def test_a_minimal_profile_reads_incomplete_with_its_list(tmp_path: Path, cluste
         (p.rule.id, p.skip) for p in planned if p.skip and p.rule.id not in unclaimed
     }
     assert "core" in verdict.levels
+    # ALLOC-TAINT-NOSCHEDULE passes through DeviceTaintRule: no level of a capability not claimed
+    assert not set(verdict.levels) & set(PROFILE_CAPABILITIES)
     reasons = {u.reason for u in verdict.not_checked}
     assert any("needs 2" in r for r in reasons)  # devices>=2 on a one-device profile
     assert any("faults.inject" in r for r in reasons)
