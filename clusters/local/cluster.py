@@ -52,7 +52,7 @@ from clusters.local.driverproc import (
 from clusters.local.gobins import fill_binaries, resolve_fakecri
 from clusters.local.processes import ManagedProcess, install_signal_handlers
 from clusters.local.settings import LocalSettings
-from clusters.pools import whole_pools
+from clusters.pools import PoolsSettled
 from nodeagent.layout import NodeLayout
 
 __all__ = ["LOCAL_CAPABILITIES", "LocalCluster", "LocalClusterBase", "LocalNode", "find_container_view"]
@@ -637,9 +637,11 @@ class LocalCluster(LocalClusterBase):
         api: Any = client.ResourceV1Api(self.api_client())  # Any: the raw answer is read
         names = {n.name for n in nodes}
 
+        settled = PoolsSettled(names)
+
         def published() -> bool:
             listed = api.list_resource_slice(_preload_content=False)
-            return names <= whole_pools(json.loads(listed.data).get("items") or [])
+            return settled(json.loads(listed.data).get("items") or [])
 
         procs = [p for n in nodes for p in (n.driver, n.agent) if p is not None]
         self._wait(f"ResourceSlices of {sorted(names)}", published, procs, self.settings.slice_timeout)

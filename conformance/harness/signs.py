@@ -12,7 +12,8 @@ the scheduler's own words once a sign is terminal:
 - the scheduler failed on the pod (``PodScheduled=False``, reason ``SchedulerError``: a CEL error
   in a selector, say).
 
-Transient signs are not terminal. Each sign above must persist for :data:`GRACE_SECONDS`, so a
+Transient signs are not terminal. Each sign above must persist for :data:`GRACE_SECONDS` (a
+failed prepare :data:`PREPARE_GRACE_SECONDS`), so a
 failure whose retry is already under way (the node agent retries a failed prepare after 1 s, then
 2 s) can still clear; a pod that moved on, or a later event of another kind, starts the grace
 period anew. A real kubelet retries a failed pod sync only after about 10 s: a driver that answers
@@ -40,6 +41,7 @@ __all__ = [
     "CONTAINER_FAILURES",
     "FAILED_PREPARE",
     "GRACE_SECONDS",
+    "PREPARE_GRACE_SECONDS",
     "TRANSIENT",
     "Stuck",
     "latest_warning",
@@ -50,6 +52,11 @@ Obj = Mapping[str, Any]
 
 GRACE_SECONDS = 3.0
 """How long a node's or the scheduler's failure must persist before a wait gives up on the pod."""
+PREPARE_GRACE_SECONDS = 10.0
+"""How long a failed prepare (``FailedPrepareDynamicResources``) must persist: about the retry
+period of a real kubelet. In a parallel run a prepare can fail for a moment for a good reason: a
+device the scheduler gave a new claim is still held by a claim the node is unpreparing (a
+force-deleted pod's), and the driver rightly refuses until that is done."""
 
 FAILED_PREPARE = "FailedPrepareDynamicResources"
 """The kubelet's event reason when NodePrepareResources failed."""
@@ -177,6 +184,7 @@ class Stuck:
         # node's retries (a timestamp, a claim uid) does not
         if kind != self._sign:
             self._sign, self._since = kind, now
-        if kind and now - self._since >= self.grace:
+        grace = max(self.grace, PREPARE_GRACE_SECONDS) if kind == f"event {FAILED_PREPARE}" else self.grace
+        if kind and now - self._since >= grace:
             return f"{text} (seen for {now - self._since:.0f} s)"
         return ""

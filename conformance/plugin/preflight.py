@@ -30,9 +30,9 @@ import grpc
 import yaml
 
 from clusters import Cluster
-from clusters.pools import whole_pools
+from clusters.pools import PoolsSettled
 from conformance.errors import PreflightFailed
-from conformance.harness import ApiError, Kube, WaitTimeout, get_info, is_socket, meta, watch_until
+from conformance.harness import ApiError, Kube, WaitTimeout, get_info, is_socket, meta, until
 from conformance.profiles import DriverProfile
 
 __all__ = ["PRE_RULES", "Verdict", "class_manifests", "cleanup", "run"]
@@ -247,22 +247,24 @@ def _check_slices(
     if not nodes:
         return f"no node under test: no node has ResourceSlices of driver {profile.driver}"
 
-    def published(objs: Any) -> bool:  # whole pools: a driver writes its slices one by one
-        return set(nodes) <= whole_pools(objs.values())
+    settled = PoolsSettled(nodes)  # whole pools, or as whole as a broken driver makes them
+    listed: list[Any] = []
 
-    def describe(objs: Any) -> str:
-        have = {(s.get("spec") or {}).get("nodeName") for s in objs.values()}
+    def published() -> bool:
+        listed[:] = kube.objects("ResourceSlice", fields=f"spec.driver={profile.driver}")
+        return settled(listed)
+
+    def describe() -> str:
+        have = {(s.get("spec") or {}).get("nodeName") for s in listed}
         on = sorted(str(h) for h in have if h) or "no node"
         return f"slices on {on}; missing on {sorted(set(nodes) - have)}"
 
     try:
-        watch_until(
-            kube,
-            "ResourceSlice",
+        until(
             f"ResourceSlices of driver {profile.driver} on {', '.join(nodes)}",
             published,
             profile.timeouts.slices,
-            fields=f"spec.driver={profile.driver}",
+            interval=0.25,
             describe=describe,
         )
     except WaitTimeout as e:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from clusters.pools import whole_pools
+from clusters.pools import PoolsSettled, whole_pools
 
 
 def _slice(node: str, generation: int, count: int, pool: str = "p") -> dict[str, Any]:
@@ -31,3 +31,39 @@ def test_every_pool_of_a_node_must_be_whole() -> None:
     slices = [_slice("a", 1, 1, "x"), _slice("a", 1, 2, "y")]
     assert whole_pools(slices) == set()
     assert whole_pools([*slices, _slice("a", 1, 2, "y")]) == {"a"}
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _versioned(node: str, generation: int, count: int, version: str) -> dict[str, Any]:
+    body = _slice(node, generation, count)
+    body["metadata"] = {"name": f"{node}-0", "resourceVersion": version}
+    return body
+
+
+def test_pools_that_never_get_whole_count_once_they_stop_changing() -> None:
+    clock = _Clock()
+    settled = PoolsSettled(["a"], settle=5, clock=clock)
+    short = [_versioned("a", 1, 2, "1")]  # one slice of two, and the second never comes
+    assert not settled(short)
+    clock.now = 4
+    assert not settled(short)
+    clock.now = 5
+    assert settled(short)
+    changed = [_versioned("a", 1, 2, "2")]
+    assert not settled(changed)  # a change starts the wait anew
+
+
+def test_whole_pools_count_at_once_and_a_node_without_slices_never() -> None:
+    clock = _Clock()
+    assert PoolsSettled(["a"], clock=clock)([_versioned("a", 1, 1, "1")])
+    settled = PoolsSettled(["a", "b"], settle=5, clock=clock)
+    assert not settled([_versioned("a", 1, 1, "1")])
+    clock.now = 60
+    assert not settled([_versioned("a", 1, 1, "1")])

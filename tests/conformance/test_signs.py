@@ -14,7 +14,7 @@ from typing import Any, cast
 import pytest
 
 from conformance.harness.kube import Kube
-from conformance.harness.signs import GRACE_SECONDS, Stuck, latest_warning
+from conformance.harness.signs import GRACE_SECONDS, PREPARE_GRACE_SECONDS, Stuck, latest_warning
 from conformance.harness.status import pod_claim_names
 from conformance.harness.waiting import WaitFailed, WaitTimeout, until, watch_until
 
@@ -74,9 +74,15 @@ def test_a_failure_is_not_terminal_before_its_grace_period() -> None:
     clock = Clock()
     stuck = Stuck(clock=clock)
     events = [event("FailedPrepareDynamicResources", "Failed to prepare dynamic resources: driver said no")]
-    assert judged_over(stuck, clock, pod(), events, GRACE_SECONDS - 0.5) == ""
+    # a failed prepare waits longer: the device may be held by a claim the node is unpreparing
+    assert judged_over(stuck, clock, pod(), events, PREPARE_GRACE_SECONDS - 0.5) == ""
     clock.now += 0.5
     assert "driver said no" in stuck.judge(pod(), lambda: events)
+    started = [event("Failed", "Error: CDI device injection failed: unresolvable CDI devices x")]
+    other = Stuck(clock=clock)
+    assert judged_over(other, clock, pod(), started, GRACE_SECONDS - 0.5) == ""
+    clock.now += 0.5
+    assert "CDI device injection failed" in other.judge(pod(), lambda: started)
 
 
 def test_a_retry_that_succeeds_within_the_grace_period_ends_the_sign() -> None:
