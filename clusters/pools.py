@@ -11,7 +11,8 @@ for a while, so that the checks of counts and pools judge the driver, not a time
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 __all__ = ["SETTLE_SECONDS", "PoolsSettled", "whole_pools"]
@@ -46,12 +47,15 @@ class PoolsSettled:
     """Asked with the current slices, says whether ``nodes``' pools are published: whole, or present
     on every node and unchanged for ``settle`` seconds (a driver that never makes them whole)."""
 
-    def __init__(self, nodes: Iterable[str], settle: float = SETTLE_SECONDS, clock: Any = None) -> None:
-        import time
-
+    def __init__(
+        self,
+        nodes: Iterable[str],
+        settle: float = SETTLE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.nodes = set(nodes)
         self._settle = settle
-        self._clock = clock or time.monotonic
+        self._clock = clock
         self._seen: tuple[tuple[str, str], ...] = ()
         self._since = 0.0
 

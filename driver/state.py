@@ -223,7 +223,8 @@ class DeviceState:
                     "claim unprepared",
                     extra={"claim": record.uid, "namespace": record.namespace, "claim_name": record.name},
                 )
-            self.status.unprepared([r for r in refs if r.uid in done and done[r.uid] is None])
+            # only claims this driver held have entries: an unknown claim costs no API call
+            self.status.unprepared([ClaimRef.of(record) for record in gone])
         return done
 
     def restore(self) -> None:

@@ -124,18 +124,35 @@ class Kube:
         timeout: float | None = None,
     ) -> Any:
         """One request; the decoded JSON answer, or :class:`ApiError`."""
+        params = [(k, str(v)) for k, v in (query or {}).items() if v is not None]
+        data = self._read(method, path, params, body=body, content_type=content_type, timeout=timeout)
+        return json.loads(data) if data else None
+
+    def _read(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]],
+        *,
+        body: Any,
+        content_type: str,
+        timeout: float | None,
+        accept: str = "application/json",
+    ) -> bytes:
+        """The whole answer of one request, or :class:`ApiError` for a status outside 2xx."""
         import urllib3
 
-        params = [(k, str(v)) for k, v in (query or {}).items() if v is not None]
         limit = urllib3.Timeout(total=timeout or self.timeout)
-        response = self._open(method, path, params, body=body, content_type=content_type, timeout=limit)
+        response = self._open(
+            method, path, query, body=body, content_type=content_type, timeout=limit, accept=accept
+        )
         try:
-            data = response.read()
+            data: bytes = response.read()
         finally:
             response.release_conn()
         if not 200 <= response.status < 300:
             raise _api_error(response.status, data, f"{method} {path}")
-        return json.loads(data) if data else None
+        return data
 
     # --- objects ---------------------------------------------------------------------------
 
@@ -254,19 +271,10 @@ class Kube:
 
     def text(self, path: str, timeout: float | None = None) -> str:
         """``GET path`` answered in plain text (``/metrics``); :class:`ApiError` when it is refused."""
-        import urllib3
-
-        limit = urllib3.Timeout(total=timeout or self.timeout)
-        response = self._open(
-            "GET", path, [], body=None, content_type="text/plain", timeout=limit, accept="text/plain"
+        data = self._read(
+            "GET", path, [], body=None, content_type="text/plain", timeout=timeout, accept="text/plain"
         )
-        try:
-            data = response.read()
-        finally:
-            response.release_conn()
-        if not 200 <= response.status < 300:
-            raise _api_error(response.status, data, f"GET {path}")
-        return str(data.decode(errors="replace"))
+        return data.decode(errors="replace")
 
     def server_version(self) -> str:
         """The API server's ``gitVersion`` (``v1.37.2``)."""
