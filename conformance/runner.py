@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -324,6 +325,8 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
                 say(f"  {line}")
             return result
         chosen = f"{len(config.selected)} selected rule(s)" if config.narrowed else "every rule"
+        # the run reports preflight's tests again (from its verdict): allure keeps one result per test
+        shutil.rmtree(run_dir / "allure-results", ignore_errors=True)
         say(f"running {chosen} with -n {config.workers} ...")
         code = _phase(config, pytest_command(config, state_dir=state_dir, started=began), watcher)
         if code not in (0, 1):

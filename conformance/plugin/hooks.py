@@ -101,10 +101,11 @@ def pytest_configure(config: pytest.Config) -> None:
     except UsageError as e:
         raise pytest.UsageError(str(e)) from None
     run_dir = suite.run_dir.resolve()
+    # every process writes its tests' allure results (xdist workers run most rules): the same folder
+    if config.pluginmanager.hasplugin("allure_pytest") and not config.option.allure_report_dir:
+        config.option.allure_report_dir = str(run_dir / "allure-results")
     if workerinput is None:
         run_dir.mkdir(parents=True, exist_ok=True)
-        if config.pluginmanager.hasplugin("allure_pytest") and not config.option.allure_report_dir:
-            config.option.allure_report_dir = str(run_dir / "allure-results")
         if not getattr(config.option, "xmlpath", None):
             config.option.xmlpath = str(run_dir / "junit.xml")
     run = ConformanceRun(config, suite, run_dir, controller=workerinput is None)

@@ -10,12 +10,15 @@ catching them, or a test that starts failing for an unrelated reason all fail he
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -234,7 +237,7 @@ def test_switch_fails_exactly_its_rules(
         areas=c.areas,
         rules=c.rules,
         breaks=[switch],
-        workers=2,
+        workers=1 if c.rules else 2,  # a few rules: xdist workers would cost more CPU than they save
         pool=cluster_pool,
     )
     assert run.failed == c.fails, run.explain()
@@ -316,8 +319,8 @@ def test_cli_run_writes_the_report_and_exits_by_the_verdict(local_binaries: Bina
         "pytest.log",
     ):
         assert (latest / name).is_file(), f"{name} missing from {latest.resolve()}"
-    assert list((latest / "allure-results").glob("*-result.json")), "no allure results"
     assert (latest / "allure-results" / "environment.properties").is_file()
+    _assert_one_result_per_test_everywhere(latest)
 
     command = f"{load(profile).local.command} --testing-break-rule no-slices"  # type: ignore[union-attr]
     done = _cli_run(tmp_path, local_binaries, f"--profile={profile}", f"--driver-command={command}")
@@ -325,3 +328,19 @@ def test_cli_run_writes_the_report_and_exits_by_the_verdict(local_binaries: Bina
     assert "preflight failed, nothing else runs: PRE-SLICES: " in done.stderr
     assert "running every rule" not in done.stderr
     assert "stopping the cluster" in done.stderr
+
+
+def _assert_one_result_per_test_everywhere(run_dir: Path) -> None:
+    """junit.xml, conformance.json and allure-results/ hold one result per test that ran, the same
+    tests (xdist workers write their allure results too, not only the controller)."""
+    junit = Counter(
+        f"{case.get('classname')}#{str(case.get('name')).split('[')[0]}"  # allure names drop parameters
+        for case in ElementTree.parse(run_dir / "junit.xml").iter("testcase")
+    )
+    report = json.loads((run_dir / "conformance.json").read_text())
+    tests = [t for rule in report["rules"] for t in rule["tests"]]
+    allure = Counter(
+        json.loads(f.read_text())["fullName"] for f in (run_dir / "allure-results").glob("*-result.json")
+    )
+    assert junit.total() == len(tests) == allure.total(), (junit.total(), len(tests), allure.total())
+    assert allure == junit, sorted((allure - junit) + (junit - allure))
