@@ -62,6 +62,7 @@ class ExternalCluster(Cluster):
         driver: str = "",
         commands: Mapping[str, str] | None = None,
         env: Mapping[str, str] | None = None,
+        node_selector: str = "",
     ) -> None:
         path = kubeconfig.expanduser().resolve()
         if not path.is_file():
@@ -70,6 +71,9 @@ class ExternalCluster(Cluster):
         self._nodes = list(nodes)
         self.driver = driver
         """The driver whose nodes are the nodes under test (when no node list is given)."""
+        self.node_selector = node_selector
+        """A label selector (``key=value,...``): of the driver's nodes, only those it matches are
+        under test (empty: all)."""
         self.commands = {k: v for k, v in (commands or {}).items() if v}
         """The profile's commands by key (``restartDriver``, ``restartKubelet``, ``cdiSpecs``)."""
         unknown = sorted(set(self.commands) - set(COMMAND_CAPABILITIES))
@@ -84,15 +88,22 @@ class ExternalCluster(Cluster):
         return self._kubeconfig
 
     def nodes(self) -> list[str]:
-        """The nodes given, else those where the driver publishes node-local ResourceSlices."""
-        if self._nodes:
-            return list(self._nodes)
+        """The nodes given, else those where the driver publishes node-local ResourceSlices; of
+        either, only those :attr:`node_selector` matches."""
         from kubernetes import client
 
-        api = client.ResourceV1Api(self.api_client())
-        selector = f"spec.driver={self.driver}" if self.driver else None
-        items = api.list_resource_slice(field_selector=selector, _request_timeout=30).items
-        return sorted({s.spec.node_name for s in items if s.spec and s.spec.node_name})
+        if self._nodes:
+            found = set(self._nodes)
+        else:
+            api = client.ResourceV1Api(self.api_client())
+            selector = f"spec.driver={self.driver}" if self.driver else None
+            items = api.list_resource_slice(field_selector=selector, _request_timeout=30).items
+            found = {s.spec.node_name for s in items if s.spec and s.spec.node_name}
+        if self.node_selector:
+            core = client.CoreV1Api(self.api_client())
+            chosen = core.list_node(label_selector=self.node_selector, _request_timeout=30).items
+            found &= {n.metadata.name for n in chosen if n.metadata}
+        return sorted(found)
 
     def command(self, key: str, node: str, mode: str = "") -> list[str]:
         """The argv of the profile command ``key`` for ``node``; :class:`CapabilityMissing` without one."""

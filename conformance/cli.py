@@ -3,7 +3,7 @@
     dra-conformance run --profile NAME|PATH [--cluster local|kind|k3s|external] [--kubeconfig K]
                         [--driver-command '...'] [--rules ID|GLOB,...] [--skip ID|GLOB,...]
                         [-m AREA] [-n N] [--keep-cluster] [--fail-fast] [--archive] [-q]
-                        [-- PYTEST ARGS]
+                        [--image IMAGE] [--node-selector KEY=VALUE,...] [-- PYTEST ARGS]
     dra-conformance run --rerun-failed [RUN] ...  the rules that failed in RUN (default: the latest)
     dra-conformance rules [-m AREA] [--rules ...] [--skip ...] [--profile P [--cluster C]]
                                                   the catalogue; with a profile, a dry run
@@ -114,6 +114,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.add_argument(
         "--keep-cluster", action="store_true", help="leave the local or kind cluster running afterwards"
+    )
+    r.add_argument(
+        "--image",
+        default=None,
+        help="the test pods' image (default: the profile's pods.image, else busybox:1.36): a copy in a "
+        "registry an air-gapped cluster reaches; it needs sh, env, ls, cat and sleep",
+    )
+    r.add_argument(
+        "--node-selector",
+        default=None,
+        metavar="KEY=VALUE,...",
+        help="on an external cluster, test only the driver's nodes with these labels (default: the "
+        "profile's pods.nodeSelector); restart commands reach only them",
     )
     r.add_argument(
         "--fail-fast",
@@ -313,6 +326,8 @@ def _run(args: argparse.Namespace) -> int:
         fail_fast=args.fail_fast,
         quiet=args.quiet,
         archive=args.archive,
+        image=args.image,
+        node_selector=args.node_selector,
     )
     result = run(config, progress=_say)
     print(report.summary_table(result))

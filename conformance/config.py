@@ -16,8 +16,8 @@ from pathlib import Path
 
 from clusters.incluster import DriverRelease
 from conformance import catalogue
-from conformance.errors import UsageError
-from conformance.profiles import DriverProfile, load
+from conformance.errors import ProfileError, UsageError
+from conformance.profiles import DriverProfile, load, node_labels
 
 __all__ = ["CLUSTER_KINDS", "IN_CLUSTER", "SuiteConfig", "new_run_id", "select"]
 
@@ -84,6 +84,10 @@ class SuiteConfig:
     already running finish, nothing else starts; the report says the run stopped early and why."""
     quiet: bool = False
     """Progress without a line per rule: only a line per area (``-q``)."""
+    image: str | None = None
+    """Overrides the profile's test pod image (``--image``; already applied to :attr:`profile`)."""
+    node_selector: str | None = None
+    """Overrides the profile's node selector (``--node-selector``; already applied to :attr:`profile`)."""
     archive: bool = False
     """Also write the run directory as one tarball beside it, ``<reports>/<run-id>.tar.gz``
     (``--archive``), after its ``manifest.sha256``."""
@@ -196,6 +200,8 @@ class SuiteConfig:
         fail_fast: bool = False,
         quiet: bool = False,
         archive: bool = False,
+        image: str | None = None,
+        node_selector: str | None = None,
     ) -> SuiteConfig:
         """Validate the options and build the config; :class:`UsageError` names a bad one."""
         loaded = profile if isinstance(profile, DriverProfile) else load(profile)
@@ -209,6 +215,7 @@ class SuiteConfig:
                 )
             if not kube.is_file():
                 raise UsageError(f"--kubeconfig {kubeconfig} does not exist")
+        loaded = _with_pods(loaded, image, node_selector)
         if nodes is not None and nodes < 1:
             raise UsageError(f"--nodes {nodes}: give at least 1")
         if driver_command is not None:
@@ -244,6 +251,8 @@ class SuiteConfig:
             fail_fast=fail_fast,
             quiet=quiet,
             archive=archive,
+            image=image,
+            node_selector=node_selector,
         )
         if run_id:
             config = dataclasses.replace(config, run_id=run_id)
@@ -252,6 +261,24 @@ class SuiteConfig:
         if cluster in IN_CLUSTER:
             config.release  # noqa: B018 - refuses a profile of another driver, now
         return config
+
+
+def _with_pods(profile: DriverProfile, image: str | None, node_selector: str | None) -> DriverProfile:
+    """The profile with ``--image`` and ``--node-selector`` in place of its ``pods`` fields."""
+    pods = profile.pods
+    if image is not None:
+        if not image.strip() or any(c.isspace() for c in image):
+            raise UsageError(
+                f"--image {image!r}: give an image reference without spaces (my-mirror/busybox:1.36)"
+            )
+        pods = dataclasses.replace(pods, image=image)
+    if node_selector is not None:
+        try:
+            labels = node_labels(node_selector, "--node-selector") if node_selector else {}
+        except ProfileError as e:
+            raise UsageError(str(e)) from None
+        pods = dataclasses.replace(pods, node_selector=labels)
+    return dataclasses.replace(profile, pods=pods)
 
 
 def select(

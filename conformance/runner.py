@@ -95,6 +95,10 @@ def pytest_command(
         cmd += ["-m", marker]
     if config.fail_fast:
         cmd += ["--dra-fail-fast"]
+    if config.image is not None:
+        cmd += [f"--dra-image={config.image}"]
+    if config.node_selector is not None:
+        cmd += [f"--dra-node-selector={config.node_selector}"]
     chosen = workers if workers is not None else config.workers
     cmd += ["-p", "no:xdist"] if chosen == "0" else ["-n", chosen, "--dist", "load"]
     cmd += ["-q", "-rfEs", *config.pytest_args]

@@ -28,7 +28,7 @@ from conformance.harness.faults import FaultCommands, wait_untainted
 from conformance.harness.healthstream import HealthStream, choose_version
 from conformance.harness.kube import KINDS, Kube, meta
 from conformance.harness.plugin_client import ClaimRef, PluginClient, PluginInfo, find_plugin
-from conformance.harness.resources import Tracker
+from conformance.harness.resources import Tracker, copy_secrets
 from conformance.harness.signs import Stuck
 from conformance.harness.status import (
     AllocatedDevice,
@@ -172,6 +172,12 @@ class Harness:
     def pod(self, name: str | None = None, claims: Mapping[str, str] | None = None, **spec: Any) -> Obj:
         """Create a Pod pinned to this test's node (arguments as :func:`conformance.manifests.pod`)."""
         spec.setdefault("node", self.node)
+        pods = self.profile.pods
+        if pods.image_pull_secrets:
+            copy_secrets(self.tracker, pods.image_pull_secrets, self.namespace)
+        spec.setdefault("image", pods.image)
+        spec.setdefault("tolerations", pods.tolerations)
+        spec.setdefault("pull_secrets", pods.image_pull_secrets)
         return self.create(manifests.pod(name or self.name("pod"), claims or {}, **spec))
 
     def run_pod(self, claim_spec: Mapping[str, Any] | None = None, **pod_spec: Any) -> tuple[Obj, Obj]:

@@ -49,6 +49,7 @@ KINDS: Mapping[str, Kind] = {
     "Node": Kind("v1", "nodes", False),
     "Pod": Kind("v1", "pods", True),
     "Event": Kind("v1", "events", True),
+    "Secret": Kind("v1", "secrets", True),
     "ResourceClaim": Kind(RESOURCE_V1, "resourceclaims", True),
     "ResourceClaimTemplate": Kind(RESOURCE_V1, "resourceclaimtemplates", True),
     "ResourceSlice": Kind(RESOURCE_V1, "resourceslices", False),

@@ -8,14 +8,17 @@ reported together at the end, so one stuck object does not hide the others.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from conformance.errors import ResourceError
 from conformance.harness.kube import ApiError, Kube, meta
 
-__all__ = ["Created", "Tracker"]
+__all__ = ["PULL_SECRETS_NAMESPACE", "Created", "Tracker", "copy_secrets"]
+
+PULL_SECRETS_NAMESPACE = "default"
+"""Where the profile's image pull secrets are read from (:func:`copy_secrets`)."""
 
 log = logging.getLogger(__name__)
 
@@ -68,3 +71,22 @@ class Tracker:
                 errors.append(f"{c.kind} {c.namespace or ''}/{c.name}: {e}")
         if errors:
             raise ResourceError("could not delete what the test created: " + "; ".join(errors))
+
+
+def copy_secrets(
+    tracker: Tracker, names: Sequence[str], namespace: str, source: str = PULL_SECRETS_NAMESPACE
+) -> None:
+    """Copy the Secrets ``names`` (a profile's image pull secrets) from ``source`` into ``namespace``,
+    those not there yet; :class:`ResourceError` names a missing one and how to make it."""
+    for name in names:
+        if tracker.kube.get("Secret", name, namespace) is not None:
+            continue
+        found = tracker.kube.get("Secret", name, source)
+        if found is None:
+            raise ResourceError(
+                f"image pull secret {name!r} (profile pods.imagePullSecrets) is not in namespace "
+                f"{source!r}: create it there (kubectl create secret docker-registry {name} -n {source} "
+                "...); the suite copies it into each test namespace"
+            )
+        body: dict[str, Any] = {k: found[k] for k in ("apiVersion", "kind", "type", "data") if k in found}
+        tracker.create({**body, "metadata": {"name": name, "namespace": namespace}})

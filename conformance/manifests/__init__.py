@@ -225,16 +225,27 @@ def pod(
     node: str | None = None,
     run_seconds: float | None = None,
     templates: Mapping[str, str] | None = None,
+    image: str | None = None,
+    tolerations: Sequence[Obj] = (),
+    pull_secrets: Sequence[str] = (),
 ) -> Obj:
     """A Pod. ``claims``: pod claim name -> ResourceClaim name; ``templates``: pod claim name ->
     ResourceClaimTemplate name. Without ``containers`` one container ``ctr`` uses every pod claim.
-    ``node`` pins it (``kubernetes.io/hostname``); ``run_seconds`` makes it finish (local tier)."""
+    ``node`` pins it (``kubernetes.io/hostname``); ``run_seconds`` makes it finish (local tier);
+    ``image`` (default: pod.yaml's), pod ``tolerations`` and ``pull_secrets`` (Secret names) are
+    how it runs on a real cluster."""
     obj = example("pod")
     obj["metadata"] = {"name": name}
     if run_seconds is not None:
         obj["metadata"]["annotations"] = {RUN_SECONDS_ANNOTATION: str(run_seconds)}
     spec = obj["spec"]
     template = spec["containers"][0]
+    if image:
+        template["image"] = image
+    if tolerations:
+        spec["tolerations"] = [dict(t) for t in tolerations]
+    if pull_secrets:
+        spec["imagePullSecrets"] = [{"name": s} for s in pull_secrets]
     entries = [{"name": k, "resourceClaimName": v} for k, v in claims.items()]
     entries += [{"name": k, "resourceClaimTemplateName": v} for k, v in (templates or {}).items()]
     spec["resourceClaims"] = entries

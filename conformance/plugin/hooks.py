@@ -60,6 +60,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="stop once an area with a failed rule has finished (tests already running finish)",
     )
+    group.addoption("--dra-image", default=None, help="the test pods' image (default: the profile's)")
+    group.addoption(
+        "--dra-node-selector",
+        default=None,
+        help="labels key=value,... of the nodes under test on an external cluster (default: the profile's)",
+    )
     group.addoption("--dra-report-dir", default=None, help="the run's directory (default reports/<run-id>)")
     group.addoption(
         "--dra-started",
@@ -97,6 +103,8 @@ def pytest_configure(config: pytest.Config) -> None:
             reports_dir=Path(report_dir).parent if report_dir else "reports",
             k8s_version=config.getoption("k8s_version", None),
             fail_fast=config.getoption("dra_fail_fast"),
+            image=config.getoption("dra_image"),
+            node_selector=config.getoption("dra_node_selector"),
         )
     except UsageError as e:
         raise pytest.UsageError(str(e)) from None

@@ -108,7 +108,10 @@ class ConformanceRun:
             assert suite.kubeconfig is not None
             kubeconfig = suite.kubeconfig
             commands = suite.profile.external.given()
-            cs.factory = lambda: ExternalCluster(kubeconfig, driver=suite.profile.driver, commands=commands)
+            selector = suite.profile.pods.selector()
+            cs.factory = lambda: ExternalCluster(
+                kubeconfig, driver=suite.profile.driver, commands=commands, node_selector=selector
+            )
         elif suite.cluster in IN_CLUSTER:
             cs.factory = _attach_factory(suite)
         elif cs.external is None:

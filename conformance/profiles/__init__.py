@@ -26,7 +26,9 @@ from conformance.profiles.schema import (
     ExampleConfig,
     ExternalCommands,
     Faults,
+    TestPods,
     ViewPattern,
+    node_labels,
     parse,
 )
 
@@ -44,8 +46,10 @@ __all__ = [
     "ExampleConfig",
     "ExternalCommands",
     "Faults",
+    "TestPods",
     "ViewPattern",
     "load",
+    "node_labels",
     "parse",
     "shipped",
 ]

@@ -23,6 +23,7 @@ from conformance.errors import ProfileError
 __all__ = [
     "ATTRIBUTE_TYPES",
     "CHECKPOINT_PLACEHOLDERS",
+    "DEFAULT_IMAGE",
     "EXTERNAL_PLACEHOLDERS",
     "FAULT_PLACEHOLDERS",
     "PROFILE_CAPABILITIES",
@@ -39,8 +40,10 @@ __all__ = [
     "Faults",
     "InvalidConfig",
     "LocalDriver",
+    "TestPods",
     "Timeouts",
     "ViewPattern",
+    "node_labels",
     "parse",
 ]
 
@@ -374,6 +377,34 @@ class CheckpointFile:
     """A regular expression the driver's log matches once it found its checkpoint corrupt."""
 
 
+DEFAULT_IMAGE = "busybox:1.36"
+"""The test pods' image when the profile names none (a shell with ``env``, ``ls`` and ``sleep``)."""
+
+
+@dataclass(frozen=True)
+class TestPods:
+    """How the suite's test pods run on a real cluster, and which nodes are under test there."""
+
+    __test__ = False  # not a pytest test class
+
+    image: str = DEFAULT_IMAGE
+    """The image of every test container (``--image`` overrides): it needs ``sh``, ``env``, ``ls``,
+    ``cat`` and ``sleep`` (busybox has them); on an air-gapped cluster, a copy in a registry it
+    reaches."""
+    image_pull_secrets: tuple[str, ...] = ()
+    """Secrets (in each test namespace; the suite copies them from ``default``) to pull it with."""
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    """Pod tolerations, e.g. of the taint a GPU node pool carries."""
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    """Labels the nodes under test carry (``--node-selector`` overrides): on a cluster the suite
+    did not make, only the driver's nodes with all of them are tested (restart commands never reach
+    the others). Clusters the suite makes test every node."""
+
+    def selector(self) -> str:
+        """:attr:`node_selector` as a label selector (``key=value,...``; empty: every node)."""
+        return ",".join(f"{k}={v}" for k, v in sorted(self.node_selector.items()))
+
+
 @dataclass(frozen=True)
 class Timeouts:
     """Seconds to wait for things to happen."""
@@ -418,6 +449,8 @@ class DriverProfile:
     """Commands for what an existing cluster cannot do by itself (``--cluster external``)."""
     checkpoint: CheckpointFile = field(default_factory=CheckpointFile)
     """Where the driver keeps its checkpoint, and how it reports a corrupt one."""
+    pods: TestPods = field(default_factory=TestPods)
+    """The test pods' image, pull secrets and tolerations; the nodes under test."""
     timeouts: Timeouts = field(default_factory=Timeouts)
     """Timeouts."""
     known_failures: Mapping[str, str] = field(default_factory=dict)
@@ -710,6 +743,52 @@ def _checkpoint(r: _Reader | None) -> CheckpointFile:
     return CheckpointFile(path, set_aside, log)
 
 
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+_TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
+_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def node_labels(text: str, source: str) -> dict[str, str]:
+    """``key=value,...`` (``--node-selector``) as labels; :class:`ProfileError` naming ``source``
+    and the bad part."""
+    labels: dict[str, str] = {}
+    for part in (p.strip() for p in text.split(",")):
+        key, eq, value = part.partition("=")
+        if not eq or not _LABEL_KEY.match(key) or len(value) > 63 or not _LABEL_VALUE.match(value):
+            raise ProfileError(
+                f"{source}: {part!r} is not a label key=value (e.g. nvidia.com/gpu.present=true)"
+            )
+        labels[key] = value
+    return labels
+
+
+def _pods(r: _Reader | None) -> TestPods:
+    if r is None:
+        return TestPods()
+    r.known(["image", "imagePullSecrets", "tolerations", "nodeSelector"])
+    image = r.get("image", str, DEFAULT_IMAGE)
+    if not image.strip() or any(c.isspace() for c in image):
+        r.fail(image, "an image reference without spaces (e.g. my-mirror/busybox:1.36)", "image")
+    secrets = r.strings("imagePullSecrets")
+    for secret in secrets:
+        if not _NAME.match(secret):
+            r.fail(secret, "a Secret name (lower-case letters, digits and '-')", "imagePullSecrets")
+    tolerations = r.get("tolerations", list, [])
+    for i, toleration in enumerate(tolerations):
+        where = f"tolerations[{i}]"
+        if not isinstance(toleration, Mapping) or set(toleration) - set(_TOLERATION_KEYS):
+            r.fail(toleration, f"a toleration: a mapping of {', '.join(_TOLERATION_KEYS)}", where)
+        if toleration.get("operator", "Equal") not in ("Equal", "Exists"):
+            r.fail(toleration.get("operator"), "Equal or Exists", f"{where}.operator")
+        if toleration.get("effect", "") not in _EFFECTS:
+            r.fail(toleration.get("effect"), "NoSchedule, PreferNoSchedule or NoExecute", f"{where}.effect")
+    selector = r.get("nodeSelector", dict, {})
+    text = ",".join(f"{k}={v}" for k, v in selector.items())
+    labels = node_labels(text, f"{r.source}: {r.where}.nodeSelector") if text else {}
+    return TestPods(image, secrets, tuple(dict(t) for t in tolerations), labels)
+
+
 def _check_placeholders(r: _Reader, key: str, text: str, fault_allowed: bool) -> None:
     for name in _PLACEHOLDER.findall(text):
         known = name in FAULT_PLACEHOLDERS and name != "attr:NAME" and (fault_allowed or name != "fault")
@@ -735,6 +814,7 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
             "faults",
             "external",
             "checkpoint",
+            "pods",
             "timeouts",
             "knownFailures",
             "idempotentPrepares",
@@ -796,6 +876,7 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
         faults=_faults(r.sub("faults")),
         external=_external(r.sub("external")),
         checkpoint=_checkpoint(r.sub("checkpoint")),
+        pods=_pods(r.sub("pods")),
         timeouts=timeouts,
         known_failures=dict(known),
         idempotent_prepares=repeats,

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from conformance.errors import ProfileError
-from conformance.profiles import SHIPPED_DIR, load, parse, shipped
+from conformance import manifests
+from conformance.config import SuiteConfig
+from conformance.errors import ProfileError, UsageError
+from conformance.profiles import SHIPPED_DIR, TestPods, load, parse, shipped
 
 README = SHIPPED_DIR / "README.md"
 
@@ -200,6 +202,21 @@ def test_mig_profile_reads_its_class_file_next_to_it() -> None:
             r"\{nope\} is not one",
         ),
         ({"faults": {"heal": "tool heal {fault}"}}, r"faults.heal: .*; \{fault\} is not one"),
+        (
+            {"pods": {"image": "busy box"}},
+            r"pods.image: 'busy box' is not valid; expected an image reference",
+        ),
+        ({"pods": {"imagePullSecrets": ["Reg_Cred"]}}, r"pods.imagePullSecrets: 'Reg_Cred' .*a Secret name"),
+        ({"pods": {"tolerations": [{"key": "a", "op": "Exists"}]}}, r"pods.tolerations\[0\]: .*a toleration"),
+        ({"pods": {"tolerations": [{"operator": "In"}]}}, r"pods.tolerations\[0\].operator: 'In' .*Equal or"),
+        (
+            {"pods": {"tolerations": [{"effect": "Never"}]}},
+            r"pods.tolerations\[0\].effect: 'Never' .*NoSchedule",
+        ),
+        (
+            {"pods": {"nodeSelector": {"gpu pool": "a"}}},
+            r"pods.nodeSelector: 'gpu pool=a' is not a label key=value",
+        ),
         ({"faults": {"kinds": ["xid {attr:} 48"]}}, r"faults.kinds: .*; \{attr:\} is not one"),
     ],
 )
@@ -329,3 +346,42 @@ def test_capacity_env_tells_whether_a_container_shows_its_share() -> None:
         in spec.share_problems(wrong, consumed)[1]
     )
     assert ContainerSpec("").share_problems(wrong, consumed) == []  # nothing said: nothing checked
+
+
+def test_pods_say_how_test_pods_run_and_which_nodes_are_tested() -> None:
+    assert parse(_good(), "mine.yaml").pods == TestPods()  # busybox, nothing else
+    data = {
+        **_good(),
+        "pods": {
+            "image": "my-mirror/busybox:1.36",
+            "imagePullSecrets": ["regcred"],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "nodeSelector": {"nvidia.com/gpu.present": "true", "pool": "a"},
+        },
+    }
+    pods = parse(data, "mine.yaml").pods
+    assert pods.image == "my-mirror/busybox:1.36" and pods.image_pull_secrets == ("regcred",)
+    assert pods.tolerations == ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},)
+    assert pods.selector() == "nvidia.com/gpu.present=true,pool=a"
+    pod = manifests.pod(
+        "p",
+        {"gpu": "c"},
+        image=pods.image,
+        tolerations=pods.tolerations,
+        pull_secrets=pods.image_pull_secrets,
+    )
+    assert pod["spec"]["containers"][0]["image"] == "my-mirror/busybox:1.36"
+    assert pod["spec"]["tolerations"] == list(pods.tolerations)
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    assert "tolerations" not in manifests.pod("p", {})["spec"]
+
+
+def test_run_options_override_the_pods_section() -> None:
+    config = SuiteConfig.build("reference-gpu", image="mirror/bb:1", node_selector="pool=a,zone=b")
+    assert config.profile.pods.image == "mirror/bb:1"
+    assert config.profile.pods.node_selector == {"pool": "a", "zone": "b"}
+    assert SuiteConfig.build("reference-gpu", node_selector="").profile.pods.node_selector == {}
+    with pytest.raises(UsageError, match=r"^--node-selector: 'pool' is not a label key=value"):
+        SuiteConfig.build("reference-gpu", node_selector="pool")
+    with pytest.raises(UsageError, match=r"^--image 'a b': give an image reference without spaces"):
+        SuiteConfig.build("reference-gpu", image="a b")

@@ -10,6 +10,7 @@ catching them, or a test that starts failing for an unrelated reason all fail he
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shlex
@@ -22,11 +23,14 @@ from xml.etree import ElementTree
 
 import pytest
 
+from clusters.external import ExternalCluster
 from clusters.local.binaries import Binaries
 from clusters.local.cluster import LocalCluster
 from clusters.local.settings import LocalSettings
 from conformance.catalogue import AREAS
+from conformance.errors import ResourceError
 from conformance.harness import Kube
+from conformance.harness.resources import Tracker, copy_secrets
 from conformance.plugin.preflight import class_manifests
 from conformance.profiles import load
 from driver.breakage import RULES as SWITCHES
@@ -275,6 +279,7 @@ def test_external_cluster_skips_what_it_cannot_reach_and_keeps_what_is_not_its(
     settings = settings.with_bin_dir(local_binaries.directory).with_version(local_binaries.version)
     with LocalCluster(settings).start() as cluster:
         kube = Kube(cluster.api_client())
+        _nodes_are_chosen_by_labels_and_pull_secrets_copied(cluster.kubeconfig, loaded.driver, kube)
         theirs = next(
             c for c in class_manifests(loaded) if c["metadata"]["name"] != loaded.device_classes.default
         )
@@ -291,6 +296,39 @@ def test_external_cluster_skips_what_it_cannot_reach_and_keeps_what_is_not_its(
             "a class the suite made is left"
         )
         assert kube.get("DeviceClass", theirs["metadata"]["name"]) is not None, "the suite deleted a class"
+
+
+MISSING_SECRET = r"^image pull secret 'regcred' .* not in namespace 'default'"
+
+
+def _nodes_are_chosen_by_labels_and_pull_secrets_copied(kubeconfig: Path, driver: str, kube: Kube) -> None:
+    chosen = ExternalCluster(kubeconfig, driver=driver, node_selector="kubernetes.io/hostname=node-0")
+    assert chosen.nodes() == ["node-0"]
+    none = ExternalCluster(kubeconfig, driver=driver, node_selector="kubernetes.io/hostname=elsewhere")
+    assert none.nodes() == []
+    tracker = Tracker(kube)
+    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "pull-test"}})
+    try:
+        with pytest.raises(
+            ResourceError, match=r"^image pull secret 'regcred' .* not in namespace 'default'"
+        ):
+            copy_secrets(tracker, ["regcred"], "pull-test")
+        data = {".dockerconfigjson": base64.b64encode(b'{"auths": {}}').decode()}
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": data,
+        }
+        kube.create({**secret, "metadata": {"name": "regcred", "namespace": "default"}})
+        copy_secrets(tracker, ["regcred"], "pull-test")
+        copy_secrets(tracker, ["regcred"], "pull-test")  # there already: left as it is
+        copied = kube.get("Secret", "regcred", "pull-test")
+        assert copied is not None and copied["data"] == data and copied["type"] == secret["type"]
+    finally:
+        tracker.cleanup()
+        kube.delete("Namespace", "pull-test", None)
+        kube.delete("Secret", "regcred", "default")
 
 
 def _cli_run(tmp_path: Path, binaries: Binaries, *args: str) -> subprocess.CompletedProcess[str]:
