@@ -21,6 +21,7 @@ from typing import Any
 
 from clusters.errors import ClusterError
 from clusters.local import binaries, daemon, gobins
+from clusters.local.driverproc import COMMAND_PLACEHOLDERS
 from clusters.local.settings import EXAMPLE_DRIVER_VERSION, LocalSettings
 
 __all__ = ["add_commands", "main", "run_command"]
@@ -52,9 +53,7 @@ def add_commands(top: Any) -> None:
     up.add_argument("--k8s-version", help="Kubernetes version, e.g. 1.37.2 or 1.36 (default 1.37.2)")
     up.add_argument(
         "--driver-command",
-        help="driver command per node (shell words; placeholders {node} {root} {kubeconfig} {driver}, "
-        "{bin:dra-example-kubeletplugin} for a driver built from Go modules, {nvml_lib} {driver_root} "
-        "with --fake-nvml); "
+        help=f"driver command per node (shell words; placeholders {COMMAND_PLACEHOLDERS} (--fake-nvml)); "
         "'none' for no driver; default: the reference driver on a fake DGX H100",
     )
     up.add_argument(

@@ -40,6 +40,7 @@ from clusters.errors import ClusterError
 from clusters.leases import NodeLeases
 from clusters.local import binaries, daemon
 from clusters.local.attached import AttachedLocalCluster
+from clusters.local.driverproc import COMMAND_PLACEHOLDERS
 from clusters.local.settings import LocalSettings
 
 __all__ = [
@@ -111,8 +112,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--driver-command",
         default=None,
-        help="driver command per node (shell words, placeholders {node} {root} {kubeconfig} {driver} "
-        "{python}; 'none' for no driver)",
+        help=f"driver command per node (shell words, placeholders {COMMAND_PLACEHOLDERS}; 'none' for no "
+        "driver)",
     )
     group.addoption(
         "--driver-name", default=None, help="DRA driver name whose registration socket the cluster waits for"

@@ -3,7 +3,8 @@
     dra-conformance run --profile NAME|PATH [--cluster local|kind|k3s|external] [--kubeconfig K]
                         [--driver-command '...'] [--rules ID|GLOB,...] [--skip ID|GLOB,...]
                         [-m AREA] [-n N] [--keep-cluster] [--fail-fast] [--archive] [-q]
-                        [--image IMAGE] [--node-selector KEY=VALUE,...] [-- PYTEST ARGS]
+                        [--node-kind agent|kubelet] [--image IMAGE] [--node-selector KEY=VALUE,...]
+                        [-- PYTEST ARGS]
     dra-conformance run --rerun-failed [RUN] ...  the rules that failed in RUN (default: the latest)
     dra-conformance rules [-m AREA] [--rules ...] [--skip ...] [--profile P [--cluster C]]
                                                   the catalogue; with a profile, a dry run
@@ -34,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from clusters import cli as cluster_cli
+from clusters.local.driverproc import COMMAND_PLACEHOLDERS
 from conformance import catalogue, profiles, report
 from conformance.config import CLUSTER_KINDS, SuiteConfig, select
 from conformance.errors import ConformanceError, UsageError
@@ -73,8 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--kubeconfig", help="the cluster of --cluster external (the driver is already installed)")
     r.add_argument(
         "--driver-command",
-        help="start command per local node, instead of the profile's (placeholders {node} {root} "
-        "{kubeconfig} {driver} {python})",
+        help=f"start command per local node, instead of the profile's (placeholders {COMMAND_PLACEHOLDERS}, "
+        "{driver_bin} for --driver-bin)",
     )
     _add_selection(r)
     r.add_argument("-n", dest="workers", default="auto", help="parallel workers: a number, auto, or 0")
@@ -114,6 +116,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.add_argument(
         "--keep-cluster", action="store_true", help="leave the local or kind cluster running afterwards"
+    )
+    r.add_argument(
+        "--node-kind",
+        help="local tier: what plays the kubelet, agent (the node agent, default) or kubelet (the real "
+        "kubelet beside a fake container runtime), or a comma list per node; env DRAC_NODE_KIND",
     )
     r.add_argument(
         "--image",
@@ -328,6 +335,7 @@ def _run(args: argparse.Namespace) -> int:
         archive=args.archive,
         image=args.image,
         node_selector=args.node_selector,
+        node_kind=args.node_kind,
     )
     result = run(config, progress=_say)
     print(report.summary_table(result))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusters.incluster import DriverRelease
+from clusters.local.settings import parse_node_kinds
 from conformance import catalogue
 from conformance.errors import ProfileError, UsageError
 from conformance.profiles import DriverProfile, load, node_labels
@@ -52,6 +53,9 @@ class SuiteConfig:
     """Overrides the profile's local start command (placeholders as in the profile)."""
     nodes: int | None = None
     """Overrides the profile's local node count."""
+    node_kind: str | None = None
+    """What plays the kubelet on local nodes: ``agent``, ``kubelet``, or a comma list per node
+    (``--node-kind``; default: env ``DRAC_NODE_KIND``, else ``agent``)."""
     rules: tuple[str, ...] = ()
     """Rule ids or globs (``REG-*``) to run (empty: all)."""
     areas: tuple[str, ...] = ()
@@ -202,6 +206,7 @@ class SuiteConfig:
         archive: bool = False,
         image: str | None = None,
         node_selector: str | None = None,
+        node_kind: str | None = None,
     ) -> SuiteConfig:
         """Validate the options and build the config; :class:`UsageError` names a bad one."""
         loaded = profile if isinstance(profile, DriverProfile) else load(profile)
@@ -216,6 +221,13 @@ class SuiteConfig:
             if not kube.is_file():
                 raise UsageError(f"--kubeconfig {kubeconfig} does not exist")
         loaded = _with_pods(loaded, image, node_selector)
+        if node_kind is not None:
+            if cluster != "local":
+                raise UsageError(f"--node-kind is for the local tier; --cluster {cluster} has its own nodes")
+            try:
+                parse_node_kinds(node_kind)
+            except ValueError as e:
+                raise UsageError(f"--node-kind: {e}") from None
         if nodes is not None and nodes < 1:
             raise UsageError(f"--nodes {nodes}: give at least 1")
         if driver_command is not None:
@@ -253,6 +265,7 @@ class SuiteConfig:
             archive=archive,
             image=image,
             node_selector=node_selector,
+            node_kind=node_kind,
         )
         if run_id:
             config = dataclasses.replace(config, run_id=run_id)

@@ -23,6 +23,7 @@ from clusters.errors import ControlPlaneError, NodeError
 from nodeagent.layout import NodeLayout
 
 __all__ = [
+    "COMMAND_PLACEHOLDERS",
     "create_objects",
     "default_driver_command",
     "describe_sockets",
@@ -59,6 +60,13 @@ def default_driver_command(driver_name: str) -> list[str]:
         "--cdi-dir",
         str(node.cdi_dir),
     ]
+
+
+COMMAND_PLACEHOLDERS = (
+    "{node} {root} {kubeconfig} {driver} {python}, {bin:dra-example-kubeletplugin} for a driver built "
+    "from Go modules, {nvml_lib} {driver_root} on fake NVML"
+)
+"""The placeholders of a local driver command, for every ``--help`` that takes one."""
 
 
 def expand_command(command: Sequence[str], **values: str) -> list[str]:

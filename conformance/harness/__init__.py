@@ -40,7 +40,7 @@ from conformance.harness.devices import (
 )
 from conformance.harness.diagnostics import LogMarks, collect
 from conformance.harness.faults import FaultCommandFailed, FaultCommands, tainted_since
-from conformance.harness.harness import MEASURE_PREFIX, TEST_TAINT_KEY, Harness
+from conformance.harness.harness import MEASURE_PREFIX, PARTIAL_PROPERTY, TEST_TAINT_KEY, Harness
 from conformance.harness.healthstream import HealthReport, HealthStream, choose_version
 from conformance.harness.kube import ApiError, Kube, meta
 from conformance.harness.plugin_client import (
@@ -60,6 +60,7 @@ __all__ = [
     "DRA_SERVICES",
     "MAX_RESULTS_PER_CLAIM",
     "MEASURE_PREFIX",
+    "PARTIAL_PROPERTY",
     "TEST_TAINT_KEY",
     "ApiError",
     "ClaimRef",

@@ -26,6 +26,7 @@ __all__ = [
     "bare_configs",
     "feature_gates",
     "gaps",
+    "lacking",
     "missing",
     "parse_minor",
 ]
@@ -158,6 +159,12 @@ def _alternatives(need: str) -> list[str]:
 
 def _since(rule: Rule) -> int:
     return parse_minor(rule.since) if rule.since != "-" else 0
+
+
+def lacking(need: str, env: Environment) -> str | None:
+    """Why one need (a capability of the profile or the cluster backend, ``devices>=N``, ...) is not
+    met in ``env``, or None."""
+    return _lacks(need, env)
 
 
 def missing(rule: Rule, env: Environment) -> str | None:

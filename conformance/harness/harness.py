@@ -7,6 +7,7 @@ what containers see, and reaches the driver's sockets. Tests stay short and read
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import time
@@ -22,7 +23,7 @@ from clusters.pytest_plugin import SESSION_LABEL
 from conformance import manifests
 from conformance.catalogue import Rule
 from conformance.harness import devices as slicedevices
-from conformance.harness.capabilities import Environment
+from conformance.harness.capabilities import Environment, lacking
 from conformance.harness.diagnostics import LogMarks
 from conformance.harness.faults import FaultCommands, wait_untainted
 from conformance.harness.healthstream import HealthStream, choose_version
@@ -44,13 +45,16 @@ from conformance.harness.views import shown_by_way
 from conformance.harness.waiting import Objects, WaitTimeout, until, watch_until
 from conformance.profiles import VIEW_WAYS, AttributeMatch, DriverProfile
 
-__all__ = ["MEASURE_PREFIX", "TEST_TAINT_KEY", "Harness"]
+__all__ = ["MEASURE_PREFIX", "PARTIAL_PROPERTY", "TEST_TAINT_KEY", "Harness"]
 
 
 Obj = dict[str, Any]
 
 TEST_TAINT_KEY = "dra-conformance.io/test"
 """The key of the device taints the suite makes (their value is the test's namespace)."""
+
+PARTIAL_PROPERTY = "dra_partial"
+"""The ``user_properties`` name under which :meth:`Harness.partial` records what a test left unchecked."""
 
 MEASURE_PREFIX = "dra_measure:"
 """Prefix of the ``user_properties`` names under which :meth:`Harness.measure` records figures."""
@@ -458,6 +462,30 @@ class Harness:
         """Record a figure of this test (e.g. ``fault_to_taint_s``): it goes to the test's record in
         the report (``measures``), where the benchmark reads it."""
         self.properties.append((f"{MEASURE_PREFIX}{name}", round(seconds, 3)))
+
+    def can(self, capability: str, check: str) -> bool:
+        """Whether the cluster backend has ``capability`` for ``check`` (what the test would look at);
+        without it the test is marked :meth:`partial`, naming the check and the reason."""
+        lack = lacking(capability, self.env)
+        if lack:
+            self.partial(f"{check} was not checked: {lack}")
+        return lack is None
+
+    def partial(self, unchecked: str) -> None:
+        """Say that the test could not look at part of what its rule states (``unchecked``: what, and
+        why): if it passes, its outcome is ``partial`` with that reason, never a plain pass; a run
+        with a partial rule is INCOMPLETE. Said twice, both reasons are kept."""
+        for i, (key, value) in enumerate(self.properties):
+            if key == PARTIAL_PROPERTY:
+                self.properties[i] = (key, f"{value}; {unchecked}")
+                break
+        else:
+            self.properties.append((PARTIAL_PROPERTY, unchecked))
+        with contextlib.suppress(Exception):  # allure is off in this run
+            import allure
+
+            tag: Any = allure.dynamic.tag  # untyped library
+            tag("partial")
 
     # --- faults and health -------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from conformance.harness import MEASURE_PREFIX
+from conformance.harness import MEASURE_PREFIX, PARTIAL_PROPERTY
 from conformance.report import TestRecord
 
 __all__ = ["record_of"]
@@ -30,6 +30,8 @@ def record_of(phases: list[pytest.TestReport]) -> TestRecord | None:
         elif r.failed and outcome in ("passed", "xpassed"):
             outcome = "failed" if r.when == "call" else "error"
             reason, longrepr = _crash_message(r), str(r.longrepr)
+    if outcome == "passed" and props.get(PARTIAL_PROPERTY):
+        outcome, reason = "partial", str(props[PARTIAL_PROPERTY])
     return TestRecord(
         nodeid=phases[0].nodeid,
         rule=str(rule),

@@ -35,6 +35,7 @@ DIAGNOSTIC_LINES, DIAGNOSTIC_CHARS = 400, 60_000
 
 LABELS = {
     "passed": "passed",
+    "partial": "partial",
     "failed": "failed",
     "skipped": "skipped",
     "expected-failure": "expected failure",
@@ -47,7 +48,8 @@ CSS = (
 :root { --fg: #1f2328; --muted: #59636e; --line: #d1d9e0; --bg-soft: #f6f8fa;
   --passed: #1a7f37; --passed-bg: #dafbe1; --failed: #cf222e; --failed-bg: #ffebe9;
   --skipped: #0969da; --skipped-bg: #ddf4ff; --expected-failure: #8250df; --expected-failure-bg: #fbefff;
-  --unexpected-pass: #9a6700; --unexpected-pass-bg: #fff8c5; --not-run: #59636e; --not-run-bg: #eff2f5; }
+  --unexpected-pass: #9a6700; --unexpected-pass-bg: #fff8c5; --partial: #1b7c83; --partial-bg: #d8f3f6;
+  --not-run: #59636e; --not-run-bg: #eff2f5; }
 * { box-sizing: border-box; }
 [hidden] { display: none !important; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;

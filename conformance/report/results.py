@@ -4,11 +4,13 @@ The pytest plugin writes a :class:`TestRecord` per test (controller side, also u
 one JSON line to ``<run dir>/records.jsonl``; :func:`rule_results` folds them into one
 :class:`RuleResult` per catalogue rule. The report (:mod:`conformance.report`) renders these.
 
-Outcomes of a test: ``passed``, ``failed``, ``error`` (setup or teardown failed), ``skipped``,
+Outcomes of a test: ``passed``, ``partial`` (passed, but could not look at all its rule states: the
+reason says what it left unchecked), ``failed``, ``error`` (setup or teardown failed), ``skipped``,
 ``xfailed`` (a known failure of the profile failed), ``xpassed`` (a known failure passed).
 Outcomes of a rule (:data:`RULE_OUTCOMES`), worst first: ``failed`` (any test failed or errored),
-``unexpected-pass`` (a known failure passed), ``expected-failure``, ``passed`` (every test that ran
-passed), ``skipped`` (nothing ran; the reason says why), ``not-run`` (not selected, or no test).
+``unexpected-pass`` (a known failure passed), ``expected-failure``, ``partial`` (no test failed,
+one passed partially), ``passed`` (every test that ran passed), ``skipped`` (nothing ran; the
+reason says why), ``not-run`` (not selected, or no test).
 """
 
 from __future__ import annotations
@@ -33,15 +35,26 @@ __all__ = [
     "rule_results",
 ]
 
-TestOutcome = Literal["passed", "failed", "error", "skipped", "xfailed", "xpassed"]
-RuleOutcome = Literal["failed", "unexpected-pass", "expected-failure", "passed", "skipped", "not-run"]
+TestOutcome = Literal["passed", "partial", "failed", "error", "skipped", "xfailed", "xpassed"]
+RuleOutcome = Literal[
+    "failed", "unexpected-pass", "expected-failure", "partial", "passed", "skipped", "not-run"
+]
 
-TEST_OUTCOMES: tuple[TestOutcome, ...] = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+TEST_OUTCOMES: tuple[TestOutcome, ...] = (
+    "passed",
+    "partial",
+    "failed",
+    "error",
+    "skipped",
+    "xfailed",
+    "xpassed",
+)
 """Every test outcome."""
 RULE_OUTCOMES: tuple[RuleOutcome, ...] = (
     "failed",
     "unexpected-pass",
     "expected-failure",
+    "partial",
     "passed",
     "skipped",
     "not-run",
@@ -184,6 +197,8 @@ def _verdict(tests: Sequence[TestRecord]) -> tuple[RuleOutcome, str]:
         return "unexpected-pass", by["xpassed"][0].reason
     if by["xfailed"]:
         return "expected-failure", by["xfailed"][0].reason
+    if by["partial"]:
+        return "partial", by["partial"][0].reason
     if by["passed"]:
         return "passed", ""
     if by["skipped"]:

@@ -21,6 +21,7 @@ __all__ = [
 
 DISPLAY_ORDER: tuple[RuleOutcome, ...] = (
     "passed",
+    "partial",
     "failed",
     "skipped",
     "expected-failure",

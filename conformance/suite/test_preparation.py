@@ -84,7 +84,7 @@ def test_cdi_ids_resolve(dra: Harness) -> None:
     assert ids, "the claim's devices got no CDI ids"
     for cdi_id in ids:
         parse_qualified_name(cdi_id)  # ValueError names the bad id
-    if "grpc" in dra.env.cluster_capabilities:
+    if dra.can("grpc", "whether a spec on the node defines each id (they are well formed)"):
         defined = dra.cdi_devices()
         unresolved = [i for i in ids if i not in defined]
         assert not unresolved, f"CDI ids no spec on {dra.node} defines: {unresolved}"
@@ -330,7 +330,7 @@ def test_unprepare_on_delete(dra: Harness) -> None:
     ids = _cdi_ids(dra, name, claim)
     dra.delete("Pod", name)
     dra.wait_gone("Pod", name)
-    if "grpc" in dra.env.cluster_capabilities:
+    if dra.can("grpc", "whether its CDI spec was removed (the pod went)"):
         dra.wait_undefined(ids, "the claim's CDI devices")
 
 
@@ -344,7 +344,7 @@ def test_force_deleted_pod_is_unprepared(dra: Harness) -> None:
     dra.delete("Pod", name, grace_seconds=0)
     dra.delete("ResourceClaim", claim_name)
     dra.wait_gone("ResourceClaim", claim_name)
-    if "grpc" in dra.env.cluster_capabilities:
+    if dra.can("grpc", "whether its CDI spec was removed (the claim went)"):
         dra.wait_undefined(ids, "the force-deleted pod's CDI devices")
     again, _ = dra.run_pod(dra.widest())  # its devices can be prepared again
     assert meta(again)["name"]

@@ -385,3 +385,11 @@ def test_run_options_override_the_pods_section() -> None:
         SuiteConfig.build("reference-gpu", node_selector="pool")
     with pytest.raises(UsageError, match=r"^--image 'a b': give an image reference without spaces"):
         SuiteConfig.build("reference-gpu", image="a b")
+
+
+def test_run_takes_the_local_node_kind() -> None:
+    assert SuiteConfig.build("reference-gpu", node_kind="agent,kubelet").node_kind == "agent,kubelet"
+    with pytest.raises(UsageError, match=r"^--node-kind: node kind 'robot' is not agent or kubelet"):
+        SuiteConfig.build("reference-gpu", node_kind="robot")
+    with pytest.raises(UsageError, match=r"^--node-kind is for the local tier"):
+        SuiteConfig.build("reference-gpu", cluster="kind", node_kind="kubelet")

@@ -97,6 +97,7 @@ def test_counts_per_area_and_in_total(tmp_path: Path) -> None:
         "failed": 2,
         "unexpected-pass": 0,
         "expected-failure": 1,
+        "partial": 0,
         "passed": 1,
         "skipped": 0,
         "not-run": 14,
@@ -232,6 +233,7 @@ def test_summary_table(tmp_path: Path) -> None:
     assert lines[0].split() == [
         "area",
         "passed",
+        "partial",
         "failed",
         "skipped",
         "expected-failure",
@@ -240,8 +242,8 @@ def test_summary_table(tmp_path: Path) -> None:
     ]
     rows = {line.split()[0]: line.split()[1:] for line in lines if line and not line.startswith("-")}
     assert list(rows)[1:] == [*AREAS, "total"]
-    assert rows["REG"] == ["1", "2", "0", "1", "0", "14"]
-    assert rows["total"] == ["4", "2", "1", "1", "1", "89"]
+    assert rows["REG"] == ["1", "0", "2", "0", "1", "0", "14"]
+    assert rows["total"] == ["4", "0", "2", "1", "1", "1", "89"]
     # numbers right-aligned under their headers: every line as long as the header
     assert {len(line) for line in lines} == {len(lines[0])}
 

@@ -14,6 +14,7 @@ import base64
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -296,6 +297,17 @@ def test_external_cluster_skips_what_it_cannot_reach_and_keeps_what_is_not_its(
             "a class the suite made is left"
         )
         assert kube.get("DeviceClass", theirs["metadata"]["name"]) is not None, "the suite deleted a class"
+        # a rule checked only in part there passes as partial, saying what it left out
+        shutil.rmtree(pytester.path / "run")  # the first run's report
+        partial = run_suite(
+            pytester, local_binaries, profile, rules=["SHARE-UNUSED"], external=cluster.kubeconfig
+        )
+        reason = next(r.reason for r in partial.report.rules if r.rule.id == "SHARE-UNUSED")
+        assert partial.outcomes["SHARE-UNUSED"] == "partial", partial.explain()
+        assert reason.startswith(
+            "whether the claim was prepared (the pod ran) was not checked: cluster backend"
+        )
+        assert partial.report.verdict.state == "INCOMPLETE"
 
 
 MISSING_SECRET = r"^image pull secret 'regcred' .* not in namespace 'default'"

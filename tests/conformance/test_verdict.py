@@ -12,7 +12,9 @@ import pytest
 
 from conformance import profiles
 from conformance.catalogue import CORE, CORE_SINCE, RULES, by_id, groups, is_core
+from conformance.harness import PARTIAL_PROPERTY
 from conformance.harness.capabilities import DRA_V1_MINOR
+from conformance.plugin.records import record_of
 from conformance.profiles import PROFILE_CAPABILITIES
 from conformance.report import Report, TestRecord, build, load, verdict_lines, write
 from conformance.runner import plan
@@ -197,3 +199,55 @@ def test_a_minimal_profile_reads_incomplete_with_its_list(tmp_path: Path, cluste
     assert any("faults.inject" in r for r in reasons)
     if cluster == "external":
         assert GRPC_SKIP in reasons
+
+
+PARTIAL = "which devices its container got (the pod ran) was not checked: cluster backend 'external' cannot"
+
+
+def test_a_partial_pass_is_never_a_plain_pass(tmp_path: Path) -> None:
+    """A test that could not look at part of its rule passes as ``partial``, with what it left out,
+    in every format; the rule is not checked in full, so the run is INCOMPLETE."""
+    records = [
+        record(r.id, "partial", reason=PARTIAL) if r.id == "SHARE-MIXED" else record(r.id, "passed")
+        for r in RULES
+    ]
+    report = built(tmp_path, records, capabilities=tuple(PROFILE_CAPABILITIES))
+    result = next(r for r in report.rules if r.rule.id == "SHARE-MIXED")
+    assert (result.outcome, result.reason) == ("partial", PARTIAL)
+    assert report.totals["partial"] == 1 and report.totals["passed"] == 97
+    verdict = report.verdict
+    assert verdict.state == "INCOMPLETE" and "Kubernetes 1.35" not in verdict.levels
+    assert verdict_lines(report)[1] == f"  partial (1): {PARTIAL}: SHARE-MIXED"
+    write(report, tmp_path / "out")
+    data = json.loads((tmp_path / "out" / "conformance.json").read_text())
+    assert next(r for r in data["rules"] if r["id"] == "SHARE-MIXED")["outcome"] == "partial"
+    assert load(tmp_path / "out" / "conformance.json").totals == report.totals
+    assert "| SHARE-MIXED | partial |" in (tmp_path / "out" / "conformance.md").read_text()
+    assert 'data-outcome="partial"' in (tmp_path / "out" / "index.html").read_text()
+
+
+def test_a_test_that_says_partial_records_partial_only_when_it_passed() -> None:
+    def phases(call_failed: bool) -> list[pytest.TestReport]:
+        props = [("dra_rule", "SHARE-MIXED"), (PARTIAL_PROPERTY, PARTIAL)]
+        made = []
+        for when in ("setup", "call", "teardown"):
+            failed = call_failed and when == "call"
+            outcome = "failed" if failed else "passed"
+            location = ("test_sharing.py", 1, "test_x")
+            made.append(
+                pytest.TestReport(
+                    "test_sharing.py::test_x",
+                    location,
+                    {},
+                    outcome,
+                    "boom" if failed else None,
+                    when,
+                    user_properties=props,
+                )
+            )
+        return made
+
+    passed = record_of(phases(call_failed=False))
+    assert passed is not None and (passed.outcome, passed.reason) == ("partial", PARTIAL)
+    failed = record_of(phases(call_failed=True))
+    assert failed is not None and failed.outcome == "failed"
