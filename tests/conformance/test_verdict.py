@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -232,7 +232,7 @@ def test_a_test_that_says_partial_records_partial_only_when_it_passed() -> None:
         made = []
         for when in ("setup", "call", "teardown"):
             failed = call_failed and when == "call"
-            outcome = "failed" if failed else "passed"
+            outcome: Literal["passed", "failed"] = "failed" if failed else "passed"
             location = ("test_sharing.py", 1, "test_x")
             made.append(
                 pytest.TestReport(
