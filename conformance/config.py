@@ -18,7 +18,7 @@ from clusters.incluster import DriverRelease
 from clusters.local.settings import parse_node_kinds
 from conformance import catalogue
 from conformance.errors import ProfileError, UsageError
-from conformance.profiles import DriverProfile, load, node_labels
+from conformance.profiles import DriverProfile, load, node_labels, valid_image
 
 __all__ = ["CLUSTER_KINDS", "IN_CLUSTER", "SuiteConfig", "new_run_id", "select"]
 
@@ -280,7 +280,7 @@ def _with_pods(profile: DriverProfile, image: str | None, node_selector: str | N
     """The profile with ``--image`` and ``--node-selector`` in place of its ``pods`` fields."""
     pods = profile.pods
     if image is not None:
-        if not image.strip() or any(c.isspace() for c in image):
+        if not valid_image(image):
             raise UsageError(
                 f"--image {image!r}: give an image reference without spaces (my-mirror/busybox:1.36)"
             )

@@ -86,8 +86,9 @@ def feature_gates(metrics: str) -> dict[str, bool]:
     return dict(sorted(gates.items()))
 
 
-def _lacks(need: str, env: Environment) -> str | None:
-    """Why ``need`` is not met, or None."""
+def lacking(need: str, env: Environment) -> str | None:
+    """Why one need (a capability of the profile or the cluster backend, ``devices>=N``, ...) is not
+    met in ``env``, or None."""
     profile = env.profile
     if need in PROFILE_CAPABILITIES:
         return None if profile.claims(need) else f"profile {profile.name} does not claim {need}"
@@ -161,12 +162,6 @@ def _since(rule: Rule) -> int:
     return parse_minor(rule.since) if rule.since != "-" else 0
 
 
-def lacking(need: str, env: Environment) -> str | None:
-    """Why one need (a capability of the profile or the cluster backend, ``devices>=N``, ...) is not
-    met in ``env``, or None."""
-    return _lacks(need, env)
-
-
 def missing(rule: Rule, env: Environment) -> str | None:
     """Why ``rule`` cannot be checked in ``env`` (the first need that is not met), or None.
 
@@ -176,7 +171,7 @@ def missing(rule: Rule, env: Environment) -> str | None:
     if since and env.k8s_minor and env.k8s_minor < since:
         return f"needs Kubernetes 1.{since}+ ({rule.since}); the cluster runs {env.k8s_version}"
     for need in rule.needs:
-        reasons = [_lacks(n, env) for n in _alternatives(need)]
+        reasons = [lacking(n, env) for n in _alternatives(need)]
         if all(reasons):
             return "; ".join(r for r in reasons if r)
     return None
@@ -192,7 +187,7 @@ def assumed(rule: Rule, env: Environment) -> list[str]:
         gate = re.sub(r"^v?1\.\d+\s*", "", rule.since)  # "(DRADeviceTaints)", or nothing
         out.append(f"the cluster runs Kubernetes 1.{since}+ {gate}".rstrip())
     for need in rule.needs:
-        met = [n for n in _alternatives(need) if _lacks(n, env) is None]
+        met = [n for n in _alternatives(need) if lacking(n, env) is None]
         unknown = [u for n in met if (u := _unknown(n, env))]
         if met and len(unknown) == len(met):
             out.append(" or ".join(unknown))

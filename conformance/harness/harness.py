@@ -102,6 +102,7 @@ class Harness:
         self._cleanups: list[Callable[[], object]] = []
         self._tainted_before: dict[str, set[str]] = {}
         self._heals: set[tuple[str, ...]] = set()
+        self._secrets_copied = False
         self.cdi_before: frozenset[str] = frozenset()
         """The CDI devices defined on :attr:`node` as the test began (when the suite can read them)."""
 
@@ -177,8 +178,9 @@ class Harness:
         """Create a Pod pinned to this test's node (arguments as :func:`conformance.manifests.pod`)."""
         spec.setdefault("node", self.node)
         pods = self.profile.pods
-        if pods.image_pull_secrets:
+        if pods.image_pull_secrets and not self._secrets_copied:
             copy_secrets(self.tracker, pods.image_pull_secrets, self.namespace)
+            self._secrets_copied = True
         spec.setdefault("image", pods.image)
         spec.setdefault("tolerations", pods.tolerations)
         spec.setdefault("pull_secrets", pods.image_pull_secrets)

@@ -30,6 +30,7 @@ from conformance.profiles.schema import (
     ViewPattern,
     node_labels,
     parse,
+    valid_image,
 )
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "node_labels",
     "parse",
     "shipped",
+    "valid_image",
 ]
 
 SHIPPED_DIR = Path(__file__).resolve().parent

@@ -45,6 +45,7 @@ __all__ = [
     "ViewPattern",
     "node_labels",
     "parse",
+    "valid_image",
 ]
 
 PROFILE_CAPABILITIES: Mapping[str, str] = {
@@ -749,6 +750,11 @@ _TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
 _EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
+def valid_image(image: str) -> bool:
+    """Whether ``image`` can be an image reference: not empty, no whitespace."""
+    return bool(image) and not any(c.isspace() for c in image)
+
+
 def node_labels(text: str, source: str) -> dict[str, str]:
     """``key=value,...`` (``--node-selector``) as labels; :class:`ProfileError` naming ``source``
     and the bad part."""
@@ -768,7 +774,7 @@ def _pods(r: _Reader | None) -> TestPods:
         return TestPods()
     r.known(["image", "imagePullSecrets", "tolerations", "nodeSelector"])
     image = r.get("image", str, DEFAULT_IMAGE)
-    if not image.strip() or any(c.isspace() for c in image):
+    if not valid_image(image):
         r.fail(image, "an image reference without spaces (e.g. my-mirror/busybox:1.36)", "image")
     secrets = r.strings("imagePullSecrets")
     for secret in secrets:
