@@ -13,9 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from clusters.errors import CapabilityMissing
+
+if TYPE_CHECKING:
+    from draproto.rest import Rest
 
 __all__ = ["Cluster", "ContainerView", "PodRef", "pod_key"]
 
@@ -95,6 +98,13 @@ class Cluster(abc.ABC):
     cluster, whose profile's commands add them."""
 
     _api_client: Any = None
+
+    def rest(self) -> Rest:
+        """Plain-JSON requests over :meth:`api_client` (what the client's API classes would send,
+        without importing their models: about a second of CPU a process)."""
+        from draproto.rest import Rest  # grpc comes with draproto: not for every user of this module
+
+        return Rest(self.api_client())
 
     @property
     @abc.abstractmethod

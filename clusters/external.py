@@ -90,19 +90,18 @@ class ExternalCluster(Cluster):
     def nodes(self) -> list[str]:
         """The nodes given, else those where the driver publishes node-local ResourceSlices; of
         either, only those :attr:`node_selector` matches."""
-        from kubernetes import client
-
+        rest = self.rest()
         if self._nodes:
             found = set(self._nodes)
         else:
-            api = client.ResourceV1Api(self.api_client())
-            selector = f"spec.driver={self.driver}" if self.driver else None
-            items = api.list_resource_slice(field_selector=selector, _request_timeout=30).items
-            found = {s.spec.node_name for s in items if s.spec and s.spec.node_name}
+            query = {"fieldSelector": f"spec.driver={self.driver}"} if self.driver else {}
+            items = (
+                rest.send("GET", "/apis/resource.k8s.io/v1/resourceslices", query=query).get("items") or []
+            )
+            found = {str(s["spec"]["nodeName"]) for s in items if (s.get("spec") or {}).get("nodeName")}
         if self.node_selector:
-            core = client.CoreV1Api(self.api_client())
-            chosen = core.list_node(label_selector=self.node_selector, _request_timeout=30).items
-            found &= {n.metadata.name for n in chosen if n.metadata}
+            chosen = rest.send("GET", "/api/v1/nodes", query={"labelSelector": self.node_selector})
+            found &= {str(n["metadata"]["name"]) for n in chosen.get("items") or []}
         return sorted(found)
 
     def command(self, key: str, node: str, mode: str = "") -> list[str]:

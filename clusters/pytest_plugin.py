@@ -42,6 +42,7 @@ from clusters.local import binaries, daemon
 from clusters.local.attached import AttachedLocalCluster
 from clusters.local.driverproc import COMMAND_PLACEHOLDERS
 from clusters.local.settings import LocalSettings
+from draproto.rest import Rest, RestError
 
 __all__ = [
     "SESSION_LABEL",
@@ -237,36 +238,27 @@ def namespace(dra_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[
 
     It carries :data:`SESSION_LABEL`, so a test can tell this session's namespaces from others'.
     """
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    core = client.CoreV1Api(dra_cluster.api_client())
+    rest = dra_cluster.rest()
     name = _namespace_name(request)
     labels = {SESSION_LABEL: _session(request).slot.name}
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+    rest.send("POST", "/api/v1/namespaces", body={"metadata": {"name": name, "labels": labels}})
     try:
-        _wait_default_service_account(core, name)
+        _wait_default_service_account(rest, name)
         yield name
     finally:
         try:
-            core.delete_namespace(name)
-        except ApiException as e:
+            rest.send("DELETE", f"/api/v1/namespaces/{name}")
+        except RestError as e:
             if e.status != 404:
                 raise
 
 
-def _wait_default_service_account(core: Any, namespace: str, timeout: float = 60.0) -> None:
+def _wait_default_service_account(rest: Rest, namespace: str, timeout: float = 60.0) -> None:
     """Pods are refused until the service-account controller made ``default``: wait for it."""
-    from kubernetes.client.exceptions import ApiException
-
     deadline = time.monotonic() + timeout
     while True:
-        try:
-            core.read_namespaced_service_account("default", namespace)
+        if rest.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/default") is not None:
             return
-        except ApiException as e:
-            if e.status != 404:
-                raise
         if time.monotonic() > deadline:
             raise ClusterError(
                 f"namespace {namespace} has no 'default' service account after {timeout:.0f} s: "

@@ -47,6 +47,7 @@ def _api_client(settings: Settings) -> Any:
 
 def run(settings: Settings, stop: threading.Event) -> int:
     """Run the driver until ``stop`` is set; returns the exit code."""
+    from draproto.rest import Rest
     from driver import devices
     from driver.claims import ApiClaimSource
     from driver.consumable import make_consumable
@@ -58,7 +59,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
     from driver.slicing import taints_from_faults
     from driver.state import DeviceState
 
-    api = _api_client(settings)
+    api = Rest(_api_client(settings))
     if settings.backend.kind == "fake":
         import fakegpu
 

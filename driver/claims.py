@@ -8,11 +8,11 @@ client's models. ``status.devices`` (``driver.devicestatus``) is written by serv
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from draproto.rest import Rest, RestError, q
 from driver.errors import ClaimError
 
 __all__ = [
@@ -62,68 +62,47 @@ def apply_body(namespace: str, name: str, uid: str, devices: Sequence[Mapping[st
 
 
 class ApiClaimSource:
-    """Reads ``resource.k8s.io/v1`` ResourceClaims from the API server."""
+    """Reads ``resource.k8s.io/v1`` ResourceClaims from the API server (raw JSON, :mod:`draproto.rest`)."""
 
-    def __init__(self, api_client: Any, timeout_s: float = 10.0) -> None:
-        from kubernetes import client
-
+    def __init__(self, rest: Rest, timeout_s: float = 10.0) -> None:
+        self._rest = rest
         self._timeout = timeout_s
-        # Any: the client's models are not needed, the raw JSON is read instead
-        self._typed: Any = client.ResourceV1Api(api_client) if hasattr(client, "ResourceV1Api") else None
-        self._custom: Any = client.CustomObjectsApi(api_client)
+
+    @staticmethod
+    def _path(namespace: str, name: str, subresource: str = "") -> str:
+        path = f"/apis/resource.k8s.io/v1/namespaces/{q(namespace)}/resourceclaims/{q(name)}"
+        return f"{path}/{subresource}" if subresource else path
 
     def get_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            if self._typed is not None:
-                response = self._typed.read_namespaced_resource_claim(
-                    name, namespace, _preload_content=False, _request_timeout=self._timeout
-                )
-                data: Mapping[str, Any] = json.loads(response.data)
-                return data
-            obj: Mapping[str, Any] = self._custom.get_namespaced_custom_object(
-                "resource.k8s.io", "v1", namespace, "resourceclaims", name, _request_timeout=self._timeout
-            )
-            return obj
-        except ApiException as e:
+            return self._rest.send("GET", self._path(namespace, name), timeout=self._timeout)
+        except RestError as e:
             if e.status == 404:
                 return None
-            raise ClaimError(f"cannot read ResourceClaim {namespace}/{name}: {e.status} {e.reason}") from e
-        except Exception as e:  # urllib3 connection errors and the like; the kubelet retries
-            raise ClaimError(f"cannot read ResourceClaim {namespace}/{name}: {e}") from e
+            # no answer (status 0) or a refusal: the kubelet retries
+            raise ClaimError(f"cannot read ResourceClaim {namespace}/{name}: {_why(e)}") from e
 
     def apply_device_status(
         self, namespace: str, name: str, uid: str, manager: str, devices: Sequence[Mapping[str, Any]]
     ) -> Mapping[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            response = self._custom.patch_namespaced_custom_object_status(
-                "resource.k8s.io",
-                "v1",
-                namespace,
-                "resourceclaims",
-                name,
-                apply_body(namespace, name, uid, devices),
-                field_manager=manager,
-                force=True,  # the driver owns its entries, whoever touched them meanwhile
-                _content_type="application/apply-patch+yaml",
-                _preload_content=False,
-                _request_timeout=self._timeout,
+            data: Mapping[str, Any] = self._rest.send(
+                "PATCH",
+                self._path(namespace, name, "status"),
+                # force: the driver owns its entries, whoever touched them meanwhile
+                query={"fieldManager": manager, "force": "true"},
+                body=apply_body(namespace, name, uid, devices),
+                content_type="application/apply-patch+yaml",
+                timeout=self._timeout,
             )
-            data: Mapping[str, Any] = json.loads(response.data)
-        except ApiException as e:
-            if e.status == 404 or _recreated(e.status, _message(e.body)):
+        except RestError as e:
+            if e.status == 404 or _recreated(e.status, e.reason):
                 return None  # gone, or re-created: not the claim that was prepared
-            if e.status == 422 and _allocation_changed(_message(e.body)):
+            if e.status == 422 and _allocation_changed(e.reason):
                 return self._replace_device_status(namespace, name, uid, manager, devices)
             raise ClaimError(
-                f"cannot apply status.devices of ResourceClaim {namespace}/{name}: "
-                f"{e.status} {e.reason}: {_message(e.body)}"
+                f"cannot apply status.devices of ResourceClaim {namespace}/{name}: {_why(e)}"
             ) from e
-        except Exception as e:  # urllib3 connection errors and the like
-            raise ClaimError(f"cannot apply status.devices of ResourceClaim {namespace}/{name}: {e}") from e
         if _keys(data, manager) != _keys({"status": {"devices": devices}}, manager):
             # entries of this driver that its apply does not own (written by a replace, below)
             # outlive the apply: replace the status instead
@@ -144,8 +123,6 @@ class ApiClaimSource:
         is tried again. What a replace wrote belongs to ``manager``'s update, not to its apply, so
         a later apply cannot remove it: ``apply_device_status`` then replaces again.
         """
-        from kubernetes.client.exceptions import ApiException
-
         what = f"status.devices of ResourceClaim {namespace}/{name}"
         for _attempt in range(_REPLACE_ATTEMPTS):
             claim = self.get_claim(namespace, name)
@@ -155,31 +132,28 @@ class ApiClaimSource:
             kept = [d for d in status.get("devices") or [] if d.get("driver") != manager]
             status["devices"] = kept + [dict(d) for d in devices]
             try:
-                response = self._custom.replace_namespaced_custom_object_status(
-                    "resource.k8s.io",
-                    "v1",
-                    namespace,
-                    "resourceclaims",
-                    name,
-                    {**claim, "status": status},
-                    field_manager=manager,
-                    _preload_content=False,
-                    _request_timeout=self._timeout,
+                return self._rest.send(
+                    "PUT",
+                    self._path(namespace, name, "status"),
+                    query={"fieldManager": manager},
+                    body={**claim, "status": status},
+                    timeout=self._timeout,
                 )
-                data: Mapping[str, Any] = json.loads(response.data)
-                return data
-            except ApiException as e:
+            except RestError as e:
                 if e.status == 404:
                     return None
                 if e.status == 409:
                     continue
-                raise ClaimError(f"cannot replace {what}: {e.status} {e.reason}: {_message(e.body)}") from e
-            except Exception as e:  # urllib3 connection errors and the like
-                raise ClaimError(f"cannot replace {what}: {e}") from e
+                raise ClaimError(f"cannot replace {what}: {_why(e)}") from e
         raise ClaimError(f"cannot replace {what}: it changed {_REPLACE_ATTEMPTS} times while being written")
 
 
 _REPLACE_ATTEMPTS = 3
+
+
+def _why(e: RestError) -> str:
+    """The status and the server's reason of a refusal; what went wrong when no answer came."""
+    return f"{e.status} {e.reason}" if e.status else str(e)
 
 
 def _keys(claim: Mapping[str, Any], driver: str) -> set[tuple[str, str, str]]:
@@ -202,14 +176,6 @@ def _recreated(status: int, message: str) -> bool:
     """Whether the API server refused the apply's UID: the claim was re-created under its name
     (``metadata.uid: ... field is immutable``, 422; a UID precondition, 409)."""
     return (status == 422 and "metadata.uid" in message) or (status == 409 and "uid" in message.lower())
-
-
-def _message(body: Any) -> str:
-    """The ``message`` of an API ``Status`` body (the reason a write was refused), else the body."""
-    try:
-        return str(json.loads(body)["message"])
-    except (TypeError, ValueError, KeyError):
-        return str(body)[:500]
 
 
 class MemoryClaimSource:

@@ -15,11 +15,12 @@ Nothing here runs unless one of them is on.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
+
+from draproto.rest import Rest, RestError, q
 
 __all__ = ["POD_SWITCHES", "ApiPodSource", "FirstPodWatch", "PodSource", "first_pod", "referenced"]
 
@@ -40,27 +41,21 @@ class PodSource(Protocol):
 
 
 class ApiPodSource:
-    """Reads Pods from the API server (JSON, not the client's models)."""
+    """Reads Pods from the API server (raw JSON, :mod:`draproto.rest`)."""
 
-    def __init__(self, api_client: Any, timeout_s: float = 10.0) -> None:
-        from kubernetes import client
-
-        self._core: Any = client.CoreV1Api(api_client)
+    def __init__(self, rest: Rest, timeout_s: float = 10.0) -> None:
+        self._rest = rest
         self._timeout = timeout_s
 
     def get_pod(self, namespace: str, name: str) -> Obj | None:
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            response = self._core.read_namespaced_pod(
-                name, namespace, _preload_content=False, _request_timeout=self._timeout
+            return self._rest.send(
+                "GET", f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}", timeout=self._timeout
             )
-        except ApiException as e:
+        except RestError as e:
             if e.status == 404:
                 return None
             raise
-        pod: Obj = json.loads(response.data)
-        return pod
 
 
 def _pods(claim: Obj) -> list[tuple[str, str]]:

@@ -4,24 +4,21 @@ The agent works on objects as JSON dicts, not as generated models: the
 kubernetes client's models drop fields they do not know and refuse objects
 that miss fields they think required, and a kubelet stand-in must see what the
 server sent. :class:`RestKube` uses the ``kubernetes`` client for configuration,
-TLS and auth, and sends the requests itself. :class:`Kube` is the seam tests
+TLS and auth, and sends the requests through :mod:`draproto.rest`. :class:`Kube` is the seam tests
 fill with an in-memory fake.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import threading
 from collections.abc import Iterator
 from typing import Any, Protocol
-from urllib.parse import quote
 
-import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from draproto.rest import Rest, RestError, q
 from nodeagent.errors import KubeError
 
 __all__ = ["Kube", "RestKube"]
@@ -82,10 +79,6 @@ class Kube(Protocol):
         """Replace a Lease (KubeError 409 on a stale resourceVersion)."""
 
 
-def _q(value: str) -> str:
-    return quote(value, safe="")
-
-
 class RestKube:
     """:class:`Kube` against a real API server."""
 
@@ -97,6 +90,8 @@ class RestKube:
                 k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
                 api_client = k8s_client.ApiClient()
         self.api = api_client
+        self.rest = Rest(api_client)
+        """Plain-JSON requests over :attr:`api`."""
         self._lock = threading.Lock()
         self._resource_group: str | None = None
 
@@ -115,44 +110,13 @@ class RestKube:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float | tuple[float, float] = 30.0,
-        stream: bool = False,
     ) -> Any:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        method, url, headers, _, _ = self.api.param_serialize(
-            method,
-            path,
-            query_params=list((query or {}).items()),
-            header_params=headers,
-            auth_settings=["BearerToken"],
-        )
-        if isinstance(timeout, tuple):
-            t = urllib3.Timeout(connect=timeout[0], read=timeout[1])
-        else:
-            t = urllib3.Timeout(total=timeout)
         try:
-            resp = self.api.rest_client.pool_manager.request(
-                method,
-                url,
-                body=json.dumps(body) if body is not None else None,
-                headers=headers,
-                timeout=t,
-                preload_content=False,
+            return self.rest.send(
+                method, path, query=query, body=body, content_type=content_type, timeout=timeout
             )
-        except urllib3.exceptions.HTTPError as e:
-            raise KubeError(f"{method} {path}: {e}") from e
-        if stream and 200 <= resp.status < 300:
-            return resp
-        data = resp.read()
-        resp.release_conn()
-        if not 200 <= resp.status < 300:
-            message = data.decode(errors="replace")
-            with contextlib.suppress(ValueError, AttributeError):
-                message = json.loads(data).get("message", message)
-            raise KubeError(f"{method} {path}: {resp.status} {message}", resp.status)
-        try:
-            return json.loads(data) if data else {}
-        except ValueError as e:
-            raise KubeError(f"{method} {path}: the answer is not JSON: {e}", resp.status) from e
+        except RestError as e:
+            raise KubeError(str(e), e.status) from e
 
     def _get_or_none(self, path: str) -> Obj | None:
         try:
@@ -198,30 +162,20 @@ class RestKube:
         }
         if resource_version:
             query["resourceVersion"] = resource_version
-        resp = self._send("GET", "/api/v1/pods", query=query, timeout=(10, timeout_seconds + 15), stream=True)
         try:
-            buf = b""
-            for chunk in resp.stream(4096, decode_content=True):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip():
-                        event = json.loads(line)
-                        yield event.get("type", ""), event.get("object") or {}
-        except (urllib3.exceptions.HTTPError, OSError, ValueError) as e:
-            raise KubeError(f"pod watch broke: {e}") from e
-        finally:
-            resp.release_conn()
+            yield from self.rest.watch("/api/v1/pods", query, timeout_seconds, bookmarks=True)
+        except RestError as e:
+            raise KubeError(f"pod watch broke: {e}", e.status) from e
 
     def get_pod(self, namespace: str, name: str) -> Obj | None:
         """See :class:`Kube`."""
-        return self._get_or_none(f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}")
+        return self._get_or_none(f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}")
 
     def update_pod_status(self, pod: Obj) -> Obj:
         """See :class:`Kube`."""
         md = pod["metadata"]
         out: Obj = self._send(
-            "PUT", f"/api/v1/namespaces/{_q(md['namespace'])}/pods/{_q(md['name'])}/status", body=pod
+            "PUT", f"/api/v1/namespaces/{q(md['namespace'])}/pods/{q(md['name'])}/status", body=pod
         )
         return out
 
@@ -234,7 +188,7 @@ class RestKube:
             "preconditions": {"uid": uid},
         }
         try:
-            self._send("DELETE", f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}", body=body)
+            self._send("DELETE", f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}", body=body)
         except KubeError as e:
             if e.status not in (404, 409):  # 409: the UID precondition failed, our pod is gone
                 raise
@@ -244,7 +198,7 @@ class RestKube:
     def get_claim(self, namespace: str, name: str) -> Obj | None:
         """See :class:`Kube`."""
         return self._get_or_none(
-            f"{self._resource_prefix()}/namespaces/{_q(namespace)}/resourceclaims/{_q(name)}"
+            f"{self._resource_prefix()}/namespaces/{q(namespace)}/resourceclaims/{q(name)}"
         )
 
     def delete_slices(self, node: str, driver: str | None = None) -> int:
@@ -261,7 +215,7 @@ class RestKube:
         for item in items:
             name = item["metadata"]["name"]
             try:
-                self._send("DELETE", f"{prefix}/resourceslices/{_q(name)}")
+                self._send("DELETE", f"{prefix}/resourceslices/{q(name)}")
                 deleted += 1
             except KubeError as e:
                 if e.status != 404:
@@ -272,13 +226,13 @@ class RestKube:
 
     def create_event(self, namespace: str, event: Obj) -> None:
         """See :class:`Kube`."""
-        self._send("POST", f"/api/v1/namespaces/{_q(namespace)}/events", body=event)
+        self._send("POST", f"/api/v1/namespaces/{q(namespace)}/events", body=event)
 
     # -- node and lease
 
     def get_node(self, name: str) -> Obj | None:
         """See :class:`Kube`."""
-        return self._get_or_none(f"/api/v1/nodes/{_q(name)}")
+        return self._get_or_none(f"/api/v1/nodes/{q(name)}")
 
     def create_node(self, node: Obj) -> Obj:
         """See :class:`Kube`."""
@@ -289,7 +243,7 @@ class RestKube:
         """See :class:`Kube`."""
         out: Obj = self._send(
             "PATCH",
-            f"/api/v1/nodes/{_q(name)}/status",
+            f"/api/v1/nodes/{q(name)}/status",
             body=patch,
             content_type="application/strategic-merge-patch+json",
         )
@@ -297,12 +251,12 @@ class RestKube:
 
     def get_lease(self, namespace: str, name: str) -> Obj | None:
         """See :class:`Kube`."""
-        return self._get_or_none(f"/apis/coordination.k8s.io/v1/namespaces/{_q(namespace)}/leases/{_q(name)}")
+        return self._get_or_none(f"/apis/coordination.k8s.io/v1/namespaces/{q(namespace)}/leases/{q(name)}")
 
     def create_lease(self, namespace: str, lease: Obj) -> Obj:
         """See :class:`Kube`."""
         out: Obj = self._send(
-            "POST", f"/apis/coordination.k8s.io/v1/namespaces/{_q(namespace)}/leases", body=lease
+            "POST", f"/apis/coordination.k8s.io/v1/namespaces/{q(namespace)}/leases", body=lease
         )
         return out
 
@@ -310,6 +264,6 @@ class RestKube:
         """See :class:`Kube`."""
         name = lease["metadata"]["name"]
         out: Obj = self._send(
-            "PUT", f"/apis/coordination.k8s.io/v1/namespaces/{_q(namespace)}/leases/{_q(name)}", body=lease
+            "PUT", f"/apis/coordination.k8s.io/v1/namespaces/{q(namespace)}/leases/{q(name)}", body=lease
         )
         return out

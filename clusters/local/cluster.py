@@ -22,7 +22,6 @@ this module never imports it. The node agent too is only started as a process
 from __future__ import annotations
 
 import abc
-import json
 import logging
 import os
 import secrets
@@ -32,6 +31,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,10 @@ from clusters.local.gobins import fill_binaries, resolve_fakecri
 from clusters.local.processes import ManagedProcess, install_signal_handlers
 from clusters.local.settings import LocalSettings
 from clusters.pools import PoolsSettled
+from draproto.rest import q
 from nodeagent.layout import NodeLayout
+
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 __all__ = ["LOCAL_CAPABILITIES", "LocalCluster", "LocalClusterBase", "LocalNode", "find_container_view"]
 
@@ -260,11 +263,8 @@ class LocalCluster(LocalClusterBase):
 
     def _delete_slices(self) -> None:
         """Delete every ResourceSlice of the driver, whichever node it names (or none)."""
-        from kubernetes import client
-
-        api = client.ResourceV1Api(self.api_client())
         selector = f"spec.driver={self.settings.driver_name}"
-        api.delete_collection_resource_slice(field_selector=selector, _request_timeout=30)
+        self.rest().send("DELETE", SLICES, query={"fieldSelector": selector})
 
     def stop_driver(self, node: str) -> None:
         """Stop (SIGTERM) the driver on ``node``; :meth:`restart_driver` starts it again."""
@@ -526,11 +526,8 @@ class LocalCluster(LocalClusterBase):
         return driver_sockets(n.layout.registry_dir, self.settings.driver_name)
 
     def _slice_uids(self, n: LocalNode) -> set[str]:
-        from kubernetes import client
-
-        api = client.ResourceV1Api(self.api_client())
-        items = api.list_resource_slice(field_selector=f"spec.nodeName={n.name}", _request_timeout=30).items
-        return {str(s.metadata.uid) for s in items if s.metadata}
+        listed = self.rest().send("GET", SLICES, query={"fieldSelector": f"spec.nodeName={n.name}"})
+        return {str(s["metadata"]["uid"]) for s in listed.get("items") or []}
 
     def _wait_republished(self, n: LocalNode, old: set[str], timeout: float = 30.0) -> None:
         """Wait until the node has slices and none of them is in ``old``.
@@ -549,21 +546,13 @@ class LocalCluster(LocalClusterBase):
         log.warning("ResourceSlices of %s not republished %.0f s after a restart", n.name, timeout)
 
     def _wait_lease_renewed(self, n: LocalNode, since: float) -> None:
-        from kubernetes import client
-
-        coord = client.CoordinationV1Api(self.api_client())
+        rest = self.rest()
+        path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{q(n.name)}"
 
         def renewed() -> bool:
-            from kubernetes.client.exceptions import ApiException
-
-            try:
-                lease = coord.read_namespaced_lease(n.name, "kube-node-lease", _request_timeout=10)
-            except ApiException as e:
-                if e.status == 404:  # not made yet (a kubelet makes it some time after its start)
-                    return False
-                raise
-            renew = lease.spec.renew_time if lease.spec else None
-            return renew is not None and renew.timestamp() >= since - 1.0
+            # None: not made yet (a kubelet makes it some time after its start)
+            renew = ((rest.get(path) or {}).get("spec") or {}).get("renewTime")
+            return renew is not None and _timestamp(renew) >= since - 1.0
 
         procs = [n.agent] if n.agent else []
         self._wait(
@@ -615,33 +604,28 @@ class LocalCluster(LocalClusterBase):
         )
 
     def _wait_nodes_ready(self, nodes: Sequence[LocalNode]) -> None:
-        from kubernetes import client
-
-        core = client.CoreV1Api(self.api_client())
+        rest = self.rest()
         names = {n.name for n in nodes}
 
         def ready() -> bool:
             ok = set()
-            for item in core.list_node().items:
-                conditions = (item.status.conditions if item.status else None) or []
-                if any(c.type == "Ready" and c.status == "True" for c in conditions) and item.metadata:
-                    ok.add(item.metadata.name)
+            for item in rest.send("GET", "/api/v1/nodes").get("items") or []:
+                conditions = (item.get("status") or {}).get("conditions") or []
+                if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+                    ok.add(item["metadata"]["name"])
             return names <= ok
 
         procs = [n.agent for n in nodes if n.agent is not None]
         self._wait(f"nodes {sorted(names)} Ready", ready, procs, self.settings.ready_timeout)
 
     def _wait_slices(self, nodes: Sequence[LocalNode]) -> None:
-        from kubernetes import client
-
-        api: Any = client.ResourceV1Api(self.api_client())  # Any: the raw answer is read
+        rest = self.rest()
         names = {n.name for n in nodes}
 
         settled = PoolsSettled(names)
 
         def published() -> bool:
-            listed = api.list_resource_slice(_preload_content=False)
-            return settled(json.loads(listed.data).get("items") or [])
+            return settled(rest.send("GET", SLICES).get("items") or [])
 
         procs = [p for n in nodes for p in (n.driver, n.agent) if p is not None]
         self._wait(f"ResourceSlices of {sorted(names)}", published, procs, self.settings.slice_timeout)
@@ -711,3 +695,8 @@ def find_container_view(node_roots: Iterable[Path], pod: PodRef, container: str)
         f"no container view for {namespace}/{name} container {container!r} on any node "
         f"(looked for {', '.join(map(str, paths))}); is the pod Running?"
     )
+
+
+def _timestamp(rfc3339: str) -> float:
+    """Seconds since the epoch of an API server time (``2026-12-03T12:00:00.123456Z``)."""
+    return datetime.fromisoformat(rfc3339).timestamp()

@@ -7,10 +7,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from draproto.rest import Rest, RestError
 from driver.checkpoint import ClaimRecord, PreparedDevice
 from driver.claims import ApiClaimSource, MemoryClaimSource, apply_body
 from driver.devicestatus import entries, entry
@@ -171,66 +172,50 @@ def test_a_status_the_api_server_drops_is_a_warning(node: Node, caplog: pytest.L
     assert "DRAResourceClaimDeviceStatus" in caplog.text
 
 
-class _Response:
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.data = json.dumps(data).encode()
-
-
-def _refusal(status: int, message: str) -> Exception:
-    from kubernetes.client.exceptions import ApiException
-
-    error = ApiException(status=status, reason="Nope")
-    error.body = json.dumps({"message": message})
-    return error
-
-
-class _CustomObjects:
-    """Stands in for the client's ``CustomObjectsApi``: records patches and replaces, answers or
-    raises (``replaced``: the status codes of the replaces to come, 200 once they run out)."""
+class _Rest:
+    """Stands in for :class:`~draproto.rest.Rest`: records the status applies (PATCH) and replaces
+    (PUT), answers or refuses (``replaced``: the status codes of the replaces to come, 200 once
+    they run out)."""
 
     def __init__(self, status: int = 200, message: str = "", replaced: Sequence[int] = ()) -> None:
         self.status = status
         self.message = message
         self.replaced = list(replaced)
-        self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
         self.replaces: list[dict[str, Any]] = []
         self.answer: dict[str, Any] | None = None
         """What an apply answers (None: the body applied)."""
 
-    def patch_namespaced_custom_object_status(self, *args: Any, **kwargs: Any) -> _Response:
-        self.calls.append((args, kwargs))
+    def send(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        if method == "PUT":
+            self.replaces.append(kwargs["body"])
+            status = self.replaced.pop(0) if self.replaced else 200
+            if status != 200:
+                raise RestError("refused", status, "the object has been modified")
+            return dict(kwargs["body"])
+        self.calls.append((method, path, kwargs))
         if self.status != 200:
-            raise _refusal(self.status, self.message)
-        return _Response(self.answer if self.answer is not None else args[5])
-
-    def replace_namespaced_custom_object_status(self, *args: Any, **kwargs: Any) -> _Response:
-        self.replaces.append(args[5])
-        status = self.replaced.pop(0) if self.replaced else 200
-        if status != 200:
-            raise _refusal(status, "the object has been modified")
-        return _Response(args[5])
+            raise RestError("refused", self.status, self.message)
+        return self.answer if self.answer is not None else dict(kwargs["body"])
 
 
-def _api_source(custom: _CustomObjects, claim: dict[str, Any] | None = None) -> ApiClaimSource:
-    from kubernetes import client
-
-    source = ApiClaimSource(client.ApiClient())
-    source._custom = custom
+def _api_source(rest: _Rest, claim: dict[str, Any] | None = None) -> ApiClaimSource:
+    source = ApiClaimSource(cast(Rest, rest))
     source.get_claim = lambda namespace, name: claim  # type: ignore[method-assign]
     return source
 
 
 def test_the_api_source_applies_the_status_subresource_as_the_driver() -> None:
-    custom = _CustomObjects()
+    rest = _Rest()
     devices = [{"driver": DRIVER, "pool": NODE, "device": "gpu-0"}]
-    answer = _api_source(custom).apply_device_status("ns", "c", "u", DRIVER, devices)
+    answer = _api_source(rest).apply_device_status("ns", "c", "u", DRIVER, devices)
     assert answer is not None and _devices(answer) == devices
-    ((args, kwargs),) = custom.calls
-    assert args == ("resource.k8s.io", "v1", "ns", "resourceclaims", "c", apply_body("ns", "c", "u", devices))
-    assert kwargs["field_manager"] == DRIVER
-    assert kwargs["force"] is True
-    assert kwargs["_content_type"] == "application/apply-patch+yaml"
-    assert kwargs["_request_timeout"] > 0
+    ((method, path, kwargs),) = rest.calls
+    assert (method, path) == ("PATCH", "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c/status")
+    assert kwargs["body"] == apply_body("ns", "c", "u", devices)
+    assert kwargs["query"] == {"fieldManager": DRIVER, "force": "true"}
+    assert kwargs["content_type"] == "application/apply-patch+yaml"
+    assert kwargs["timeout"] > 0
 
 
 # what kube-apiserver 1.37 answers an apply whose UID is not the claim's
@@ -244,14 +229,14 @@ RECREATED = (
     [(404, "not found"), (422, RECREATED), (409, "Precondition failed: UID in precondition")],
 )
 def test_the_api_source_counts_a_claim_gone_or_recreated_as_gone(status: int, message: str) -> None:
-    source = _api_source(_CustomObjects(status, message))
+    source = _api_source(_Rest(status, message))
     assert source.apply_device_status("ns", "c", "u", DRIVER, []) is None
 
 
 def test_the_api_source_names_the_claim_and_the_reason_of_a_refusal() -> None:
     invalid = "status.devices[0]: must be an allocated device in the claim"
-    with pytest.raises(ClaimError, match=r"ResourceClaim ns/c: 422 Nope: status.devices\[0\]: must be an"):
-        _api_source(_CustomObjects(422, invalid)).apply_device_status("ns", "c", "u", DRIVER, [])
+    with pytest.raises(ClaimError, match=r"ResourceClaim ns/c: 422 status.devices\[0\]: must be an"):
+        _api_source(_Rest(422, invalid)).apply_device_status("ns", "c", "u", DRIVER, [])
 
 
 # kube-apiserver 1.37.2's answer to any patch of the status of a claim whose allocation has an opaque
@@ -267,36 +252,36 @@ def test_a_status_the_api_server_cannot_patch_is_replaced_keeping_other_drivers_
     stale = {"driver": DRIVER, "pool": NODE, "device": "gpu-7"}
     claim = make_claim("c", [result("gpu", "gpu-0")], namespace="ns", uid="u")
     claim["status"]["devices"] = [theirs, stale]
-    custom = _CustomObjects(422, ALLOCATION_CHANGED, replaced=[409])  # a conflict first: tried again
+    rest = _Rest(422, ALLOCATION_CHANGED, replaced=[409])  # a conflict first: tried again
     mine = [{"driver": DRIVER, "pool": NODE, "device": "gpu-0"}]
-    answer = _api_source(custom, claim).apply_device_status("ns", "c", "u", DRIVER, mine)
+    answer = _api_source(rest, claim).apply_device_status("ns", "c", "u", DRIVER, mine)
     assert answer is not None and _devices(answer) == [theirs, *mine]
-    assert len(custom.replaces) == 2
-    assert custom.replaces[-1]["status"]["allocation"] == claim["status"]["allocation"]
-    assert custom.replaces[-1]["metadata"] == claim["metadata"]  # its resourceVersion, if any
+    assert len(rest.replaces) == 2
+    assert rest.replaces[-1]["status"]["allocation"] == claim["status"]["allocation"]
+    assert rest.replaces[-1]["metadata"] == claim["metadata"]  # its resourceVersion, if any
 
 
 def test_a_replace_of_a_claim_gone_or_recreated_meanwhile_counts_as_gone() -> None:
-    custom = _CustomObjects(422, ALLOCATION_CHANGED)
-    assert _api_source(custom, None).apply_device_status("ns", "c", "u", DRIVER, []) is None
+    rest = _Rest(422, ALLOCATION_CHANGED)
+    assert _api_source(rest, None).apply_device_status("ns", "c", "u", DRIVER, []) is None
     other = make_claim("c", [result("gpu", "gpu-0")], namespace="ns", uid="v")
-    assert _api_source(custom, other).apply_device_status("ns", "c", "u", DRIVER, []) is None
-    assert custom.replaces == []
+    assert _api_source(rest, other).apply_device_status("ns", "c", "u", DRIVER, []) is None
+    assert rest.replaces == []
 
 
 def test_a_replace_that_keeps_conflicting_gives_up_naming_the_claim() -> None:
     claim = make_claim("c", [result("gpu", "gpu-0")], namespace="ns", uid="u")
-    custom = _CustomObjects(422, ALLOCATION_CHANGED, replaced=[409, 409, 409])
+    rest = _Rest(422, ALLOCATION_CHANGED, replaced=[409, 409, 409])
     with pytest.raises(ClaimError, match="ResourceClaim ns/c: it changed 3 times"):
-        _api_source(custom, claim).apply_device_status("ns", "c", "u", DRIVER, [])
+        _api_source(rest, claim).apply_device_status("ns", "c", "u", DRIVER, [])
 
 
 def test_entries_an_apply_cannot_remove_are_replaced() -> None:
     # written by a replace, they belong to the driver's update, which an apply leaves alone
     claim = make_claim("c", [result("gpu", "gpu-0")], namespace="ns", uid="u")
     claim["status"]["devices"] = [{"driver": DRIVER, "pool": NODE, "device": "gpu-0"}]
-    custom = _CustomObjects()
-    custom.answer = claim
-    answer = _api_source(custom, claim).apply_device_status("ns", "c", "u", DRIVER, [])
+    rest = _Rest()
+    rest.answer = claim
+    answer = _api_source(rest, claim).apply_device_status("ns", "c", "u", DRIVER, [])
     assert answer is not None and _devices(answer) == []
-    assert len(custom.calls) == 1 and len(custom.replaces) == 1
+    assert len(rest.calls) == 1 and len(rest.replaces) == 1

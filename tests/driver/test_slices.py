@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from draproto.rest import Rest, RestError
 from driver import devices
 from driver.errors import StoreConflict
 from driver.faults import NO_EXECUTE, NO_SCHEDULE, Fault
@@ -533,7 +534,7 @@ def api_client() -> Iterator[Any]:
 
 
 def _api_slices(api: Any) -> list[dict[str, Any]]:
-    items, _ = KubeSliceStore(api).list(DRIVER, NODE)
+    items, _ = KubeSliceStore(Rest(api)).list(DRIVER, NODE)
     return sorted(items, key=lambda s: s["metadata"]["name"])
 
 
@@ -543,7 +544,9 @@ def test_api_server_takes_a_partitionable_pool_with_taints_and_gets_it_back_afte
     api_client: Any,
 ) -> None:
     node_uid = kube.core(api_client).read_node(NODE).metadata.uid
-    pub = SlicePublisher(KubeSliceStore(api_client), driver_name=DRIVER, node_name=NODE, resync_seconds=30)
+    pub = SlicePublisher(
+        KubeSliceStore(Rest(api_client)), driver_name=DRIVER, node_name=NODE, resync_seconds=30
+    )
     taint = DeviceTaint(f"{DRIVER}/unhealthy", "gpu-lost", NO_EXECUTE, time.time())
     pub.update(partitionable_inventory(8), taints={"gpu-3-part-7g80gb-0": [taint]})
     assert pub.sync() is True
@@ -562,7 +565,7 @@ def test_api_server_takes_a_partitionable_pool_with_taints_and_gets_it_back_afte
         assert len(_api_slices(api_client)) == 5
         edited = _api_slices(api_client)[1]
         edited["spec"]["devices"] = edited["spec"]["devices"][:3]
-        KubeSliceStore(api_client).replace(edited)
+        KubeSliceStore(Rest(api_client)).replace(edited)
         until(lambda: {s["spec"]["pool"]["generation"] for s in _api_slices(api_client)} == {3})
         assert len(all_devices(_api_slices(api_client))) == 8 * 26
     finally:
@@ -573,16 +576,14 @@ def test_api_server_takes_a_partitionable_pool_with_taints_and_gets_it_back_afte
 @pytest.mark.cluster
 @pytest.mark.xdist_group("driver-slices-apiserver")  # one control plane for them all
 def test_api_server_refuses_the_oversized_slice_the_switch_makes(api_client: Any) -> None:
-    from kubernetes.client.exceptions import ApiException
-
     pub = SlicePublisher(
-        KubeSliceStore(api_client),
+        KubeSliceStore(Rest(api_client)),
         driver_name=DRIVER,
         node_name=NODE,
         breaks=lambda r: r == "oversized-slice",
     )
     pub.update(gpu_inventory(MAX_DEVICES_PER_SLICE + 1))
-    with pytest.raises(ApiException) as caught:
+    with pytest.raises(RestError) as caught:
         pub.sync()
     assert caught.value.status == 422
     pub.stop()
@@ -591,19 +592,19 @@ def test_api_server_refuses_the_oversized_slice_the_switch_makes(api_client: Any
 @pytest.mark.cluster
 @pytest.mark.xdist_group("driver-slices-apiserver")  # one control plane for them all
 def test_api_server_keep_leaves_slices(api_client: Any) -> None:
-    pub = SlicePublisher(KubeSliceStore(api_client), driver_name=DRIVER, node_name=NODE, keep=True)
+    pub = SlicePublisher(KubeSliceStore(Rest(api_client)), driver_name=DRIVER, node_name=NODE, keep=True)
     pub.update(gpu_inventory(2))
     pub.sync()
     pub.stop()
     assert len(_api_slices(api_client)) == 1
-    SlicePublisher(KubeSliceStore(api_client), driver_name=DRIVER, node_name=NODE).stop()
+    SlicePublisher(KubeSliceStore(Rest(api_client)), driver_name=DRIVER, node_name=NODE).stop()
     assert _api_slices(api_client) == []
 
 
 @pytest.mark.cluster
 @pytest.mark.xdist_group("driver-slices-apiserver")  # one control plane for them all
 def test_api_server_takes_an_empty_pool(api_client: Any) -> None:
-    pub = SlicePublisher(KubeSliceStore(api_client), driver_name=DRIVER, node_name=NODE)
+    pub = SlicePublisher(KubeSliceStore(Rest(api_client)), driver_name=DRIVER, node_name=NODE)
     pub.update(Inventory(devices={}))
     assert pub.sync() is True
     (body,) = _api_slices(api_client)
@@ -665,7 +666,7 @@ def test_the_scheduler_allocates_partitions_only_where_counters_allow(api_client
     _ready_node(api_client)
     for doc in yaml.safe_load_all(render(DRIVER)):
         kube.resource(api_client).create_device_class(doc)
-    pub = SlicePublisher(KubeSliceStore(api_client), driver_name=DRIVER, node_name=NODE)
+    pub = SlicePublisher(KubeSliceStore(Rest(api_client)), driver_name=DRIVER, node_name=NODE)
     pub.update(partitionable_inventory(1))
     pub.sync()
     try:
