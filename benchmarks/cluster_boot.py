@@ -5,13 +5,17 @@ agents, reference driver on a fake DGX H100) from the binaries cache, creates a 
 a pod, and times each start step (``steps_seconds``; ``agents`` runs from the agents' start,
 which overlaps ``control_plane.controllers``, to the Nodes Ready) and each phase up to the pod Running (its
 claim allocated by the real scheduler and prepared by the driver). The cold build time comes from
-the cache's stamp (what the build that filled it took).
+the cache's stamp (what the build that filled it took). ``cpu_seconds_at_ready`` is the CPU each
+process of the cluster (and this one, which makes the certificates and waits) had used when the
+cluster was ready: on a machine whose cores the boot keeps busy, their sum over the cores
+(``boot_cpu_floor_seconds``) bounds how fast it can boot.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import resource
 import time
 from typing import Any
 
@@ -27,12 +31,18 @@ def _wait_running(core: Any, namespace: str, name: str, timeout: float = 120) ->
     raise TimeoutError(f"pod {namespace}/{name} not Running after {timeout} s")
 
 
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run() -> dict[str, Any]:
     """Boot a local cluster, run one pod with one GPU claim, report the figures."""
     from kubernetes import client
 
     from clusters.local.binaries import read_stamp, resolve
     from clusters.local.cluster import LocalCluster
+    from clusters.local.controlplane import cpu_of
     from clusters.local.settings import LocalSettings
 
     settings = LocalSettings.from_env(os.environ)
@@ -43,9 +53,11 @@ def run() -> dict[str, Any]:
     stamp = read_stamp(found.directory) or {}
     resolve_s = time.monotonic() - t0
     cluster = LocalCluster(settings)
+    own_before = _own_cpu()
     t_start = time.monotonic()
     cluster.start()
     t_ready = time.monotonic()
+    cpu = {**cluster.measure(cpu_of), "this process": _own_cpu() - own_before}
     try:
         api = cluster.api_client()
         core = client.CoreV1Api(api)
@@ -70,6 +82,9 @@ def run() -> dict[str, Any]:
         "cluster_ready_seconds": round(t_ready - t_start, 2),
         "nodes": settings.nodes,
         "steps_seconds": {k: round(v, 2) for k, v in cluster.timings.items()},
+        "cpu_seconds_at_ready": {k: round(v, 2) for k, v in sorted(cpu.items())},
+        "cpu_seconds_at_ready_total": round(sum(cpu.values()), 2),
+        "boot_cpu_floor_seconds": round(sum(cpu.values()) / (os.cpu_count() or 1), 2),
         "pod_to_running_seconds": round(t_running - t_pod, 2),
         "warm_boot_to_first_prepared_claim_seconds": round(t_running - t_start, 2),
         "control_plane_rss_mib": {k: round(v / 2**20, 1) for k, v in cp_rss.items()},

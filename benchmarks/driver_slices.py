@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import fakegpu
+from draproto.rest import Rest
 from driver import devices
 from driver.health import HealthMonitor
 from driver.inventory import Inventory
@@ -71,7 +72,7 @@ def _publish(inventory: Inventory) -> dict[str, Any]:
     try:
         api = config.new_client_from_config(config_file=str(plane.kubeconfig))
         client.CoreV1Api(api).create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-        store = KubeSliceStore(api)
+        store = KubeSliceStore(Rest(api))
         pub = SlicePublisher(store, driver_name=DRIVER, node_name=NODE)
         pub.update(inventory)
         started = time.perf_counter()

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from clusters.base import Cluster, ContainerView, PodRef, pod_key
 from clusters.errors import ClusterError, NodeError
@@ -57,6 +57,8 @@ from draproto.rest import q
 from nodeagent.layout import NodeLayout
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+
+_T = TypeVar("_T")
 
 __all__ = ["LOCAL_CAPABILITIES", "LocalCluster", "LocalClusterBase", "LocalNode", "find_container_view"]
 
@@ -647,11 +649,16 @@ class LocalCluster(LocalClusterBase):
         """Resident memory of every process of the cluster by name."""
         from clusters.local.controlplane import rss_of
 
-        out = dict(self.control_plane.rss_bytes()) if self.control_plane else {}
+        return self.measure(rss_of)
+
+    def measure(self, of: Callable[[int], _T]) -> dict[str, _T]:
+        """``of(pid)`` of every running process of the cluster by name (``rss_of``, ``cpu_of`` of
+        :mod:`clusters.local.controlplane`)."""
+        out = self.control_plane.measure(of) if self.control_plane else {}
         for n in self.local_nodes.values():
             for proc in (n.agent, n.driver, n.runtime):
                 if proc is not None and proc.pid is not None and proc.alive():
-                    out[proc.name] = rss_of(proc.pid)
+                    out[proc.name] = of(proc.pid)
         return out
 
     def describe(self) -> dict[str, Any]:

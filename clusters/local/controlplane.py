@@ -20,11 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from clusters.errors import ControlPlaneError
 from clusters.local import features, pki
 from clusters.local.binaries import Binaries
 from clusters.local.processes import ManagedProcess
+
+_T = TypeVar("_T")
 
 __all__ = ["ControlPlane", "ControlPlaneConfig", "free_port"]
 
@@ -452,11 +455,15 @@ class ControlPlane:
 
     def rss_bytes(self) -> dict[str, int]:
         """Resident memory of each running component."""
-        out = {}
-        for name, proc in self.processes.items():
-            if proc.pid is not None and proc.alive():
-                out[name] = rss_of(proc.pid)
-        return out
+        return self.measure(rss_of)
+
+    def measure(self, of: Callable[[int], _T]) -> dict[str, _T]:
+        """``of(pid)`` of each running component (:func:`rss_of`, :func:`cpu_of`)."""
+        return {
+            name: of(proc.pid)
+            for name, proc in self.processes.items()
+            if proc.pid is not None and proc.alive()
+        }
 
     def stop(self) -> None:
         """Stop every component (reverse start order). Idempotent."""
@@ -479,6 +486,16 @@ def rss_of(pid: int) -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+def cpu_of(pid: int) -> float:
+    """CPU seconds (user and system) a process has used so far (0 if it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = stat[stat.rfind(")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def _client_context(ca: Path, client: pki.CertPair) -> ssl.SSLContext:
