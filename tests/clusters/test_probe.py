@@ -1,5 +1,5 @@
 """The node probe: its protocol over real TCP and unix sockets, what it refuses, the harness's mirror of
-a node (no Kubernetes needed)."""
+a node, and an external cluster that reaches its nodes through probes (no Kubernetes needed)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,13 @@ from pathlib import Path
 import pytest
 
 import draproto
-from clusters.errors import ProbeError
+from clusters.errors import CapabilityMissing, ProbeError
+from clusters.external import ExternalCluster
 from clusters.probe import NodeMirror, ProbeClient, ProbeServer, daemonset, tcp
 from clusters.probe.protocol import parse_address
 from conformance.harness.plugin_client import ClaimRef, PluginClient, find_plugin, get_info
 from nodeagent.layout import NodeLayout
+from tests.clusters.fakebin import FakeBin
 from tests.nodeagent.fake_plugin import FakePlugin
 
 
@@ -286,6 +288,52 @@ def test_an_unreachable_probe_says_where_it_looked() -> None:
     with pytest.raises(ProbeError, match=r"probe address: 'node-0' is not HOST:PORT"):
         tcp("node-0")
     assert parse_address("[::1]:7373") == ("::1", 7373)
+
+
+def _kubeconfig(directory: Path) -> Path:
+    path = directory / "kc"
+    path.write_text("apiVersion: v1\nkind: Config\n")
+    return path
+
+
+def test_an_external_cluster_reaches_its_nodes_through_the_probe_address(node: Node, tmp_path: Path) -> None:
+    fake = FakeBin(tmp_path / "bin", tools=("where",))
+    fake.on("where", "node-0", stdout=node.server.address + "\n")
+    fake.on("where", "node-1", stdout="elsewhere\n")
+    listener = _echo(node.layout.registry_dir / "a-reg.sock")
+    service = node.layout.dra_socket("gpu.example.com")
+    listener2 = _echo(service)
+    (node.layout.cdi_dir / "x.json").write_text("{}")
+    cluster = ExternalCluster(
+        _kubeconfig(tmp_path), commands={"probeAddress": f"{fake.dir}/where {{node}}"}, env=fake.env()
+    )
+    try:
+        assert cluster.capabilities == {"grpc"}
+        registry = cluster.registry_dir("node-0")
+        assert _ask(registry / "a-reg.sock", b"ok") == b"OK"
+        assert [p.name for p in cluster.cdi_dir("node-0").iterdir()] == ["x.json"]
+        assert _ask(cluster.node_socket("node-0", str(service)), b"svc") == b"SVC"
+        cluster.registry_dir("node-0")
+        assert fake.argvs("where") == [["node-0"]], "the address is asked for once per node"
+        with pytest.raises(ProbeError, match=r"probe address: 'elsewhere' is not HOST:PORT"):
+            cluster.registry_dir("node-1")
+    finally:
+        cluster.stop()
+        listener.close()
+        listener2.close()
+    assert not registry.exists(), "stop() left the mirror"
+
+
+def test_without_a_probe_the_sockets_stay_out_of_reach(tmp_path: Path) -> None:
+    bare = ExternalCluster(_kubeconfig(tmp_path))
+    assert "grpc" not in bare.capabilities
+    for call in (bare.registry_dir, bare.cdi_dir, lambda n: bare.node_socket(n, "/x.sock")):
+        with pytest.raises(CapabilityMissing, match=r"no external\.probeAddress command or external\.probeN"):
+            call("node-0")
+    daemon = ExternalCluster(_kubeconfig(tmp_path), probe_namespace="dra-probe")
+    assert daemon.capabilities == {"grpc"}
+    with pytest.raises(ValueError, match=r"a probe address command and a probe namespace \('dra-probe'\)"):
+        ExternalCluster(_kubeconfig(tmp_path), commands={"probeAddress": "x"}, probe_namespace="dra-probe")
 
 
 def test_the_daemonset_reads_only_and_holds_no_privileges() -> None:
