@@ -69,17 +69,24 @@ class PortForwards:
         return client.CoreV1Api(self._api)
 
     def _pod(self, node: str) -> str:
+        from kubernetes.client.exceptions import ApiException
+
         selector = ",".join(f"{k}={v}" for k, v in PROBE_LABELS.items())
-        pods = (
-            self._core()
-            .list_namespaced_pod(
-                self.namespace,
-                label_selector=selector,
-                field_selector=f"spec.nodeName={node}",
-                _request_timeout=30,
+        try:
+            pods = (
+                self._core()
+                .list_namespaced_pod(
+                    self.namespace,
+                    label_selector=selector,
+                    field_selector=f"spec.nodeName={node}",
+                    _request_timeout=30,
+                )
+                .items
             )
-            .items
-        )
+        except ApiException as e:
+            raise ProbeError(
+                f"cannot list the probe pods in namespace {self.namespace!r}: {e.status} {e.reason}"
+            ) from e
         running = sorted(str(p.metadata.name) for p in pods if p.status and p.status.phase == "Running")
         if not running:
             raise ProbeError(

@@ -26,10 +26,12 @@ from xml.etree import ElementTree
 
 import pytest
 
+from clusters.errors import ProbeError
 from clusters.external import ExternalCluster
 from clusters.local.binaries import Binaries
 from clusters.local.cluster import LocalCluster
 from clusters.local.settings import LocalSettings
+from clusters.probe import PortForwards, daemonset
 from conformance.catalogue import AREAS
 from conformance.errors import ResourceError
 from conformance.harness import Kube
@@ -39,6 +41,7 @@ from conformance.profiles import load
 from driver.breakage import RULES as SWITCHES
 from nodeagent.layout import NodeLayout
 from tests.conformance.suitekit import ClusterPool, area_rules, quick_profile, run_suite
+from tests.polling import until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.selftest, pytest.mark.timeout(1500)]
 
@@ -359,6 +362,52 @@ def test_a_node_probe_runs_the_registration_rules_on_an_external_cluster(
             external=cluster.kubeconfig,
         )
         assert broken.failed == {"REG-BATCH", "PREP-CDI-SPEC"}, broken.explain()
+        _the_probe_daemonset_is_taken_and_its_pods_found(cluster)
+
+
+def _the_probe_daemonset_is_taken_and_its_pods_found(cluster: LocalCluster) -> None:
+    """The API server takes the probe's DaemonSet as printed (strict field validation, dry run); the
+    port-forward transport finds the probe pod of a node, or says none runs there. The port-forward
+    itself needs a real kubelet, which this cluster's nodes lack: its failure is what shows here."""
+    namespace = "probe-test"
+    kube = Kube(cluster.api_client())
+    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    forwards = PortForwards(cluster.kubeconfig, namespace)
+    try:
+        ds = daemonset("dra-gpu-driver:0.1.0", namespace)
+        path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets"
+        kube.request("POST", path, body=ds, query={"dryRun": "All", "fieldValidation": "Strict"})
+        with pytest.raises(
+            ProbeError, match=r"no running dra-conformance-probe pod on node node-0 in namespace"
+        ):
+            forwards.dial("node-0")()
+        template = ds["spec"]["template"]
+        accounts = f"/api/v1/namespaces/{namespace}/serviceaccounts"  # pods wait for the default one
+        until(
+            lambda: kube.request("GET", accounts, query={"fieldSelector": "metadata.name=default"})["items"],
+            timeout=60,
+            what=f"the default service account of {namespace}",
+        )
+        kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "probe-0", "namespace": namespace, **template["metadata"]},
+                "spec": {**template["spec"], "nodeName": "node-0"},
+            }
+        )
+        until(
+            lambda: (kube.get("Pod", "probe-0", namespace) or {}).get("status", {}).get("phase") == "Running",
+            timeout=60,
+            what="the probe pod Running (the node agent fakes it)",
+        )
+        with pytest.raises(
+            ProbeError, match=r"port-forward to probe-test/probe-0:7373 \(node node-0\) failed"
+        ):
+            forwards.dial("node-0")()
+    finally:
+        forwards.close()
+        kube.delete("Namespace", namespace)
 
 
 @contextlib.contextmanager
