@@ -41,8 +41,9 @@ class PortForwards:
     """Port-forwards, through the API server of ``kubeconfig``, to port ``port`` of the probe pod
     (labels :data:`~clusters.probe.manifest.PROBE_LABELS`) of a node in ``namespace``.
 
-    Untested against a live cluster: the local tier's nodes run no pods. One port-forward per
-    connection; the pod of a node is looked up once, and again after a failed port-forward.
+    One port-forward per connection; the pod of a node is looked up once, and again after a failed
+    port-forward. The port-forward to a running probe is untested: the local tier's nodes fake their
+    pods (its self-test checks the pod lookup and the failure on such a pod).
     """
 
     def __init__(self, kubeconfig: Path, namespace: str, port: int = PROBE_PORT) -> None:
