@@ -36,7 +36,7 @@ COMMAND_CAPABILITIES: Mapping[str, str] = {
 }
 """Which capability each profile command gives."""
 
-PROBE_CAPABILITY = "grpc"
+_PROBE_CAPABILITY = "grpc"
 """What a node probe gives, at an address (``probeAddress``) or as a DaemonSet (``probeNamespace``)."""
 
 
@@ -44,7 +44,7 @@ def command_capabilities(commands: Mapping[str, str], probe_namespace: str = "")
     """The capabilities an external cluster has with these profile commands (by key; empty ones
     give none) and, given a ``probe_namespace``, the probe DaemonSet there."""
     found = {COMMAND_CAPABILITIES[k] for k, v in commands.items() if v and k in COMMAND_CAPABILITIES}
-    return frozenset(found | ({PROBE_CAPABILITY} if probe_namespace else set()))
+    return frozenset(found | ({_PROBE_CAPABILITY} if probe_namespace else set()))
 
 
 _WHAT = {
@@ -196,10 +196,12 @@ class ExternalCluster(Cluster):
             address = self._run("probeAddress", node).strip()
             return ProbeClient(tcp(address), f"the probe of node {node} at {address}")
         if self.probe_namespace:
-            if self._forwards is None:
-                self._forwards = PortForwards(self._kubeconfig, self.probe_namespace)
+            with self._lock:
+                if self._forwards is None:
+                    self._forwards = PortForwards(self._kubeconfig, self.probe_namespace)
+                forwards = self._forwards
             where = f"the probe of node {node} (port-forward, namespace {self.probe_namespace})"
-            return ProbeClient(self._forwards.dial(node), where)
+            return ProbeClient(forwards.dial(node), where)
         raise CapabilityMissing(
             self.backend,
             _WHAT["probeAddress"],
