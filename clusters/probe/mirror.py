@@ -28,7 +28,7 @@ from pathlib import Path
 
 from clusters.errors import ProbeError
 from clusters.probe.client import ProbeClient
-from clusters.probe.protocol import Entry
+from clusters.probe.protocol import CDI_SUFFIXES, Entry
 from clusters.probe.relay import UnixRelay
 
 __all__ = ["SOCKET_PATH_MAX", "NodeMirror"]
@@ -37,8 +37,6 @@ log = logging.getLogger(__name__)
 
 SOCKET_PATH_MAX = 107
 """Longest unix socket path Linux accepts (``sun_path`` is 108 bytes with the NUL)."""
-
-_SPEC_SUFFIXES = (".json", ".yaml")
 
 
 def _plain_name(name: str) -> bool:
@@ -119,7 +117,7 @@ class NodeMirror:
         with self._lock:
             self._check_open()
             for name, text in files.items():
-                if not _plain_name(name) or not name.endswith(_SPEC_SUFFIXES):
+                if not _plain_name(name) or not name.endswith(CDI_SUFFIXES):
                     raise ProbeError(f"{self.client.where} sent CDI file {name!r}, not a .json or .yaml name")
                 path = directory / name
                 data = text.encode()

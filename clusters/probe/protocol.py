@@ -25,6 +25,7 @@ from typing import Any
 
 __all__ = [
     "CDI",
+    "CDI_SUFFIXES",
     "CONNECT",
     "CONNECTED",
     "LIST",
@@ -49,6 +50,9 @@ CONNECT = "CONNECT"
 
 MAX_LINE = 4096
 """Longest request line, and longest answer line of ``CONNECT``, in bytes."""
+
+CDI_SUFFIXES = (".json", ".yaml")
+"""The CDI spec files ``CDI`` returns (those runtimes read)."""
 
 MAX_ANSWER = 64 * 2**20
 """Longest answer to ``LIST``, ``CDI`` or ``STAT`` a client reads, in bytes."""

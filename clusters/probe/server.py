@@ -23,12 +23,9 @@ from typing import Any
 from clusters.probe import protocol
 from clusters.probe.relay import pipe
 
-__all__ = ["CDI_SUFFIXES", "MAX_SPEC", "ProbeServer"]
+__all__ = ["MAX_SPEC", "REQUEST_TIMEOUT", "ProbeServer"]
 
 log = logging.getLogger(__name__)
-
-CDI_SUFFIXES = (".json", ".yaml")
-"""The CDI spec files ``CDI`` returns (runtimes read these)."""
 
 MAX_SPEC = 8 * 2**20
 """A CDI file larger than this many bytes is left out of ``CDI`` (and logged)."""
@@ -184,7 +181,7 @@ class ProbeServer:
         except FileNotFoundError:
             return files
         for entry in entries:
-            if not entry.name.endswith(CDI_SUFFIXES) or not entry.is_file(follow_symlinks=False):
+            if not entry.name.endswith(protocol.CDI_SUFFIXES) or not entry.is_file(follow_symlinks=False):
                 continue
             try:
                 if entry.stat(follow_symlinks=False).st_size > MAX_SPEC:
