@@ -176,6 +176,13 @@ class Cluster(abc.ABC):
         """The directory of ``node`` where drivers write CDI specs."""
         raise CapabilityMissing(self.backend, "read the CDI specs of a node")
 
+    def node_socket(self, node: str, path: str) -> Path:
+        """Where this machine dials the unix socket ``path`` of ``node`` (an absolute path on the
+        node, as a driver names its endpoint in ``GetInfo``): the path itself where the node's files
+        are this machine's (the default), else a local relay of it (an external cluster's probe),
+        which does not exist when nothing is at ``path`` on the node."""
+        return Path(path)
+
     def node_logs(self, node: str) -> dict[str, Path]:
         """Log files of ``node``'s processes by name (``driver``, ``kubelet``); empty when unknown."""
         return {}

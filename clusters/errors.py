@@ -12,6 +12,7 @@ The hierarchy::
     ├── ClusterStateError         no running cluster where one was expected (CLI, fixtures)
     ├── ToolError                 an outside tool (kind, docker, helm, kubectl) is missing or failed
     ├── ClusterUnfit              the cluster answers but cannot run DRA (resource.k8s.io/v1 not served)
+    ├── ProbeError                a node probe cannot be reached, or refused a request
     └── DriverDeployError         the driver under test did not come up (chart failed, no slices)
 
 Every message names the offending value and, where there is one, what to do.
@@ -30,6 +31,7 @@ __all__ = [
     "DriverDeployError",
     "GoBuildError",
     "NodeError",
+    "ProbeError",
     "ToolError",
 ]
 
@@ -80,6 +82,11 @@ class ToolError(ClusterError):
 
 class ClusterUnfit(ClusterError):
     """The cluster answers but cannot run the suite: no DRA API (``resource.k8s.io/v1``)."""
+
+
+class ProbeError(ClusterError):
+    """A node probe (:mod:`clusters.probe`) cannot be reached, answered what it should not, or refused
+    a request; the message names the probe, the request and its answer."""
 
 
 class DriverDeployError(ClusterError):

@@ -1,11 +1,14 @@
 """An existing cluster from a kubeconfig: real nodes with the driver under test already installed.
 
 The suite creates API objects there and watches what happens. It cannot reach the nodes by
-itself: what it may do there comes from commands the profile gives (``external`` in a profile:
-``restartDriver``, ``restartKubelet``, ``cdiSpecs``; placeholders ``{node}``, ``{kubeconfig}``,
-``{driver}``, ``{mode}``). With ``cdiSpecs``, what a container sees is read by ``kubectl exec``
-into the test pods. A rule whose command is missing skips with the reason; driver sockets are
-never reachable here.
+itself: what it may do there comes from the profile (``external`` in a profile). Commands
+``restartDriver``, ``restartKubelet``, ``cdiSpecs`` and ``probeAddress`` (placeholders ``{node}``,
+``{kubeconfig}``, ``{driver}``, ``{mode}``) run here. With ``cdiSpecs``, what a container sees is
+read by ``kubectl exec`` into the test pods. The driver's sockets and CDI specs are reached through
+a node probe (:mod:`clusters.probe`) on each node: at the address ``probeAddress`` prints, or in
+the pod of the probe DaemonSet in ``probeNamespace``, through the API server's port-forward; a
+local mirror per node gives the harness the paths it dials and reads. A rule whose command or
+probe is missing skips with the reason.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -20,6 +24,7 @@ from clusters import tools
 from clusters.base import Cluster, ContainerView, PodRef, pod_key
 from clusters.errors import CapabilityMissing, ClusterStateError
 from clusters.incluster import parse_specs, parse_view
+from clusters.probe import NodeMirror, PortForwards, ProbeClient, tcp
 
 __all__ = ["COMMAND_CAPABILITIES", "ExternalCluster", "command_capabilities"]
 
@@ -27,20 +32,26 @@ COMMAND_CAPABILITIES: Mapping[str, str] = {
     "restartDriver": "restart-driver",
     "restartKubelet": "restart-kubelet",
     "cdiSpecs": "view",
+    "probeAddress": "grpc",
 }
 """Which capability each profile command gives."""
 
+_PROBE_CAPABILITY = "grpc"
+"""What a node probe gives, at an address (``probeAddress``) or as a DaemonSet (``probeNamespace``)."""
 
-def command_capabilities(commands: Mapping[str, str]) -> frozenset[str]:
+
+def command_capabilities(commands: Mapping[str, str], probe_namespace: str = "") -> frozenset[str]:
     """The capabilities an external cluster has with these profile commands (by key; empty ones
-    give none)."""
-    return frozenset(COMMAND_CAPABILITIES[k] for k, v in commands.items() if v and k in COMMAND_CAPABILITIES)
+    give none) and, given a ``probe_namespace``, the probe DaemonSet there."""
+    found = {COMMAND_CAPABILITIES[k] for k, v in commands.items() if v and k in COMMAND_CAPABILITIES}
+    return frozenset(found | ({_PROBE_CAPABILITY} if probe_namespace else set()))
 
 
 _WHAT = {
     "restartDriver": "restart the driver",
     "restartKubelet": "restart the kubelet",
     "cdiSpecs": "show what a container sees",
+    "probeAddress": "reach the driver's sockets on a node",
 }
 
 _PLACEHOLDER = re.compile(r"\{([a-z]+)\}")
@@ -63,6 +74,7 @@ class ExternalCluster(Cluster):
         commands: Mapping[str, str] | None = None,
         env: Mapping[str, str] | None = None,
         node_selector: str = "",
+        probe_namespace: str = "",
     ) -> None:
         path = kubeconfig.expanduser().resolve()
         if not path.is_file():
@@ -75,12 +87,22 @@ class ExternalCluster(Cluster):
         """A label selector (``key=value,...``): of the driver's nodes, only those it matches are
         under test (empty: all)."""
         self.commands = {k: v for k, v in (commands or {}).items() if v}
-        """The profile's commands by key (``restartDriver``, ``restartKubelet``, ``cdiSpecs``)."""
+        """The profile's commands by key (``restartDriver``, ``restartKubelet``, ``cdiSpecs``,
+        ``probeAddress``)."""
         unknown = sorted(set(self.commands) - set(COMMAND_CAPABILITIES))
         if unknown:
             raise ValueError(f"unknown external command(s) {unknown}; known: {sorted(COMMAND_CAPABILITIES)}")
+        if probe_namespace and "probeAddress" in self.commands:
+            raise ValueError(
+                f"a probe address command and a probe namespace ({probe_namespace!r}) both given: give one"
+            )
+        self.probe_namespace = probe_namespace
+        """Where the probe DaemonSet runs, reached by port-forward (empty: none)."""
         self._env = dict(os.environ if env is None else env)
-        self.capabilities = command_capabilities(self.commands)
+        self.capabilities = command_capabilities(self.commands, probe_namespace)
+        self._mirrors: dict[str, NodeMirror] = {}
+        self._forwards: PortForwards | None = None
+        self._lock = threading.Lock()
 
     @property
     def kubeconfig(self) -> Path:
@@ -143,6 +165,56 @@ class ExternalCluster(Cluster):
 
         return parse_view(exec_("env"), exec_("ls", "-l", "/dev"), exec_("cat", "/proc/mounts"), specs)
 
+    def registry_dir(self, node: str) -> Path:
+        """The local mirror of ``node``'s plugin-registration dir, in step with the node now."""
+        return self._mirror(node).registry_dir()
+
+    def cdi_dir(self, node: str) -> Path:
+        """The local mirror of ``node``'s CDI dir, in step with the node now."""
+        return self._mirror(node).cdi_dir()
+
+    def node_socket(self, node: str, path: str) -> Path:
+        """A local relay of the socket ``path`` of ``node`` (through its probe)."""
+        return self._mirror(node).socket(path)
+
+    def _mirror(self, node: str) -> NodeMirror:
+        """The mirror of ``node``, made on first use (the probe's address is asked for once)."""
+        with self._lock:
+            mirror = self._mirrors.get(node)
+        if mirror is not None:
+            return mirror
+        made = NodeMirror(self._probe(node), node)  # the address command may take a while: unlocked
+        with self._lock:
+            mirror = self._mirrors.setdefault(node, made)
+        if mirror is not made:
+            made.close()
+        return mirror
+
+    def _probe(self, node: str) -> ProbeClient:
+        if "probeAddress" in self.commands:
+            address = self._run("probeAddress", node).strip()
+            return ProbeClient(tcp(address), f"the probe of node {node} at {address}")
+        if self.probe_namespace:
+            with self._lock:
+                if self._forwards is None:
+                    self._forwards = PortForwards(self._kubeconfig, self.probe_namespace)
+                forwards = self._forwards
+            where = f"the probe of node {node} (port-forward, namespace {self.probe_namespace})"
+            return ProbeClient(forwards.dial(node), where)
+        raise CapabilityMissing(
+            self.backend,
+            _WHAT["probeAddress"],
+            "the profile has no external.probeAddress command or external.probeNamespace",
+        )
+
     def stop(self) -> None:
-        """Close the API client; the cluster is not ours to stop."""
+        """Close the probes' mirrors and the API client; the cluster is not ours to stop."""
+        with self._lock:
+            mirrors = list(self._mirrors.values())
+            self._mirrors.clear()
+            forwards, self._forwards = self._forwards, None
+        for mirror in mirrors:
+            mirror.close()
+        if forwards is not None:
+            forwards.close()
         self.close_client()

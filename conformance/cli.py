@@ -13,6 +13,10 @@
     dra-conformance profiles [--check PATH [--cluster C]]
                                                   the shipped profiles, or check one and plan its run
     dra-conformance cluster up|status|down|binaries
+    dra-conformance probe serve [--listen HOST:PORT] [--registry-dir D] [--plugins-dir P] [--cdi-dir C]
+                                                  the node probe, run on a node (docs/interfaces.md)
+    dra-conformance probe manifest --image IMAGE --namespace NS [--registry-dir D] ...
+                                                  the probe as a DaemonSet (YAML on stdout)
     dra-conformance --version
 
 RUN is a run directory, or a run id (or ``latest``) under ``--reports-dir``.
@@ -33,9 +37,14 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from clusters import cli as cluster_cli
 from clusters.local.driverproc import COMMAND_PLACEHOLDERS
+from clusters.probe import cli as probe_cli
+from clusters.probe import manifest as probe_manifest
 from conformance import catalogue, profiles, report
 from conformance.config import CLUSTER_KINDS, SuiteConfig, select
 from conformance.errors import ConformanceError, UsageError
@@ -203,7 +212,36 @@ def _parser() -> argparse.ArgumentParser:
         "else external)",
     )
     cluster_cli.add_commands(top)
+    _add_probe(top)
     return parser
+
+
+def _add_probe(top: Any) -> None:
+    probe = top.add_parser(
+        "probe",
+        help="the node probe: the driver's sockets and CDI specs of a real node, for the REG rules",
+        description="On an external cluster the suite reaches a node's driver sockets and CDI specs "
+        "through a probe on the node: give the profile external.probeAddress (a command printing "
+        "HOST:PORT of `probe serve` on {node}) or external.probeNamespace (the namespace of the "
+        "DaemonSet `probe manifest` prints, reached through the API server's port-forward).",
+    )
+    sub = probe.add_subparsers(dest="action", required=True)
+    probe_cli.add_serve(sub)
+    m = sub.add_parser(
+        "manifest",
+        help="print the probe's DaemonSet (YAML; kubectl apply -f -)",
+        description="The probe as a DaemonSet: the node's registration, plugins and CDI dirs mounted "
+        "read-only, no privileges, no service account token, every taint tolerated, listening on "
+        "127.0.0.1 in its pod (reached by port-forward only). Give the profile external.probeNamespace "
+        "NS. Its namespace needs a Pod Security level that allows hostPath volumes (privileged).",
+    )
+    m.add_argument(
+        "--image", required=True, help="an image with dra-conformance installed (e.g. the driver's)"
+    )
+    m.add_argument("--namespace", required=True, help="the DaemonSet's namespace (external.probeNamespace)")
+    m.add_argument("--registry-dir", default=probe_manifest.DEFAULT_REGISTRY_DIR, help="on the nodes")
+    m.add_argument("--plugins-dir", default=probe_manifest.DEFAULT_PLUGINS_DIR, help="on the nodes")
+    m.add_argument("--cdi-dir", default=probe_manifest.DEFAULT_CDI_DIR, help="on the nodes")
 
 
 def _say(line: str) -> None:
@@ -456,6 +494,11 @@ def _profiles(args: argparse.Namespace) -> int:
             extra = f" (on fake NVML: fakegpu profile {local.fake_profile})" if local.nvml == "fake" else ""
             needs = "; needs --driver-bin" if "{driver_bin}" in local.command else ""
             print(f"  local: yes{extra}{needs}")
+        external = list(profile.external.given())
+        if profile.external.probe_namespace:
+            external.append(f"probeNamespace {profile.external.probe_namespace}")
+        if external:
+            print(f"  external: {', '.join(external)}")
         for rule_id, reason in profile.known_failures.items():
             print(f"  known failure {rule_id}: {reason}")
         lacking = gaps(profile)
@@ -473,7 +516,33 @@ def _profiles(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"run": _run, "rules": _rules, "compare": _compare, "verify": _verify, "profiles": _profiles}
+def _probe(args: argparse.Namespace) -> int:
+    if args.action == "serve":
+        return probe_cli.serve(args)
+    if not profiles.valid_image(args.image):
+        raise UsageError(f"--image {args.image!r}: give an image reference without spaces")
+    try:
+        manifest = probe_manifest.daemonset(
+            args.image,
+            args.namespace,
+            registry_dir=args.registry_dir,
+            plugins_dir=args.plugins_dir,
+            cdi_dir=args.cdi_dir,
+        )
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    print(yaml.safe_dump(manifest, sort_keys=False), end="")
+    return 0
+
+
+_COMMANDS = {
+    "run": _run,
+    "rules": _rules,
+    "compare": _compare,
+    "verify": _verify,
+    "profiles": _profiles,
+    "probe": _probe,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

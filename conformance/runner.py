@@ -449,7 +449,7 @@ def plan(
     if cluster not in CLUSTER_KINDS:
         raise UsageError(f"--cluster {cluster!r} is not one of {', '.join(CLUSTER_KINDS)}")
     if cluster == "external":
-        abilities = command_capabilities(profile.external.given())
+        abilities = command_capabilities(profile.external.given(), profile.external.probe_namespace)
     else:
         abilities = _BACKEND_CAPABILITIES[cluster]
     env = Environment(

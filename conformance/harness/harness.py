@@ -12,6 +12,7 @@ import functools
 import itertools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -555,7 +556,7 @@ class Harness:
                 f"the driver advertises no DRAResourceHealth service on {node or self.node} "
                 f"(GetInfo versions: {', '.join(info.versions) or 'none'}), yet the profile claims health"
             )
-        stream = HealthStream(info.endpoint, version)
+        stream = HealthStream(info.local_endpoint, version)
         self.on_cleanup(stream.close)
         return stream
 
@@ -652,12 +653,15 @@ class Harness:
         )
 
     def plugin_info(self, node: str | None = None) -> PluginInfo:
-        """``GetInfo`` of the driver's registration socket on ``node``."""
-        return find_plugin(self.cluster.registry_dir(node or self.node), self.driver)
+        """``GetInfo`` of the driver's registration socket on ``node``, with where this machine dials
+        its endpoint (``local_endpoint``: the cluster's :meth:`~clusters.Cluster.node_socket`)."""
+        target = node or self.node
+        info = find_plugin(self.cluster.registry_dir(target), self.driver)
+        return replace(info, local_endpoint=str(self.cluster.node_socket(target, info.endpoint)))
 
     def plugin(self, node: str | None = None, version: str = "v1.DRAPlugin") -> PluginClient:
         """A client of the driver's DRAPlugin service on ``node``."""
-        return PluginClient(self.plugin_info(node).endpoint, version)
+        return PluginClient(self.plugin_info(node).local_endpoint, version)
 
     def write_allocation(
         self, claim: Mapping[str, Any], devices: Sequence[tuple[str, str]], *, node: str | None = None

@@ -91,9 +91,16 @@ class PluginInfo:
     name: str
     """The driver name."""
     endpoint: str
-    """The service socket (absolute path)."""
+    """The service socket (absolute path on the node), as the driver answered."""
     versions: tuple[str, ...] = field(default_factory=tuple)
     """Supported versions, DRAPlugin and health."""
+    local_endpoint: str = ""
+    """Where this machine dials :attr:`endpoint`: the endpoint itself (the default), or the cluster's
+    relay of it (:meth:`clusters.Cluster.node_socket`)."""
+
+    def __post_init__(self) -> None:
+        if not self.local_endpoint:
+            object.__setattr__(self, "local_endpoint", self.endpoint)
 
 
 @contextlib.contextmanager

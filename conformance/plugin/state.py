@@ -110,7 +110,11 @@ class ConformanceRun:
             commands = suite.profile.external.given()
             selector = suite.profile.pods.selector()
             cs.factory = lambda: ExternalCluster(
-                kubeconfig, driver=suite.profile.driver, commands=commands, node_selector=selector
+                kubeconfig,
+                driver=suite.profile.driver,
+                commands=commands,
+                node_selector=selector,
+                probe_namespace=suite.profile.external.probe_namespace,
             )
         elif suite.cluster in IN_CLUSTER:
             cs.factory = _attach_factory(suite)

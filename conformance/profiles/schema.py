@@ -331,6 +331,10 @@ EXTERNAL_PLACEHOLDERS: Mapping[str, str] = {
 }
 """Placeholders of the commands of ``external``, with what each stands for."""
 
+_EXTERNAL_COMMANDS = ("restartDriver", "restartKubelet", "cdiSpecs", "probeAddress")
+_RESTARTS = ("restartDriver", "restartKubelet")
+"""The commands that get ``{mode}``."""
+
 
 @dataclass(frozen=True)
 class ExternalCommands:
@@ -346,13 +350,22 @@ class ExternalCommands:
     """Prints the CDI spec files of ``{node}`` one after another (e.g. ``kubectl exec`` into a pod
     of the driver that mounts the CDI dir, running ``cat``); with it, the suite reads what a
     container sees by ``kubectl exec`` into the test pods."""
+    probe_address: str = ""
+    """Prints ``HOST:PORT`` of the node probe on ``{node}`` (``python -m clusters.probe serve``, run
+    there beside the kubelet's dirs); with it, the suite reaches the driver's sockets and CDI specs
+    through the probe (the ``grpc`` ability: the REG rules and CDI checks). Asked once per node."""
+    probe_namespace: str = ""
+    """The namespace of the probe DaemonSet (``dra-conformance probe manifest``): the suite reaches
+    the probe pod of each node through the API server's port-forward instead of an address. Not
+    with :attr:`probe_address`."""
 
     def given(self) -> dict[str, str]:
-        """The commands given, by profile key."""
+        """The commands given, by profile key (:attr:`probe_namespace` is no command)."""
         keys = {
             "restartDriver": self.restart_driver,
             "restartKubelet": self.restart_kubelet,
             "cdiSpecs": self.cdi_specs,
+            "probeAddress": self.probe_address,
         }
         return {k: v for k, v in keys.items() if v}
 
@@ -704,20 +717,33 @@ def _faults(r: _Reader | None) -> Faults:
 def _external(r: _Reader | None) -> ExternalCommands:
     if r is None:
         return ExternalCommands()
-    r.known(["restartDriver", "restartKubelet", "cdiSpecs"])
+    r.known([*_EXTERNAL_COMMANDS, "probeNamespace"])
     values = {}
-    for key in ("restartDriver", "restartKubelet", "cdiSpecs"):
+    for key in _EXTERNAL_COMMANDS:
         text = r.get(key, str, "")
         try:
             shlex.split(text)
         except ValueError as e:
             r.fail(text, f"shell words ({e})", key)
         for name in _PLACEHOLDER.findall(text):
-            if name not in EXTERNAL_PLACEHOLDERS or (name == "mode" and key == "cdiSpecs"):
-                allowed = [f"{{{p}}}" for p in EXTERNAL_PLACEHOLDERS if key != "cdiSpecs" or p != "mode"]
+            if name not in EXTERNAL_PLACEHOLDERS or (name == "mode" and key not in _RESTARTS):
+                allowed = [f"{{{p}}}" for p in EXTERNAL_PLACEHOLDERS if key in _RESTARTS or p != "mode"]
                 r.fail(text, f"placeholders among {', '.join(allowed)}; {{{name}}} is not one", key)
         values[key] = text
-    return ExternalCommands(values["restartDriver"], values["restartKubelet"], values["cdiSpecs"])
+    namespace = r.get("probeNamespace", str, "")
+    if namespace and not _NAME.match(namespace):
+        r.fail(namespace, "a namespace name (lower-case letters, digits and '-')", "probeNamespace")
+    if namespace and values["probeAddress"]:
+        r.fail(
+            namespace, "no probeNamespace beside probeAddress: the probe is reached one way", "probeNamespace"
+        )
+    return ExternalCommands(
+        values["restartDriver"],
+        values["restartKubelet"],
+        values["cdiSpecs"],
+        values["probeAddress"],
+        namespace,
+    )
 
 
 def _checkpoint(r: _Reader | None) -> CheckpointFile:

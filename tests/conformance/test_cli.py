@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from clusters.local.cluster import LOCAL_CAPABILITIES
+from clusters.probe import daemonset
 from conformance import profiles, report
 from conformance.catalogue import RULES, by_id
 from conformance.cli import main
@@ -338,3 +339,14 @@ def test_run_prints_the_verdict_and_exits_as_before(
     at = out.index(result)
     assert out[at - 1].startswith("total ")  # right under the summary table
     assert len([line for line in out if line.startswith("  ")]) <= 31  # the rest is in the report
+
+
+def test_probe_manifest_prints_the_daemonset(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["probe", "manifest", "--image", "dra-gpu-driver:0.1.0", "--namespace", "dra-probe"]
+    assert main([*args, "--cdi-dir", "/run/cdi"]) == 0
+    [ds] = yaml.safe_load_all(capsys.readouterr().out)
+    assert ds == daemonset("dra-gpu-driver:0.1.0", "dra-probe", cdi_dir="/run/cdi")
+    assert main([*args[:2], "--image", "my image", "--namespace", "x"]) == 2
+    assert "error: --image 'my image': give an image reference without spaces" in capsys.readouterr().err
+    assert main([*args, "--plugins-dir", "plugins"]) == 2
+    assert "error: --plugins-dir 'plugins' is not an absolute path on the node" in capsys.readouterr().err

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import yaml
 
 from clusters.external import ExternalCluster
 from clusters.k3s import K3S_CAPABILITIES
@@ -44,6 +45,22 @@ def test_an_external_cluster_has_what_the_profile_commands_give() -> None:
     env = Environment(profile, "external", abilities, 0, "", served_known=False)
     assert {i: p.skip for i, p in planned.items()} == {r.id: missing(r, env) or "" for r in RULES}
     assert "cannot reach the driver's sockets on a node (grpc)" in planned["REG-GETINFO"].skip
+
+
+@pytest.mark.parametrize(
+    "probe", [{"probeAddress": "where {node} {kubeconfig}"}, {"probeNamespace": "dra-probe"}]
+)
+def test_a_node_probe_gives_an_external_cluster_the_driver_sockets(probe: dict[str, str]) -> None:
+    data = yaml.safe_load((profiles.SHIPPED_DIR / "nvidia-gpu.yaml").read_text())
+    data["external"] = {**data["external"], **probe}
+    profile = profiles.parse(data, "probe.yaml")
+    planned = {p.rule.id: p for p in plan(profile, "external")}
+    assert planned["REG-GETINFO"].skip == "" and planned["PREP-CDI-SPEC"].skip == ""
+    kubeconfig = profiles.SHIPPED_DIR / "nvidia-gpu.yaml"  # any file: the constructor only checks it exists
+    cluster = ExternalCluster(
+        kubeconfig, commands=profile.external.given(), probe_namespace=profile.external.probe_namespace
+    )
+    assert "grpc" in cluster.capabilities
 
 
 def test_what_only_the_cluster_can_tell_is_a_condition() -> None:

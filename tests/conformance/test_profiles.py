@@ -115,6 +115,20 @@ def test_mig_profile_reads_its_class_file_next_to_it() -> None:
         ),
         ({"external": {"cdiSpecs": "x {mode}"}}, r"external.cdiSpecs: 'x \{mode\}' is not valid"),
         (
+            {"external": {"probeAddress": "where {mode}"}},
+            r"external.probeAddress: 'where \{mode\}' is not valid; expected placeholders among \{node\}, "
+            r"\{kubeconfig\}, \{driver\}; \{mode\} is not one",
+        ),
+        (
+            {"external": {"probeNamespace": "Probe_NS"}},
+            r"external.probeNamespace: 'Probe_NS' is not valid; expected a namespace name",
+        ),
+        (
+            {"external": {"probeAddress": "where {node}", "probeNamespace": "dra-probe"}},
+            r"external.probeNamespace: 'dra-probe' is not valid; expected no probeNamespace beside "
+            r"probeAddress",
+        ),
+        (
             {"external": {"restartKubelet": "'open"}},
             r"external.restartKubelet: \"'open\" is not valid; expected shell",
         ),

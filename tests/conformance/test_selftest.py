@@ -11,6 +11,7 @@ catching them, or a test that starts failing for an unrelated reason all fail he
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 import shlex
@@ -18,16 +19,19 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
 
+from clusters.errors import ProbeError
 from clusters.external import ExternalCluster
 from clusters.local.binaries import Binaries
 from clusters.local.cluster import LocalCluster
 from clusters.local.settings import LocalSettings
+from clusters.probe import PortForwards, daemonset
 from conformance.catalogue import AREAS
 from conformance.errors import ResourceError
 from conformance.harness import Kube
@@ -35,7 +39,9 @@ from conformance.harness.resources import Tracker, copy_secrets
 from conformance.plugin.preflight import class_manifests
 from conformance.profiles import load
 from driver.breakage import RULES as SWITCHES
+from nodeagent.layout import NodeLayout
 from tests.conformance.suitekit import ClusterPool, area_rules, quick_profile, run_suite
+from tests.polling import until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.selftest, pytest.mark.timeout(1500)]
 
@@ -308,6 +314,125 @@ def test_external_cluster_skips_what_it_cannot_reach_and_keeps_what_is_not_its(
             "whether the claim was prepared (the pod ran) was not checked: cluster backend"
         )
         assert partial.report.verdict.state == "INCOMPLETE"
+
+
+PROBE_CDI_RULES = frozenset({"PREP-CDI-IDS", "PREP-CDI-SPEC", "PREP-CDI-UNIQUE"})
+"""Rules that prepare claims by direct calls and read the node's CDI specs: through a probe too."""
+
+
+def test_a_node_probe_runs_the_registration_rules_on_an_external_cluster(
+    pytester: pytest.Pytester, local_binaries: Binaries, tmp_path: Path
+) -> None:
+    """With a probe on each node (``external.probeAddress``), the REG rules and the CDI checks run on
+    an external cluster through it and pass against the reference driver; a driver that breaks one
+    of each fails them through the probe too."""
+    profile = quick_profile("reference-gpu", tmp_path)
+    loaded = load(profile)
+    assert loaded.local is not None
+    words = shlex.split(loaded.local.command)
+    settings = LocalSettings(nodes=1, driver_command=tuple(words))
+    settings = settings.with_bin_dir(local_binaries.directory).with_version(local_binaries.version)
+    cluster = LocalCluster(settings).start()
+    with cluster, _probes(cluster) as addresses:
+        script = tmp_path / "probe-address"  # what a profile's command does on a real cluster
+        cases = "".join(f"  {node}) echo {address} ;;\n" for node, address in addresses.items())
+        script.write_text(
+            f'#!/bin/sh\ncase "$1" in\n{cases}  *) echo "no probe on $1" >&2; exit 1 ;;\nesac\n'
+        )
+        script.chmod(0o755)
+        profile = quick_profile("reference-gpu", tmp_path, external={"probeAddress": f"{script} {{node}}"})
+        rules = area_rules("registration") | PROBE_CDI_RULES
+        run = run_suite(pytester, local_binaries, profile, rules=sorted(rules), external=cluster.kubeconfig)
+        assert not run.failed, run.explain()
+        assert rules - {"REG-OTHER-NODE"} <= run.having("passed"), run.explain()
+        reason = next(r.reason for r in run.report.rules if r.rule.id == "REG-OTHER-NODE")
+        assert run.outcomes["REG-OTHER-NODE"] == "skipped" and "needs two" in reason, reason
+        assert run.having("passed") >= {"PRE-REGISTERED"}, (
+            "preflight did not find the driver through the probe"
+        )
+        # a driver that breaks a gRPC rule and a CDI rule fails both through the probe
+        breaks = ["--testing-break-rule", "drop-claim-from-batch", "--testing-break-rule", "invalid-cdi-spec"]
+        cluster.reset_drivers([*words, *breaks])
+        shutil.rmtree(pytester.path / "run")  # the first run's report
+        broken = run_suite(
+            pytester,
+            local_binaries,
+            profile,
+            rules=["REG-BATCH", "PREP-CDI-SPEC"],
+            external=cluster.kubeconfig,
+        )
+        assert broken.failed == {"REG-BATCH", "PREP-CDI-SPEC"}, broken.explain()
+        _the_probe_daemonset_is_taken_and_its_pods_found(cluster)
+
+
+def _the_probe_daemonset_is_taken_and_its_pods_found(cluster: LocalCluster) -> None:
+    """The API server takes the probe's DaemonSet as printed (strict field validation, dry run); the
+    port-forward transport finds the probe pod of a node, or says none runs there. The port-forward
+    itself needs a real kubelet, which this cluster's nodes lack: its failure is what shows here."""
+    namespace = "probe-test"
+    kube = Kube(cluster.api_client())
+    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    forwards = PortForwards(cluster.kubeconfig, namespace)
+    try:
+        ds = daemonset("dra-gpu-driver:0.1.0", namespace)
+        path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets"
+        kube.request("POST", path, body=ds, query={"dryRun": "All", "fieldValidation": "Strict"})
+        with pytest.raises(
+            ProbeError, match=r"no running dra-conformance-probe pod on node node-0 in namespace"
+        ):
+            forwards.dial("node-0")()
+        template = ds["spec"]["template"]
+        accounts = f"/api/v1/namespaces/{namespace}/serviceaccounts"  # pods wait for the default one
+        until(
+            lambda: kube.request("GET", accounts, query={"fieldSelector": "metadata.name=default"})["items"],
+            timeout=60,
+            what=f"the default service account of {namespace}",
+        )
+        kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "probe-0", "namespace": namespace, **template["metadata"]},
+                "spec": {**template["spec"], "nodeName": "node-0"},
+            }
+        )
+        until(
+            lambda: (kube.get("Pod", "probe-0", namespace) or {}).get("status", {}).get("phase") == "Running",
+            timeout=60,
+            what="the probe pod Running (the node agent fakes it)",
+        )
+        with pytest.raises(
+            ProbeError, match=r"port-forward to probe-test/probe-0:7373 \(node node-0\) failed"
+        ):
+            forwards.dial("node-0")()
+    finally:
+        forwards.close()
+        kube.delete("Namespace", namespace)
+
+
+@contextlib.contextmanager
+def _probes(cluster: LocalCluster) -> Iterator[dict[str, str]]:
+    """A probe process per node of ``cluster``, on its dirs; their addresses by node."""
+    procs: list[subprocess.Popen[str]] = []
+    addresses = {}
+    try:
+        for node in cluster.nodes():
+            layout = NodeLayout(Path(cluster.node_values(node)["root"]))
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "clusters.probe", "serve", "--listen", "127.0.0.1:0",
+                 "--registry-dir", str(cluster.registry_dir(node)), "--plugins-dir", str(layout.plugins_dir),
+                 "--cdi-dir", str(cluster.cdi_dir(node))],
+                stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            procs.append(proc)
+            assert proc.stdout is not None
+            addresses[node] = proc.stdout.readline().strip()
+            assert addresses[node], f"the probe of {node} exited ({proc.wait(10)}) before it listened"
+        yield addresses
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.communicate(timeout=10)  # closes its stdout too
 
 
 MISSING_SECRET = r"^image pull secret 'regcred' .* not in namespace 'default'"
