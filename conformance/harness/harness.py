@@ -361,9 +361,12 @@ class Harness:
     def slices(self, node: str | None = None) -> list[Obj]:
         """The driver's ResourceSlices of ``node`` (default: this test's node)."""
         wanted = node or self.node
+        # the node's slices only: a list of every node's is a large answer to make and read, often
         return [
             s
-            for s in self.kube.objects("ResourceSlice", fields=f"spec.driver={self.driver}")
+            for s in self.kube.objects(
+                "ResourceSlice", fields=f"spec.driver={self.driver},spec.nodeName={wanted}"
+            )
             if (s.get("spec") or {}).get("nodeName") == wanted
         ]
 
@@ -429,18 +432,28 @@ class Harness:
     def allocated(self, node: str | None = None, *, session_only: bool = False) -> set[str]:
         """Devices of ``node``'s pool allocated to a claim (only to this session's tests' claims when
         ``session_only``; any claim in the cluster otherwise)."""
+        return set(self.holders(node, session_only=session_only))
+
+    def holders(self, node: str | None = None, *, session_only: bool = False) -> dict[str, str]:
+        """:meth:`allocated`, each device with the claim that holds it (``namespace/name``, and
+        ``(deleting)`` when the claim is being deleted)."""
         pools = {((s.get("spec") or {}).get("pool") or {}).get("name") for s in self.slices(node)}
         namespaces: set[str] | None = None
         if session_only:
             mine = self.kube.objects("Namespace", labels=f"{SESSION_LABEL}={self.session}")
             namespaces = {meta(n)["name"] for n in mine}
-        return {
-            d.device
-            for c in self.kube.objects("ResourceClaim")
-            if namespaces is None or meta(c).get("namespace") in namespaces
-            for d in allocated_devices(c)
-            if d.driver == self.driver and d.pool in pools
-        }
+        found = {}
+        for c in self.kube.objects("ResourceClaim"):
+            m = meta(c)
+            if namespaces is not None and m.get("namespace") not in namespaces:
+                continue
+            holder = f"{m.get('namespace')}/{m.get('name')}" + (
+                " (deleting)" if m.get("deletionTimestamp") else ""
+            )
+            for d in allocated_devices(c):
+                if d.driver == self.driver and d.pool in pools:
+                    found[d.device] = holder
+        return found
 
     def free_devices(self, node: str | None = None) -> list[str]:
         """Devices of ``node`` that no claim holds and that can be allocated together, sorted by name:

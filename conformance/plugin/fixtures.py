@@ -131,7 +131,7 @@ def dra(request: pytest.FixtureRequest) -> Iterator[Harness]:
                 lambda: not harness.allocated(node, session_only=True),
                 run.suite.profile.timeouts.unprepare,
                 interval=0.25,
-                describe=lambda: f"still allocated: {sorted(harness.allocated(node, session_only=True))}",
+                describe=lambda: f"still allocated: {harness.holders(node, session_only=True)}",
             )
         try:
             yield harness
