@@ -2,8 +2,8 @@
 
 The tests write the API's JSON shapes (dicts), which the client accepts, while its typed
 signatures want models and its models make every field Optional; its config loaders are
-untyped. So tests reach the client through these helpers, typed ``Any``, as ``nodeagent.kube``
-and ``driver.kubeslices`` do.
+untyped. So tests reach the client through these helpers, typed ``Any`` (the driver and the node
+agent send plain JSON themselves: ``draproto.rest``).
 """
 
 from __future__ import annotations
