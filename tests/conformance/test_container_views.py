@@ -58,10 +58,10 @@ def _profile(container: dict[str, Any] | None, unique: str = "uuid") -> DriverPr
 
 
 class _Kube:
-    """The one request :meth:`Harness.devices` makes: the driver's slices."""
+    """The one request :meth:`Harness.devices` makes: the driver's slices of the node."""
 
     def objects(self, kind: str, namespace: str | None = None, fields: str = "") -> list[dict[str, Any]]:
-        assert kind == "ResourceSlice" and fields == f"spec.driver={DRIVER}"
+        assert kind == "ResourceSlice" and fields == f"spec.driver={DRIVER},spec.nodeName={NODE}"
         return [{"spec": {"driver": DRIVER, "nodeName": NODE, "devices": DEVICES}}]
 
 
