@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clusters.incluster import DriverRelease
 from clusters.local.settings import parse_node_kinds
+from clusters.release import DriverRelease
 from conformance import catalogue
 from conformance.errors import ProfileError, UsageError
 from conformance.profiles import DriverProfile, load, node_labels, valid_image
