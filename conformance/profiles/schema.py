@@ -439,8 +439,8 @@ class Install:
     """How ``--cluster kind`` and ``--cluster k3s`` install a driver other than the reference one
     (profile key ``install``): a Helm chart or manifests, the images to load into the nodes first,
     and where the driver's pods run. After the install the run waits for every node's slices of
-    the profile's driver (``timeouts``-independent: the backend's slices timeout). The reference
-    driver's profiles need none: kind and k3s install its own chart."""
+    the profile's driver (as long as the backend's slices timeout, not ``timeouts.slices``). The
+    reference driver's profiles need none: kind and k3s install its own chart."""
 
     pods_namespace: str
     """``driverPods.namespace``: the namespace of the driver's pods (default, with a chart: the
