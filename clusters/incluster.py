@@ -1,9 +1,11 @@
-"""A driver deployed in the cluster (a DaemonSet from a Helm chart), driven with ``kubectl`` and ``helm``.
+"""A driver deployed in the cluster (a DaemonSet), driven with ``kubectl`` and ``helm``.
 
-What the kind and k3s backends share: install the reference driver's chart, wait until every
-node publishes slices, find the driver pod of a node, restart it (delete the pod; its DaemonSet
-makes a new one), run a command in it (the ``fakegpu`` CLI for faults), and read what a real
-container sees (``kubectl exec`` of ``env``, ``ls -l /dev`` and ``cat /proc/mounts``).
+What the kind and k3s backends share: install a :class:`~clusters.release.Release` (the
+reference driver's chart, or a vendor's chart or manifests), wait until every node publishes
+slices, find the driver pod of a node (:class:`~clusters.release.DriverPods`), restart it
+(delete the pod; its DaemonSet makes a new one), run a command in it (the ``fakegpu`` CLI for
+faults), and read what a real container sees (``kubectl exec`` of ``env``, ``ls -l /dev`` and
+``cat /proc/mounts``).
 
 A real container cannot list the CDI devices it was given, so :func:`parse_view` infers them from
 the node's CDI specs: a device counts as injected when every env var and device node of its
@@ -15,10 +17,9 @@ from __future__ import annotations
 import json
 import logging
 import shlex
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,15 +28,13 @@ import yaml
 from clusters import tools
 from clusters.base import ContainerView, PodRef, pod_key
 from clusters.errors import ClusterError, DriverDeployError, ToolError
+from clusters.release import DriverPods, Release
 
 __all__ = [
-    "CHART_DIR",
-    "DriverRelease",
     "InCluster",
     "Tools",
     "find_tools",
     "give_up",
-    "load_image",
     "parse_view",
     "wait_slices",
 ]
@@ -43,56 +42,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
-
-CHART_DIR = Path(__file__).resolve().parent.parent / "driver" / "deploy" / "helm" / "dra-gpu-driver"
-"""The reference driver's Helm chart."""
-DOCKERFILE = CHART_DIR.parent.parent / "Dockerfile"
-"""The reference driver's image recipe (built from the repository root)."""
-
-FAKE_ROOT = "/var/lib/dra-gpu-driver"
-"""``{root}`` of a node on kind and k3s: the fake machine's state is ``{root}/gpus`` in the driver
-pod (the chart's ``fakeStateDir``), so the reference profiles' fault commands run there as is."""
-
-
-@dataclass(frozen=True)
-class DriverRelease:
-    """The reference driver installed from its chart."""
-
-    image: str = "dra-gpu-driver:0.1.0"
-    """Image (``repository:tag``) built from ``driver/deploy/Dockerfile`` and loaded into the nodes."""
-    driver: str = "gpu.dra-conformance.io"
-    """DRA driver name."""
-    fake_profile: str = "dgx-h100"
-    """fakegpu machine of every node."""
-    device_kinds: tuple[str, ...] = ("gpu",)
-    """The chart's ``deviceKinds``."""
-    namespace: str = "dra-gpu-driver"
-    """Namespace of the release."""
-    release: str = "dra-gpu-driver"
-    """Helm release name."""
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    """More chart values (override the above)."""
-
-    def values(self) -> dict[str, Any]:
-        """The chart values of this release."""
-        repository, _, tag = self.image.rpartition(":")
-        values: dict[str, Any] = {
-            "driverName": self.driver,
-            "backend": "fake",
-            "fakeProfile": self.fake_profile,
-            "fakeStateDir": f"{FAKE_ROOT}/gpus",
-            "deviceKinds": list(self.device_kinds),
-            "logFormat": "json",
-            # loaded into the nodes, never pulled
-            "image": {"repository": repository or self.image, "tag": tag, "pullPolicy": "Never"},
-        }
-        values.update(self.extra)
-        return values
-
-    @property
-    def selector(self) -> str:
-        """Label selector of the driver pods."""
-        return f"app.kubernetes.io/instance={self.release}"
 
 
 @dataclass(frozen=True)
@@ -107,33 +56,18 @@ class Tools:
     """``helm`` (None when no driver is installed)."""
 
 
-def find_tools(env: Mapping[str, str], *, install_driver: bool) -> Tools:
-    """Check, before anything is made, that every tool is there and the Docker engine answers;
-    :class:`~clusters.errors.ToolError` (or :class:`DriverDeployError` outside a source checkout)
+def find_tools(env: Mapping[str, str], release: Release | None) -> Tools:
+    """Check, before anything is made, that every tool is there and the Docker engine answers, and
+    that what ``release`` installs from is there (None: nothing is installed);
+    :class:`~clusters.errors.ToolError` (or :class:`DriverDeployError` from :meth:`Release.check`)
     names what is missing."""
     docker = tools.find("docker", env)
     tools.docker_engine(docker)
     kubectl = tools.find("kubectl", env)
-    helm = tools.find("helm", env) if install_driver else None
-    if install_driver and not DOCKERFILE.is_file():
-        raise DriverDeployError(
-            f"the reference driver's Dockerfile is not at {DOCKERFILE}: run from a source checkout "
-            "of dra-conformance, or install the driver yourself and use --cluster external"
-        )
+    helm = tools.find("helm", env) if release is not None and release.uses_helm else None
+    if release is not None:
+        release.check()
     return Tools(docker, kubectl, helm)
-
-
-def load_image(docker: Path, image: str, containers: Sequence[str], progress: Progress) -> None:
-    """Build ``image`` from :data:`DOCKERFILE` and import it into the containerd of each node
-    container (``docker save | docker exec -i NODE ctr -n k8s.io images import -``)."""
-    progress(f"building image {image} from {DOCKERFILE} ...")
-    tools.run([docker, "build", "-f", DOCKERFILE, "-t", image, DOCKERFILE.parent.parent.parent], timeout=1200)
-    for node in containers:
-        progress(f"importing {image} into node {node} ...")
-        tools.pipe(
-            [docker, "save", image],
-            [docker, "exec", "-i", node, "ctr", "-n", "k8s.io", "images", "import", "-"],
-        )
 
 
 class LogsSource(Protocol):
@@ -157,15 +91,15 @@ def give_up(cluster: LogsSource, dest: Path, progress: Progress) -> None:
 
 
 class InCluster:
-    """``kubectl`` and ``helm`` on one cluster (its admin kubeconfig)."""
+    """``kubectl`` and ``helm`` on one cluster (its admin kubeconfig), and the driver's pods there."""
 
     def __init__(
-        self, kubeconfig: Path, release: DriverRelease, *, kubectl: Path, helm: Path | None = None
+        self, kubeconfig: Path, pods: DriverPods, *, kubectl: Path, helm: Path | None = None
     ) -> None:
         self.kubeconfig = kubeconfig
         """Admin kubeconfig."""
-        self.release = release
-        """The driver release."""
+        self.pods = pods
+        """Where the driver's pods run."""
         self.kubectl_bin = kubectl
         self.helm_bin = helm
 
@@ -174,45 +108,16 @@ class InCluster:
         argv: list[str | Path] = [self.kubectl_bin, "--kubeconfig", str(self.kubeconfig), *args]
         return tools.run(argv, timeout=timeout, check=check).stdout
 
-    def install(self, progress: Progress, timeout: float = 300.0) -> None:
-        """``helm upgrade --install`` the chart with :meth:`DriverRelease.values`."""
+    def helm(self, *args: str, timeout: float = 360.0) -> str:
+        """Run ``helm ARGS``; its stdout. :class:`ToolError` when there is no helm or it fails."""
         if self.helm_bin is None:
             raise ToolError("installing the driver's chart needs helm")
-        r = self.release
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="drac-values-", delete=False) as f:
-            yaml.safe_dump(r.values(), f, sort_keys=True)
-        values_file = Path(f.name)
-        progress(f"installing chart {CHART_DIR.name} as {r.release} in namespace {r.namespace} ...")
-        try:
-            tools.run(
-                [
-                    self.helm_bin,
-                    "upgrade",
-                    "--install",
-                    r.release,
-                    CHART_DIR,
-                    "--namespace",
-                    r.namespace,
-                    "--create-namespace",
-                    "--kubeconfig",
-                    self.kubeconfig,
-                    "--values",
-                    values_file,
-                    "--wait",
-                    "--timeout",
-                    f"{int(timeout)}s",
-                ],
-                timeout=timeout + 60,
-            )
-        except ToolError as e:
-            raise DriverDeployError(f"the driver's chart did not install: {e}\n{self.pods_report()}") from e
-        finally:
-            values_file.unlink(missing_ok=True)
+        return tools.run([self.helm_bin, *args], timeout=timeout).stdout
 
     def pods_report(self) -> str:
         """``kubectl get pods -o wide`` of the driver's namespace (for error messages)."""
         try:
-            return self.kubectl("get", "pods", "-n", self.release.namespace, "-o", "wide", timeout=30)
+            return self.kubectl("get", "pods", "-n", self.pods.namespace, "-o", "wide", timeout=30)
         except ToolError as e:
             return f"(cannot list the driver pods: {e})"
 
@@ -222,7 +127,7 @@ class InCluster:
         running = [name for name, phase, _ in pods if phase == "Running"]
         if not running:
             raise DriverDeployError(
-                f"no running driver pod ({self.release.selector}) on node {node}: {pods or 'none'}"
+                f"no running driver pod ({self.pods.selector}) on node {node}: {pods or 'none'}"
             )
         return running[0]
 
@@ -231,9 +136,9 @@ class InCluster:
             "get",
             "pods",
             "-n",
-            self.release.namespace,
+            self.pods.namespace,
             "-l",
-            self.release.selector,
+            self.pods.selector,
             "--field-selector",
             f"spec.nodeName={node}",
             "-o",
@@ -255,7 +160,7 @@ class InCluster:
         to run and be ready."""
         old = self.driver_pod(node)
         grace = ["--grace-period=0", "--force"] if crash else []
-        self.kubectl("delete", "pod", "-n", self.release.namespace, old, "--wait=false", *grace)
+        self.kubectl("delete", "pod", "-n", self.pods.namespace, old, "--wait=false", *grace)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             fresh = [name for name, phase, _ in self._pods(node) if name != old and phase == "Running"]
@@ -263,7 +168,7 @@ class InCluster:
                 self.kubectl(
                     "wait",
                     "-n",
-                    self.release.namespace,
+                    self.pods.namespace,
                     "--for=condition=Ready",
                     f"pod/{fresh[0]}",
                     "--timeout=90s",
@@ -276,7 +181,7 @@ class InCluster:
         )
 
     def exec_driver(self, node: str, argv: Sequence[str]) -> list[str]:
-        """The argv that runs ``argv`` in the driver container on ``node``."""
+        """The argv that runs ``argv`` in the driver container (:attr:`DriverPods.container`) on ``node``."""
         pod = self.driver_pod(node)
         return [
             str(self.kubectl_bin),
@@ -284,10 +189,9 @@ class InCluster:
             str(self.kubeconfig),
             "exec",
             "-n",
-            self.release.namespace,
+            self.pods.namespace,
             pod,
-            "-c",
-            "driver",
+            *(["-c", self.pods.container] if self.pods.container else []),
             "--",
             *argv,
         ]
@@ -310,7 +214,7 @@ class InCluster:
         written = []
         try:
             out = self.kubectl(
-                "get", "pods", "-n", self.release.namespace, "-l", self.release.selector, "-o", "name"
+                "get", "pods", "-n", self.pods.namespace, "-l", self.pods.selector, "-o", "name"
             )
         except ToolError as e:
             (dest / "driver-pods.txt").write_text(f"cannot list the driver pods: {e}\n")
@@ -320,7 +224,7 @@ class InCluster:
             for previous in (False, True):
                 flag = ["--previous"] if previous else []
                 text = self.kubectl(
-                    "logs", "-n", self.release.namespace, name, "--all-containers", *flag, check=False
+                    "logs", "-n", self.pods.namespace, name, "--all-containers", *flag, check=False
                 )
                 if text:
                     path = dest / f"{name}{'.previous' if previous else ''}.log"

@@ -1,11 +1,13 @@
-"""``K3sCluster``: a one-node k3s cluster in a container (``testcontainers``), with the reference driver.
+"""``K3sCluster``: a one-node k3s cluster in a container (``testcontainers``), with the driver under test.
 
 The k3s server runs from a pinned image (:func:`k3s_image`; ``DRAC_K3S_IMAGE`` overrides), with
 the DRA feature gates of its version (as the kind backend reads them) on the API server,
 scheduler, controller manager and kubelet, through k3s's ``--<component>-arg`` flags. The
 kubeconfig comes from the container. The driver image is built from ``driver/deploy/Dockerfile``,
 imported into the node's containerd (``docker save | docker exec -i ID ctr -n k8s.io images import
--``), and installed with the chart; then the run waits for the node's slices. Faults and views
+-``), and installed with the chart (another driver: its images imported the same way, its chart
+or manifests installed, :class:`~clusters.release.VendorRelease`); then the run waits for the
+node's slices. Faults and views
 work as on kind (in the driver pod; ``kubectl exec``); the kubelet is part of the k3s process, so
 it cannot restart alone.
 
@@ -138,7 +140,7 @@ class K3sCluster(PodCluster[K3sSettings]):
     def start(self) -> K3sCluster:
         """Start the k3s container, check DRA, install the driver; a failure stops the container."""
         s = self.settings
-        found = find_tools(self._env, install_driver=s.install_driver)
+        found = find_tools(self._env, s.release if s.install_driver else None)
         self._docker = docker = found.docker
         gates = dra_gates(s.k8s_version, self._env, self._say)
         self._say(f"starting k3s ({s.server_image}) ...")
@@ -151,7 +153,7 @@ class K3sCluster(PodCluster[K3sSettings]):
             self.kubeconfig.write_text(container.config_yaml())
             self.kubeconfig.chmod(0o600)
             version = apicheck.check(self.kubeconfig)
-            self._in = InCluster(self.kubeconfig, s.release, kubectl=found.kubectl, helm=found.helm)
+            self._in = InCluster(self.kubeconfig, s.release.pods, kubectl=found.kubectl, helm=found.helm)
             self._say(f"k3s: Kubernetes {version}, node {', '.join(self.nodes())}")
             if s.install_driver:
                 self._install_driver(docker, [self._container_id()])
@@ -173,6 +175,7 @@ class K3sCluster(PodCluster[K3sSettings]):
             "backend": self.backend,
             "kubeconfig": str(self.kubeconfig),
             "container": self._container_id(),
+            **self._pods_info(),
         }
 
     @classmethod
@@ -180,7 +183,7 @@ class K3sCluster(PodCluster[K3sSettings]):
         """The cluster another process started (:meth:`info`); stopping this object leaves it running."""
         settings = dataclasses.replace(K3sSettings(), work_dir=Path(info["kubeconfig"]).parent)
         cluster = cls(settings, env=env)
-        cluster._attach_tools()
+        cluster._attach_tools(info)
         cluster._container_ref = info["container"]
         return cluster
 

@@ -1,6 +1,7 @@
 """What the kind and k3s backends share as settings and as a :class:`~clusters.base.Cluster`.
 
-Both run the reference driver as pods of its chart (:mod:`clusters.incluster` drives ``kubectl``
+Both run the driver under test as pods (the reference driver's chart, or a vendor's chart or
+manifests: a :class:`~clusters.release.Release`; :mod:`clusters.incluster` drives ``kubectl``
 and ``helm``), so both need the same settings besides their own (:class:`PodClusterSettings`:
 Kubernetes version, driver release, whether to install it, how long to wait for slices, the env
 vars of these) and do the same on a started cluster (:class:`PodCluster`: install the driver,
@@ -19,8 +20,9 @@ from typing import Any, ClassVar, Generic, TypeVar
 from clusters import tools
 from clusters.base import Cluster
 from clusters.errors import ClusterError
-from clusters.incluster import FAKE_ROOT, DriverRelease, InCluster, load_image, wait_slices
+from clusters.incluster import InCluster, wait_slices
 from clusters.local.settings import DEFAULT_K8S_VERSION, normalize_version, xdg_state_dir
+from clusters.release import FAKE_ROOT, DriverPods, DriverRelease, Release
 
 __all__ = ["PodCluster", "PodClusterSettings"]
 
@@ -38,10 +40,11 @@ class PodClusterSettings:
 
     k8s_version: str = DEFAULT_K8S_VERSION
     """Kubernetes version (picks the node image and the feature gates)."""
-    release: DriverRelease = field(default_factory=DriverRelease)
-    """The reference driver's image and chart values."""
+    release: Release = field(default_factory=DriverRelease)
+    """The driver to install: the reference driver's image and chart values (default), or a
+    vendor's chart or manifests (:class:`~clusters.release.VendorRelease`)."""
     install_driver: bool = True
-    """Build, load and install the reference driver (off: the driver is installed otherwise)."""
+    """Load and install :attr:`release` (off: the driver is installed otherwise)."""
     slices_timeout: float = 180.0
     """Seconds every node with the driver may take to publish its first slice after the chart installed."""
 
@@ -76,22 +79,29 @@ class PodCluster(Cluster, Generic[S]):
             raise ClusterError(f"the {self.backend} cluster is not started")
         return self._in
 
-    def _attach_tools(self) -> None:
-        """For :meth:`attach`: docker and kubectl from the env (no helm: attaching installs nothing)."""
+    def _attach_tools(self, info: Mapping[str, str]) -> None:
+        """For :meth:`attach`: docker and kubectl from the env (no helm: attaching installs nothing),
+        and the driver's pods as ``info`` names them (else those of :attr:`settings`' release)."""
         self._docker = tools.find("docker", self._env)
-        self._in = InCluster(self.kubeconfig, self.settings.release, kubectl=tools.find("kubectl", self._env))
+        pods = DriverPods.from_info(info) or self.settings.release.pods
+        self._in = InCluster(self.kubeconfig, pods, kubectl=tools.find("kubectl", self._env))
+
+    def _pods_info(self) -> dict[str, str]:
+        """The driver's pods for :meth:`info` (an attached cluster's as it was told them)."""
+        pods = self._in.pods if self._in is not None else self.settings.release.pods
+        return pods.info()
 
     def _install_driver(self, docker: Path, containers: Sequence[str]) -> None:
-        """Load the driver's image into the node ``containers``, install the chart, wait for slices."""
+        """Load the driver's images into the node ``containers``, install it, wait for slices."""
         incluster = self._incluster()
-        s = self.settings
-        load_image(docker, s.release.image, containers, self._say)
-        incluster.install(self._say)
+        release = self.settings.release
+        release.load(docker, containers, self._say)
+        release.install(incluster, self._say)
         wait_slices(
             incluster.kubectl,
-            s.release.driver,
+            release.driver,
             self.nodes(),
-            timeout=s.slices_timeout,
+            timeout=self.settings.slices_timeout,
             progress=self._say,
             report=incluster.pods_report,
         )

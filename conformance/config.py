@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clusters.incluster import DriverRelease
 from clusters.local.settings import parse_node_kinds
+from clusters.release import DriverPods, DriverRelease, HelmChart, Release, VendorRelease
 from conformance import catalogue
 from conformance.errors import ProfileError, UsageError
 from conformance.profiles import DriverProfile, load, node_labels, valid_image
@@ -26,7 +26,8 @@ CLUSTER_KINDS = ("local", "kind", "k3s", "external")
 """Cluster backends ``--cluster`` accepts."""
 
 IN_CLUSTER = ("kind", "k3s")
-"""Backends that make a cluster and install the reference driver's chart in it."""
+"""Backends that make a cluster and install the driver in it: the reference driver's chart, or what
+the profile's ``install`` section names."""
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -43,7 +44,8 @@ class SuiteConfig:
     """The driver under test."""
     cluster: str = "local"
     """``local`` (start a local cluster and the driver as processes), ``kind`` or ``k3s`` (make one
-    in Docker and install the reference driver's chart), or ``external`` (a kubeconfig)."""
+    in Docker and install the driver: the reference driver's chart, or the profile's ``install``),
+    or ``external`` (a kubeconfig)."""
     kubeconfig: Path | None = None
     """The cluster for ``external`` (and, once made, for ``kind`` and ``k3s``)."""
     cluster_info: Path | None = None
@@ -146,17 +148,24 @@ class SuiteConfig:
         return local.fake_profile if local is not None and local.nvml == "fake" else None
 
     @property
-    def release(self) -> DriverRelease:
-        """The chart values of the reference driver for ``kind`` and ``k3s``: its fake machine, device
-        kinds and GPU sharing, read from the profile's local command (``--fake-profile``,
-        ``--device-kinds``, ``--gpu-sharing``, ``--consumable-gpus``)."""
+    def runs_reference(self) -> bool:
+        """Whether the driver is the reference driver (its local command runs ``-m driver`` or
+        ``dra-gpu-driver``): kind and k3s then install its own chart."""
+        command = self.driver_command
+        if command is None:
+            command = self.profile.local.command if self.profile.local is not None else ""
+        words = shlex.split(command)
+        return {"-m", "driver"} <= set(words) or any(w.endswith("dra-gpu-driver") for w in words)
+
+    @property
+    def release(self) -> Release:
+        """What ``kind`` and ``k3s`` install. The reference driver: its chart, with its fake machine,
+        device kinds and GPU sharing read from the profile's local command (``--fake-profile``,
+        ``--device-kinds``, ``--gpu-sharing``, ``--consumable-gpus``). Another driver: the
+        profile's ``install`` section; :class:`UsageError` when it has none."""
+        if not self.runs_reference:
+            return self._vendor_release()
         words = shlex.split(self.local_command)
-        if not ({"-m", "driver"} <= set(words) or any(w.endswith("dra-gpu-driver") for w in words)):
-            raise UsageError(
-                f"--cluster {self.cluster} installs the reference driver's chart, but profile "
-                f"{self.profile.name!r} is for another driver ({self.profile.driver}): install that driver "
-                "in a cluster yourself and run with --cluster external --kubeconfig K"
-            )
 
         def flag(name: str, default: str) -> str:
             return words[words.index(name) + 1] if name in words[:-1] else default
@@ -170,6 +179,35 @@ class SuiteConfig:
             fake_profile=flag("--fake-profile", "dgx-h100"),
             device_kinds=kinds,
             extra=sharing,
+        )
+
+    def _vendor_release(self) -> VendorRelease:
+        install = self.profile.install
+        if install is None:
+            raise UsageError(
+                f"--cluster {self.cluster} installs the reference driver's chart, or the driver a "
+                f"profile's 'install' section names; profile {self.profile.name!r} is for another driver "
+                f"({self.profile.driver}) and has no 'install' section: add one (a Helm chart or manifests "
+                "and driverPods: see conformance/profiles/README.md), or install the driver in a cluster "
+                "yourself and run with --cluster external --kubeconfig K"
+            )
+        chart = None
+        if install.chart:
+            chart = HelmChart(
+                chart=install.chart,
+                release=install.release,
+                namespace=install.namespace,
+                version=install.version,
+                repo=install.repo,
+                values=install.values,
+                values_files=install.values_files,
+            )
+        return VendorRelease(
+            driver=self.profile.driver,
+            pods=DriverPods(install.pods_namespace, install.pods_selector, install.pods_container),
+            chart=chart,
+            manifests=install.manifests,
+            images=install.images,
         )
 
     @property
@@ -272,7 +310,7 @@ class SuiteConfig:
         if cluster == "local":
             config.local_command  # noqa: B018 - refuses a profile that cannot run locally, now
         if cluster in IN_CLUSTER:
-            config.release  # noqa: B018 - refuses a profile of another driver, now
+            config.release  # noqa: B018 - refuses a profile of another driver without 'install', now
         return config
 
 

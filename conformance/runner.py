@@ -236,8 +236,8 @@ def _check_api(config: SuiteConfig, say: Progress) -> None:
 
 
 def _start_in_cluster(config: SuiteConfig, say: Progress) -> tuple[KindCluster | K3sCluster, SuiteConfig]:
-    """Make the kind or k3s cluster of a run, with the reference driver; the config that points the
-    pytest processes at it."""
+    """Make the kind or k3s cluster of a run, with the driver :attr:`SuiteConfig.release` names (the
+    reference chart, or the profile's ``install``); the config that points the pytest processes at it."""
     release = config.release
     cluster: KindCluster | K3sCluster
     if config.cluster == "kind":

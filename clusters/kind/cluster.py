@@ -1,11 +1,13 @@
-"""``KindCluster``: a kind cluster (nodes as Docker containers) with the reference driver from its chart.
+"""``KindCluster``: a kind cluster (nodes as Docker containers) with the driver under test in pods.
 
 Lifecycle (:meth:`KindCluster.start`): check the tools (``docker`` with an engine that answers,
 ``kubectl``, ``helm``, ``kind``: from PATH, else built from Go modules and cached); create the
 cluster from the generated config, or reuse one of the same name; check it serves DRA; build the
 driver's image from ``driver/deploy/Dockerfile`` and import it into every node (``docker save |
 docker exec -i NODE ctr -n k8s.io images import -``, which works across kind versions); install
-the chart with the fake backend; wait until every worker publishes slices. A failure on the way
+the chart with the fake backend; wait until every worker publishes slices. Another driver than
+the reference one (a :class:`~clusters.release.VendorRelease`, from a profile's ``install``
+section) has its images imported the same way, then its chart or manifests installed. A failure on the way
 writes the nodes' and the driver pods' logs to ``<work dir>/<name>/logs/`` and deletes a cluster
 this object created (unless kept). :meth:`stop` deletes it too, unless ``keep``.
 
@@ -99,11 +101,11 @@ class KindCluster(PodCluster[KindSettings]):
     def start(self) -> KindCluster:
         """Make (or reuse) the cluster and install the driver; see the module docstring."""
         s = self.settings
-        found = find_tools(self._env, install_driver=s.install_driver)
+        found = find_tools(self._env, s.release if s.install_driver else None)
         self._docker = docker = found.docker
         self._kind = kind = find_kind(s, self._env, self._say)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self._in = InCluster(self.kubeconfig, s.release, kubectl=found.kubectl, helm=found.helm)
+        self._in = InCluster(self.kubeconfig, s.release.pods, kubectl=found.kubectl, helm=found.helm)
         existing = tools.run([kind, "get", "clusters"], timeout=60).stdout.split()
         try:
             if s.name in existing:
@@ -130,6 +132,7 @@ class KindCluster(PodCluster[KindSettings]):
             "kubeconfig": str(self.kubeconfig),
             "name": self.settings.name,
             "work_dir": str(self.settings.work_dir),
+            **self._pods_info(),
         }
 
     @classmethod
@@ -138,7 +141,7 @@ class KindCluster(PodCluster[KindSettings]):
         base = KindSettings.from_env(os.environ if env is None else env)
         settings = base.with_options(name=info["name"], work_dir=Path(info["work_dir"]))
         cluster = cls(settings, env=env)
-        cluster._attach_tools()
+        cluster._attach_tools(info)
         cluster._kind = find_kind(settings, cluster._env, cluster._say)
         return cluster
 

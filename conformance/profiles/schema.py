@@ -38,6 +38,7 @@ __all__ = [
     "ExampleConfig",
     "ExternalCommands",
     "Faults",
+    "Install",
     "InvalidConfig",
     "LocalDriver",
     "TestPods",
@@ -434,6 +435,49 @@ class Timeouts:
 
 
 @dataclass(frozen=True)
+class Install:
+    """How ``--cluster kind`` and ``--cluster k3s`` install a driver other than the reference one
+    (profile key ``install``): a Helm chart or manifests, the images to load into the nodes first,
+    and where the driver's pods run. After the install the run waits for every node's slices of
+    the profile's driver (as long as the backend's slices timeout, not ``timeouts.slices``). The
+    reference driver's profiles need none: kind and k3s install its own chart."""
+
+    pods_namespace: str
+    """``driverPods.namespace``: the namespace of the driver's pods (default, with a chart: the
+    chart's :attr:`namespace`; with manifests it is required)."""
+    pods_selector: str
+    """``driverPods.selector``: a label selector (``key=value,...``) that matches the driver's
+    pods, the kubelet-plugin pods of its DaemonSet; the driver pod of a node is the running one
+    there (restarted by deleting it: the ``restart-driver`` capability; fault commands and views
+    run in it)."""
+    pods_container: str = ""
+    """``driverPods.container``: the container commands run in (empty: the pod's default)."""
+    chart: str = ""
+    """A Helm chart: a chart directory or ``.tgz`` (a path relative to the profile's folder,
+    absolute here), ``repo/name`` (a repository helm knows, or the one :attr:`repo` adds), or
+    ``oci://host/path``. Or else :attr:`manifests`."""
+    version: str = ""
+    """The chart's version (``helm --version``; not for a local chart)."""
+    repo: str = ""
+    """A chart repository URL (``http(s)://``), added first as ``helm repo add REPO URL`` with
+    ``REPO`` the part of :attr:`chart` before the ``/``."""
+    release: str = ""
+    """Helm release name (default: the chart's name, its last path part without ``.tgz``)."""
+    namespace: str = ""
+    """Namespace of the release, made when missing (default: :attr:`release`)."""
+    values: Mapping[str, Any] = field(default_factory=dict)
+    """Chart values, passed as a values file after :attr:`values_files` (so they win)."""
+    values_files: tuple[Path, ...] = ()
+    """``valuesFiles``: values files (relative to the profile's folder), passed in order."""
+    manifests: tuple[Path, ...] = ()
+    """YAML files (relative to the profile's folder) applied in order with ``kubectl apply -f``
+    (they name their own namespaces). Or else :attr:`chart`."""
+    images: tuple[str, ...] = ()
+    """Images of the local Docker engine imported into every node before the install (for
+    images no node can pull, e.g. a local build)."""
+
+
+@dataclass(frozen=True)
 class DriverProfile:
     """Everything the suite knows about one driver (see the module docstring)."""
 
@@ -467,6 +511,8 @@ class DriverProfile:
     """The test pods' image, pull secrets and tolerations; the nodes under test."""
     timeouts: Timeouts = field(default_factory=Timeouts)
     """Timeouts."""
+    install: Install | None = None
+    """How kind and k3s install it when it is not the reference driver (absent: they cannot)."""
     known_failures: Mapping[str, str] = field(default_factory=dict)
     """Rule id -> why it is expected to fail."""
     idempotent_prepares: int = 3
@@ -821,6 +867,127 @@ def _pods(r: _Reader | None) -> TestPods:
     return TestPods(image, secrets, tuple(dict(t) for t in tolerations), labels)
 
 
+_CHART_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SELECTOR_PART = re.compile(r"^(?P<key>[^=!]+?)\s*(?P<op>==|!=|=)\s*(?P<value>[^=!]*)$")
+_CHART_KEYS = ("chart", "version", "repo", "release", "namespace", "values", "valuesFiles")
+_CHART_FORMS = "a chart directory or .tgz (relative to the profile's folder), repo/name, or oci://host/path"
+
+
+def _files(r: _Reader, key: str, base: Path | None) -> tuple[Path, ...]:
+    """The files of a list of paths (relative to ``base``), each one that exists."""
+    out = []
+    for text in r.strings(key):
+        path = Path(text).expanduser()
+        if not path.is_absolute() and base is not None:
+            path = base / path
+        if not path.is_file():
+            r.fail(text, "a file that exists (relative paths are from the profile's folder)", key)
+        out.append(path)
+    return tuple(out)
+
+
+def _chart(r: _Reader, chart: str, base: Path | None) -> tuple[str, bool]:
+    """The chart as helm is to get it (a local one as an absolute path), and whether it is local."""
+    if chart.startswith("oci://"):
+        if len(chart) == len("oci://") or not valid_image(chart):
+            r.fail(chart, f"{_CHART_FORMS} (an OCI reference: oci://host/path)", "chart")
+        return chart, False
+    path = Path(chart).expanduser()
+    if not path.is_absolute() and base is not None:
+        path = base / path
+    if path.exists():
+        return str(path.resolve()), True
+    if _CHART_REF.match(chart) and not chart.endswith((".tgz", ".tar.gz")):
+        return chart, False
+    r.fail(chart, f"{_CHART_FORMS}; as a path it does not exist", "chart")
+
+
+def _selector(r: _Reader, text: str) -> None:
+    """A label selector of ``key=value``, ``key!=value``, ``key`` or ``!key`` parts."""
+    for part in (p.strip() for p in text.split(",")):
+        m = _SELECTOR_PART.match(part)
+        key = m.group("key").strip() if m else part.removeprefix("!")
+        value = m.group("value").strip() if m else ""
+        if not _LABEL_KEY.match(key) or len(value) > 63 or not _LABEL_VALUE.match(value):
+            r.fail(
+                text,
+                "a label selector of key=value, key!=value, key or !key parts, comma-separated "
+                "(e.g. app.kubernetes.io/name=my-driver)",
+                "selector",
+            )
+
+
+def _install(r: _Reader | None, base: Path | None) -> Install | None:
+    if r is None:
+        return None
+    r.known([*_CHART_KEYS, "manifests", "images", "driverPods"])
+    chart_text = r.get("chart", str, "")
+    manifests = _files(r, "manifests", base)
+    if bool(chart_text) == bool(manifests):
+        r.fail(
+            dict(r.data),
+            "chart (a Helm chart) or manifests (YAML files for kubectl apply -f), one of them"
+            + (", not both" if chart_text else ""),
+        )
+    if manifests:
+        for key in _CHART_KEYS:
+            if key in r.data:
+                r.fail(r.data[key], "nothing here with manifests: it is for a chart", key)
+    chart, local, release, namespace, version, repo = "", False, "", "", "", ""
+    if chart_text:
+        chart, local = _chart(r, chart_text, base)
+        version = r.get("version", str, "")
+        if version and local:
+            r.fail(version, "no version with a local chart (helm installs the chart as it is)", "version")
+        repo = r.get("repo", str, "")
+        if repo and (local or chart.startswith("oci://")):
+            r.fail(repo, "no repo with a local or oci:// chart: give chart as REPO/NAME with it", "repo")
+        if repo and not re.match(r"^https?://[^\s]+$", repo):
+            r.fail(repo, "a chart repository URL (http:// or https://)", "repo")
+        name = chart.rstrip("/").rpartition("/")[2].removesuffix(".tgz")
+        name = re.sub(r"-v?[0-9]+\.[0-9]+.*$", "", name) if chart.endswith(".tgz") else name
+        release = r.get("release", str, "")
+        if not release and (not _NAME.match(name) or len(name) > 53):
+            r.fail(chart, f"a chart whose name {name!r} can be a release name, or else give release", "chart")
+        release = release or name
+        if not _NAME.match(release) or len(release) > 53:
+            r.fail(release, "a release name (lower-case letters, digits and '-', at most 53)", "release")
+        namespace = r.get("namespace", str, release)
+        if not _NAME.match(namespace) or len(namespace) > 63:
+            r.fail(namespace, "a namespace name (lower-case letters, digits and '-')", "namespace")
+    images = r.strings("images")
+    for image in images:
+        if not valid_image(image):
+            r.fail(image, "an image reference without spaces (e.g. my-driver:dev)", "images")
+    pr = r.sub("driverPods", required=True)
+    assert pr is not None
+    pr.known(["namespace", "selector", "container"])
+    pods_namespace = pr.get("namespace", str, namespace)
+    if not pods_namespace:
+        pr.fail(None, "the namespace of the driver's pods (required with manifests)", "namespace")
+    if not _NAME.match(pods_namespace):
+        pr.fail(pods_namespace, "a namespace name (lower-case letters, digits and '-')", "namespace")
+    selector = pr.get("selector", str, required=True)
+    _selector(pr, selector)
+    container = pr.get("container", str, "")
+    if container and not _NAME.match(container):
+        pr.fail(container, "a container name (lower-case letters, digits and '-')", "container")
+    return Install(
+        pods_namespace=pods_namespace,
+        pods_selector=selector,
+        pods_container=container,
+        chart=chart,
+        version=version,
+        repo=repo,
+        release=release,
+        namespace=namespace,
+        values=dict(r.get("values", dict, {})),
+        values_files=_files(r, "valuesFiles", base),
+        manifests=manifests,
+        images=images,
+    )
+
+
 def _check_placeholders(r: _Reader, key: str, text: str, fault_allowed: bool) -> None:
     for name in _PLACEHOLDER.findall(text):
         known = name in FAULT_PLACEHOLDERS and name != "attr:NAME" and (fault_allowed or name != "fault")
@@ -850,6 +1017,7 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
             "timeouts",
             "knownFailures",
             "idempotentPrepares",
+            "install",
         ]
     )
     name = r.get("name", str, required=True)
@@ -910,6 +1078,7 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
         checkpoint=_checkpoint(r.sub("checkpoint")),
         pods=_pods(r.sub("pods")),
         timeouts=timeouts,
+        install=_install(r.sub("install"), path.parent if path else None),
         known_failures=dict(known),
         idempotent_prepares=repeats,
     )

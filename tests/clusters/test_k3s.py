@@ -89,7 +89,14 @@ def test_start_installs_the_driver_and_stop_removes_the_container(tmp_path: Path
     assert imports == [["exec", "-i", "c0ffee", "ctr", "-n", "k8s.io", "images", "import", "-"]]
     (helm,) = fake.argvs("helm")
     assert helm[:3] == ["upgrade", "--install", "dra-gpu-driver"]
-    assert cluster.info() == {"backend": "k3s", "kubeconfig": str(cluster.kubeconfig), "container": "c0ffee"}
+    assert cluster.info() == {
+        "backend": "k3s",
+        "kubeconfig": str(cluster.kubeconfig),
+        "container": "c0ffee",
+        "driver_namespace": "dra-gpu-driver",
+        "driver_selector": "app.kubernetes.io/instance=dra-gpu-driver",
+        "driver_container": "driver",
+    }
     other = K3sCluster.attach(cluster.info(), env=fake.env())
     assert other.nodes() == ["k3s-abc"]
     other.stop()

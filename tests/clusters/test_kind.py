@@ -14,10 +14,10 @@ import yaml
 
 from clusters import tools
 from clusters.errors import DriverDeployError, ToolError
-from clusters.incluster import CHART_DIR, DOCKERFILE, FAKE_ROOT, DriverRelease
 from clusters.kind import KindCluster, KindSettings
 from clusters.kind.config import CDI_PATCH, KNOWN_GATES, dra_gates_for, render
 from clusters.kind.settings import NODE_IMAGES, node_image
+from clusters.release import CHART_DIR, DOCKERFILE, FAKE_ROOT, DriverRelease
 from tests.clusters.apistub import api_stub, write_kubeconfig
 from tests.clusters.fakebin import FakeBin
 

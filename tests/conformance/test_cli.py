@@ -15,6 +15,7 @@ import yaml
 
 from clusters.local.cluster import LOCAL_CAPABILITIES
 from clusters.probe import daemonset
+from clusters.release import DriverRelease
 from conformance import profiles, report
 from conformance.catalogue import RULES, by_id
 from conformance.cli import main
@@ -156,16 +157,21 @@ def test_selection_by_rule_ids_and_areas() -> None:
     assert config.run_dir.parent == Path("reports")
 
 
-def test_kind_and_k3s_install_only_the_reference_driver() -> None:
-    config = SuiteConfig.build("reference-mig", cluster="kind")
-    assert config.release.fake_profile == "dgx-h100-mig-empty"
-    assert config.release.device_kinds == ("gpu", "partitionable-mig")
-    assert SuiteConfig.build("reference-l4", cluster="k3s").release.device_kinds == ("gpu",)
-    gpu = SuiteConfig.build("reference-gpu", cluster="k3s").release
+def _chart(profile: str, cluster: str) -> DriverRelease:
+    release = SuiteConfig.build(profile, cluster=cluster).release
+    assert isinstance(release, DriverRelease)
+    return release
+
+
+def test_kind_and_k3s_install_the_reference_chart_for_the_reference_driver() -> None:
+    mig = _chart("reference-mig", "kind")
+    assert mig.fake_profile == "dgx-h100-mig-empty"
+    assert mig.device_kinds == ("gpu", "partitionable-mig")
+    assert _chart("reference-l4", "k3s").device_kinds == ("gpu",)
+    gpu = _chart("reference-gpu", "k3s")
     assert gpu.values()["gpuSharing"] == "consumable" and gpu.values()["consumableGpus"] == "4-6"
-    mig = config.release.values()
-    assert mig["gpuSharing"] == "exclusive" and "consumableGpus" not in mig
-    with pytest.raises(UsageError, match=r"installs the reference driver's chart.*--cluster external"):
+    assert mig.values()["gpuSharing"] == "exclusive" and "consumableGpus" not in mig.values()
+    with pytest.raises(UsageError, match=r"example-gpu.*has no 'install' section.*--cluster external"):
         SuiteConfig.build("example-gpu", cluster="kind")
 
 

@@ -87,6 +87,7 @@ def test_readme_lists_every_shipped_profile_and_its_example_validates() -> None:
     example = yaml.safe_load(block.group(1))
     profile = parse(example, "README example")
     assert profile.devices.select is not None and profile.known_failures
+    assert profile.install is not None and profile.install.pods_container == "plugin"
 
 
 def test_mig_profile_reads_its_class_file_next_to_it() -> None:

@@ -406,8 +406,8 @@ def test_example_kind_cluster_has_workers_for_the_driver() -> None:
 
 
 def test_the_values_kind_and_k3s_install_render_a_fake_driver_on_the_pods_state_dir() -> None:
-    """clusters.incluster.DriverRelease: the values the kind and k3s backends hand to helm."""
-    from clusters.incluster import FAKE_ROOT, DriverRelease
+    """clusters.release.DriverRelease: the values the kind and k3s backends hand to helm."""
+    from clusters.release import FAKE_ROOT, DriverRelease
 
     values = DriverRelease(fake_profile="l4x4", device_kinds=("gpu", "mig")).values()
     objects = render(values)
