@@ -73,10 +73,13 @@ class HealthMonitor:
         xid_hold_seconds: float = 60.0,
         clock: Callable[[], float] = time.time,
         misreport: bool = False,
+        mute: bool = False,
     ) -> None:
         self.enabled = enabled
         self._misreport = misreport
         """The ``fault-on-wrong-device`` switch: a GPU's faults show on the GPU before it."""
+        self._mute = mute
+        """The ``health-without-message`` switch: an Unhealthy device is reported without saying why."""
         self.ignored_xids = frozenset(ignored_xids)
         self._wait_ms = wait_ms
         self._recheck = recheck_seconds
@@ -103,13 +106,15 @@ class HealthMonitor:
     @classmethod
     def from_settings(cls, inventory: Inventory, settings: Settings, **kwargs: Any) -> HealthMonitor:
         """A monitor as the settings say: ``--health``, ``--ignored-xids``, and the rule-breaking
-        switches ``no-health``, ``fault-on-wrong-device`` and ``benign-faults-count``."""
+        switches ``no-health``, ``fault-on-wrong-device``, ``benign-faults-count`` and
+        ``health-without-message``."""
         ignored = frozenset() if settings.breaks("benign-faults-count") else settings.health.ignored_xids
         return cls(
             inventory,
             ignored_xids=ignored,
             enabled=settings.health.enabled and not settings.breaks("no-health"),
             misreport=settings.breaks("fault-on-wrong-device"),
+            mute=settings.breaks("health-without-message"),
             **kwargs,
         )
 
@@ -133,7 +138,7 @@ class HealthMonitor:
                 if fault is None:
                     out[name] = DeviceHealth(HEALTHY, "", updated)
                 else:
-                    out[name] = DeviceHealth(UNHEALTHY, fault.message, updated)
+                    out[name] = DeviceHealth(UNHEALTHY, "" if self._mute else fault.message, updated)
             return out
 
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:

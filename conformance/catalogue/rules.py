@@ -723,6 +723,14 @@ RULES: tuple[Rule, ...] = (
         "health",
     ),
     Rule(
+        "HEALTH-MESSAGE",
+        "HEALTH",
+        "a device a fault made Unhealthy is streamed with a message saying why (`DeviceHealth.message`)",
+        ("health", "faults"),
+        "1.36 (ResourceHealthStatus, beta)",
+        "health",
+    ),
+    Rule(
         "HEALTH-POD-STATUS",
         "HEALTH",
         "an allocated device's fault shows in the pod's `allocatedResourcesStatus` (`claim:<name>/<request>`) and clears after heal",

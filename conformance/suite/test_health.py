@@ -197,6 +197,31 @@ def test_stream_fault(dra: Harness) -> None:
             dra.measure("fault_to_unhealthy_s", report.at - started)
 
 
+@rule("HEALTH-MESSAGE")
+@exclusive
+def test_message(dra: Harness) -> None:
+    """a device a fault made Unhealthy is streamed with a message saying why (`DeviceHealth.message`)"""
+    fault = _healable(dra)
+    (device,) = _on_distinct_hardware(dra, 1)
+    pool = dra.pool_of()
+    stream = dra.health_stream()
+    _first_listing(dra, stream, [device], SERVICE_SECONDS)
+    shown = dra.fault_commands().fault(fault, dra.devices()[device])
+    after = len(stream.reports)
+    started = dra.inject(device, fault)
+    _, report = stream.wait(
+        f"{device} Unhealthy after the fault `{shown}`",
+        _reports_unhealthy(pool, device),
+        dra.profile.timeouts.health - (time.monotonic() - started),
+        after=after,
+    )
+    entry = report.devices[(pool, device)]
+    assert entry.message.strip(), (
+        f"{device} is streamed Unhealthy after the fault `{shown}` without a message saying why "
+        "(DeviceHealth.message is empty): the pod's allocatedResourcesStatus cannot tell people either"
+    )
+
+
 @rule("HEALTH-POD-STATUS")
 @exclusive
 def test_pod_status(dra: Harness) -> None:

@@ -130,7 +130,12 @@ CASES: dict[str, Case] = {
     # the fault shows on the GPU before the faulted one: the rules about the faulted device fail;
     # NO-ALLOC-TAINTED and RECOVER check the device that was tainted, whichever it is
     "fault-on-wrong-device": case(
-        "reference-gpu", "health", "HEALTH-STREAM-FAULT", "HEALTH-POD-STATUS", "HEALTH-TAINT"
+        "reference-gpu",
+        "health",
+        "HEALTH-STREAM-FAULT",
+        "HEALTH-MESSAGE",
+        "HEALTH-POD-STATUS",
+        "HEALTH-TAINT",
     ),
     # every test that made a fault fails (HEALTH-IGNORED makes a real one too): its taint stays
     # every test that made a fault fails, its taint stays: shown on three (HEALTH-STREAM-FAULT by
@@ -144,6 +149,8 @@ CASES: dict[str, Case] = {
         rules=("HEALTH-STREAM-FAULT", "HEALTH-TAINT", "HEALTH-RECOVER"),
     ),
     "benign-faults-count": case("reference-gpu", "health", "HEALTH-IGNORED"),
+    # the fault shows, without a word of why: shown on its rule alone
+    "health-without-message": case("reference-gpu", "health", "HEALTH-MESSAGE", rules=("HEALTH-MESSAGE",)),
     # a checkpoint ignored is never found corrupt either
     "forget-checkpoint": case(
         "reference-gpu", "resilience", "RES-DRIVER-RESTART", "RES-CHECKPOINT", "RES-CHECKPOINT-CORRUPT"

@@ -27,6 +27,7 @@ from driver.cdi import validate
 from driver.consumable import make_consumable
 from driver.errors import CDIError, DeviceConflict, PrepareError, SettingsError, StoreConflict
 from driver.health import HealthMonitor
+from driver.healthstream import UNHEALTHY
 from driver.inventory import Inventory
 from driver.settings import from_args
 from driver.slices import SlicePublisher
@@ -74,7 +75,7 @@ def test_every_rule_is_documented() -> None:
         "phantom-device", "no-republish", "churn-slices", "wrong-slice-count", "orphan-slices",
         "subrequest-name", "refuse-admin-access", "keep-device-after-unprepare",
         "ignore-sharing-strategy", "qualified-request-names", "forget-unbatched-claims",
-        "fault-on-wrong-device", "sticky-taint", "benign-faults-count",
+        "fault-on-wrong-device", "sticky-taint", "benign-faults-count", "health-without-message",
         "forget-checkpoint", "leak-restored-claims", "refuse-reregister", "recreate-slices-on-start",
         "no-rewatch", "short-counter-set", "unprepare-with-first-pod", "skip-unreferenced-claims",
         "stale-claim-state", "device-status-not-ready",
@@ -313,6 +314,14 @@ def _benign_xids_ignored(node: Node) -> tuple[bool, ...]:
     monitor.record_xid(gpu(0).uuid or "", 13)
     monitor.record_xid(gpu(1).uuid or "", 43)
     return "gpu-0" not in monitor.faults(), "gpu-1" not in monitor.faults()
+
+
+def _unhealthy_says_why(node: Node) -> tuple[bool, ...]:
+    monitor = HealthMonitor.from_settings(node.inventory, node.settings)
+    monitor.record_xid(gpu(0).uuid or "", 79)
+    entry = monitor.snapshot()["gpu-0"]
+    assert entry.status == UNHEALTHY, entry
+    return (entry.message != "",)
 
 
 def _parent_request_answered(node: Node) -> tuple[bool, ...]:
@@ -595,6 +604,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "fault-on-wrong-device": _fault_on_its_device,
     "sticky-taint": _taint_removed_after_heal,
     "benign-faults-count": _benign_xids_ignored,
+    "health-without-message": _unhealthy_says_why,
     "no-slices": _slices_published,
     "hide-device": _every_device_published,
     "phantom-device": _no_device_added,
