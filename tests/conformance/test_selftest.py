@@ -164,8 +164,14 @@ CASES: dict[str, Case] = {
         "RES-UNPREPARE-AFTER-RESTART",
         rules=("RES-DRIVER-CRASH", "RES-UNPREPARE-AFTER-RESTART"),
     ),
+    # the node's driver stays unregistered after the kubelet restarts, so the pods of the tests after
+    # those two cannot stop on that node: shown on the two rules alone
     "refuse-reregister": case(
-        "reference-gpu", "resilience", "RES-KUBELET-RESTART", "RES-POD-DURING-KUBELET-DOWN"
+        "reference-gpu",
+        "resilience",
+        "RES-KUBELET-RESTART",
+        "RES-POD-DURING-KUBELET-DOWN",
+        rules=("RES-KUBELET-RESTART", "RES-POD-DURING-KUBELET-DOWN"),
     ),
     "recreate-slices-on-start": case("reference-gpu", "resilience", "RES-SLICES-SURVIVE-QUICK-RESTART"),
     "no-rewatch": case("reference-gpu", "resilience", "RES-APISERVER"),
