@@ -119,6 +119,23 @@ def _reports_unhealthy(pool: str, device: str) -> Callable[[HealthReport], Healt
     return lambda r: r if r.health(pool, device) == "Unhealthy" else None
 
 
+def _fault_streamed(
+    dra: Harness, stream: HealthStream, pool: str, device: str, fault: str
+) -> tuple[str, float, HealthReport]:
+    """Make ``fault`` on ``device`` and wait for the stream to say it is Unhealthy: the fault's
+    command as shown, when it was made, and the report."""
+    shown = dra.fault_commands().fault(fault, dra.devices()[device])
+    after = len(stream.reports)
+    started = dra.inject(device, fault)
+    _, report = stream.wait(
+        f"{device} Unhealthy after the fault `{shown}`",
+        _reports_unhealthy(pool, device),
+        dra.profile.timeouts.health - (time.monotonic() - started),
+        after=after,
+    )
+    return shown, started, report
+
+
 def _taints_of(objs: Objects, node: str, device: str) -> list[Obj] | None:
     """``device``'s taints in the watched slices of ``node`` (None: not in them)."""
     for s in objs.values():
@@ -183,15 +200,7 @@ def test_stream_fault(dra: Harness) -> None:
     _first_listing(dra, stream, targets, SERVICE_SECONDS)
     # each healable kind on hardware of its own, one after the other: a report names its fault
     for i, (device, fault) in enumerate(zip(targets, kinds, strict=False)):
-        shown = dra.fault_commands().fault(fault, dra.devices()[device])
-        after = len(stream.reports)
-        started = dra.inject(device, fault)
-        _, report = stream.wait(
-            f"{device} Unhealthy after the fault `{shown}`",
-            _reports_unhealthy(pool, device),
-            dra.profile.timeouts.health - (time.monotonic() - started),
-            after=after,
-        )
+        _, started, report = _fault_streamed(dra, stream, pool, device, fault)
         dra.measure(f"fault_to_unhealthy_s.{i}", report.at - started)
         if i == 0:
             dra.measure("fault_to_unhealthy_s", report.at - started)
@@ -206,15 +215,7 @@ def test_message(dra: Harness) -> None:
     pool = dra.pool_of()
     stream = dra.health_stream()
     _first_listing(dra, stream, [device], SERVICE_SECONDS)
-    shown = dra.fault_commands().fault(fault, dra.devices()[device])
-    after = len(stream.reports)
-    started = dra.inject(device, fault)
-    _, report = stream.wait(
-        f"{device} Unhealthy after the fault `{shown}`",
-        _reports_unhealthy(pool, device),
-        dra.profile.timeouts.health - (time.monotonic() - started),
-        after=after,
-    )
+    shown, _, report = _fault_streamed(dra, stream, pool, device, fault)
     entry = report.devices[(pool, device)]
     assert entry.message.strip(), (
         f"{device} is streamed Unhealthy after the fault `{shown}` without a message saying why "
