@@ -34,6 +34,13 @@ from conformance.plugin.state import HARNESS_KEY, RUN_KEY, ConformanceRun
 
 __all__ = ["dra", "dra_env", "dra_pre", "dra_preflight"]
 
+FREE_SECONDS = 60.0
+"""The least an exclusive test waits for its node's devices to be free of the claims of tests
+before it: their namespaces deleted, their pods stopped and unprepared, their claims collected and
+deallocated, each by another of the cluster's controllers. The profile's ``unprepare`` timeout
+judges the driver alone; on 2 loaded cores this chain has taken over 45 s after a test that
+restarted the driver."""
+
 
 def _run(request: pytest.FixtureRequest) -> ConformanceRun:
     run = request.config.stash.get(RUN_KEY, None)
@@ -129,7 +136,7 @@ def dra(request: pytest.FixtureRequest) -> Iterator[Harness]:
             until(
                 f"the devices of {node} to be free of other tests' claims",
                 lambda: not harness.allocated(node, session_only=True),
-                run.suite.profile.timeouts.unprepare,
+                max(run.suite.profile.timeouts.unprepare, FREE_SECONDS),
                 interval=0.25,
                 describe=lambda: f"still allocated: {harness.holders(node, session_only=True)}",
             )

@@ -104,9 +104,15 @@ def _pod_for_exactly(dra: Harness, device_class: str, device: str, **claim: Any)
 # --- what the stream and the slices say --------------------------------------------------------
 
 
-def _first_listing(dra: Harness, stream: HealthStream, devices: list[str], timeout: float) -> int:
-    """Wait for a message that lists ``devices``; its index."""
+def _first_listing(
+    dra: Harness, stream: HealthStream, devices: list[str], timeout: float | None = None
+) -> int:
+    """Wait for a message that lists ``devices``; its index. The wait is ``timeout``, or, where
+    the listing is only the start of another rule's test, HEALTH-SERVICE's limit or the profile's
+    health timeout, the shorter (a silent stream fails those tests sooner on short profiles)."""
     pool = dra.pool_of()
+    if timeout is None:
+        timeout = min(SERVICE_SECONDS, dra.profile.timeouts.health)
     index, _ = stream.wait(
         f"a message listing {', '.join(devices)}",
         lambda r: all((pool, d) in r.devices for d in devices),
@@ -197,7 +203,7 @@ def test_stream_fault(dra: Harness) -> None:
     targets = _on_distinct_hardware(dra, len(kinds), fewer=True)
     pool = dra.pool_of()
     stream = dra.health_stream()
-    _first_listing(dra, stream, targets, SERVICE_SECONDS)
+    _first_listing(dra, stream, targets)
     # each healable kind on hardware of its own, one after the other: a report names its fault
     for i, (device, fault) in enumerate(zip(targets, kinds, strict=False)):
         _, started, report = _fault_streamed(dra, stream, pool, device, fault)
@@ -214,7 +220,7 @@ def test_message(dra: Harness) -> None:
     (device,) = _on_distinct_hardware(dra, 1)
     pool = dra.pool_of()
     stream = dra.health_stream()
-    _first_listing(dra, stream, [device], SERVICE_SECONDS)
+    _first_listing(dra, stream, [device])
     shown, _, report = _fault_streamed(dra, stream, pool, device, fault)
     entry = report.devices[(pool, device)]
     assert entry.message.strip(), (
@@ -347,7 +353,7 @@ def test_ignored(dra: Harness) -> None:
     device, other = _on_distinct_hardware(dra, 2, spread=True)
     pool, node = dra.pool_of(), dra.node
     stream = dra.health_stream() if stream_on else None
-    after = _first_listing(dra, stream, [device], SERVICE_SECONDS) + 1 if stream else 0
+    after = _first_listing(dra, stream, [device]) + 1 if stream else 0
     already = set(stream.reports[after - 1].unhealthy(pool)) if stream else set()
     before = set(dra.tainted())
     commands = dra.fault_commands()
