@@ -28,6 +28,7 @@ RULES: dict[str, str] = {
     "sticky-taint": "a device's taint stays after the fault is healed",
     "benign-faults-count": "the XIDs that should be ignored make devices unhealthy",
     "health-without-message": "an Unhealthy device is streamed without a message saying why",
+    "unserved-health-version": "health v1alpha1 is advertised but not served (UNIMPLEMENTED)",
     "no-slices": "ResourceSlices are never published",
     "hide-device": "ResourceSlices publish one device fewer than the hardware has",
     "phantom-device": "ResourceSlices publish one device more than the hardware has",

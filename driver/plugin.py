@@ -244,7 +244,8 @@ class PluginServer:
                 resend_seconds=settings.health.resend_seconds,
             )
             health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(v1, dra)
-            health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(v1alpha1, dra)
+            if not settings.breaks("unserved-health-version"):  # GetInfo still advertises it
+                health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(v1alpha1, dra)
         dra.start()
         self._dra = dra
         reg = self._server(settings.registration_socket)

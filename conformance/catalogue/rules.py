@@ -715,6 +715,15 @@ RULES: tuple[Rule, ...] = (
         "health",
     ),
     Rule(
+        "HEALTH-VERSIONS",
+        "HEALTH",
+        "every health service version the driver advertises (`v1`, `v1alpha1`) answers "
+        "`NodeWatchResources` with a message listing its devices",
+        ("grpc", "health"),
+        "1.36 (ResourceHealthStatus)",
+        "health",
+    ),
+    Rule(
         "HEALTH-STREAM-FAULT",
         "HEALTH",
         "a device fault makes the device Unhealthy in the stream within the profile's timeout",

@@ -41,7 +41,7 @@ from conformance.harness.devices import (
 from conformance.harness.diagnostics import LogMarks, collect
 from conformance.harness.faults import FaultCommandFailed, FaultCommands, tainted_since
 from conformance.harness.harness import MEASURE_PREFIX, PARTIAL_PROPERTY, TEST_TAINT_KEY, Harness
-from conformance.harness.healthstream import HealthReport, HealthStream, choose_version
+from conformance.harness.healthstream import HEALTH_VERSIONS, HealthReport, HealthStream, choose_version
 from conformance.harness.kube import ApiError, Kube, meta
 from conformance.harness.plugin_client import (
     DRA_SERVICES,
@@ -58,6 +58,7 @@ from conformance.harness.waiting import Objects, WaitFailed, WaitTimeout, until,
 __all__ = [
     "CONFIG_ENV_RULES",
     "DRA_SERVICES",
+    "HEALTH_VERSIONS",
     "MAX_RESULTS_PER_CLAIM",
     "MEASURE_PREFIX",
     "PARTIAL_PROPERTY",

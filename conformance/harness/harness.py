@@ -559,14 +559,16 @@ class Harness:
                 f"the taints this test's faults made on {node} stayed after heal: {e}"
             ) from None
 
-    def health_stream(self, node: str | None = None) -> HealthStream:
-        """The driver's health stream on ``node`` (``v1`` when advertised, else ``v1alpha1``), read
-        until the test ends. Fails when the driver advertises neither."""
+    def health_stream(self, node: str | None = None, version: str | None = None) -> HealthStream:
+        """The driver's health stream on ``node`` (``version``, or ``v1`` when advertised, else
+        ``v1alpha1``), read until the test ends. Fails when the driver advertises neither (or not
+        ``version``)."""
         info = self.plugin_info(node)
-        version = choose_version(info.versions)
         if version is None:
+            version = choose_version(info.versions)
+        if version is None or version not in info.versions:
             raise AssertionError(
-                f"the driver advertises no DRAResourceHealth service on {node or self.node} "
+                f"the driver advertises no {version or 'DRAResourceHealth'} service on {node or self.node} "
                 f"(GetInfo versions: {', '.join(info.versions) or 'none'}), yet the profile claims health"
             )
         stream = HealthStream(info.local_endpoint, version)

@@ -25,6 +25,7 @@ import pytest
 from conformance import manifests
 from conformance.catalogue import exclusive, rule
 from conformance.harness import (
+    HEALTH_VERSIONS,
     Harness,
     HealthReport,
     HealthStream,
@@ -193,6 +194,21 @@ def test_health_service(dra: Harness) -> None:
     assert published, f"node {dra.node} has no devices of {dra.driver}"
     index = _first_listing(dra, stream, published, SERVICE_SECONDS)
     dra.measure("stream_first_listing_s", stream.reports[index].at - stream.opened)
+
+
+@rule("HEALTH-VERSIONS")
+def test_health_versions(dra: Harness) -> None:
+    """every health service version the driver advertises (`v1`, `v1alpha1`) answers
+    `NodeWatchResources` with a message listing its devices"""
+    advertised = [v for v in HEALTH_VERSIONS if v in dra.plugin_info().versions]
+    assert advertised, f"the driver advertises no health service version on {dra.node}"
+    published = sorted(dra.devices())
+    assert published, f"node {dra.node} has no devices of {dra.driver}"
+    # each version on a stream of its own, all open at once: a kubelet opens just one of them
+    streams = {version: dra.health_stream(version=version) for version in advertised}
+    for version, stream in streams.items():
+        index = _first_listing(dra, stream, published)
+        dra.measure(f"first_listing_s_{version.split('.')[0]}", stream.reports[index].at - stream.opened)
 
 
 @rule("HEALTH-STREAM-FAULT")

@@ -151,6 +151,8 @@ CASES: dict[str, Case] = {
     "benign-faults-count": case("reference-gpu", "health", "HEALTH-IGNORED"),
     # the fault shows, without a word of why: shown on its rule alone
     "health-without-message": case("reference-gpu", "health", "HEALTH-MESSAGE", rules=("HEALTH-MESSAGE",)),
+    # the kubelet of the local tier opens v1: only the rule that opens every advertised version sees it
+    "unserved-health-version": case("reference-gpu", "health", "HEALTH-VERSIONS", rules=("HEALTH-VERSIONS",)),
     # a checkpoint ignored is never found corrupt either
     "forget-checkpoint": case(
         "reference-gpu", "resilience", "RES-DRIVER-RESTART", "RES-CHECKPOINT", "RES-CHECKPOINT-CORRUPT"

@@ -21,7 +21,14 @@ from typing import Any
 import grpc
 import pytest
 
-from draproto import health_v1_pb2, health_v1_pb2_grpc, registration_pb2, registration_pb2_grpc
+from draproto import (
+    health_v1_pb2,
+    health_v1_pb2_grpc,
+    health_v1alpha1_pb2,
+    health_v1alpha1_pb2_grpc,
+    registration_pb2,
+    registration_pb2_grpc,
+)
 from driver.breakage import RULES, parse_rules
 from driver.cdi import validate
 from driver.consumable import make_consumable
@@ -76,6 +83,7 @@ def test_every_rule_is_documented() -> None:
         "subrequest-name", "refuse-admin-access", "keep-device-after-unprepare",
         "ignore-sharing-strategy", "qualified-request-names", "forget-unbatched-claims",
         "fault-on-wrong-device", "sticky-taint", "benign-faults-count", "health-without-message",
+        "unserved-health-version",
         "forget-checkpoint", "leak-restored-claims", "refuse-reregister", "recreate-slices-on-start",
         "no-rewatch", "short-counter-set", "unprepare-with-first-pod", "skip-unreferenced-claims",
         "stale-claim-state", "device-status-not-ready",
@@ -286,6 +294,20 @@ def _health_reported(node: Node) -> tuple[bool, ...]:
     else:
         streamed = any(d.health == health_v1_pb2.UNHEALTHY for d in first.devices)
     return streamed, "gpu-0" in monitor.faults()
+
+
+def _every_health_version_served(node: Node) -> tuple[bool, ...]:
+    node.serve(health=HealthMonitor.from_settings(node.inventory, node.settings))
+    stub = health_v1alpha1_pb2_grpc.DRAResourceHealthStub(node.channel())
+    stream = stub.NodeWatchResources(health_v1alpha1_pb2.NodeWatchResourcesRequest(), timeout=5)
+    try:
+        first = next(iter(stream))
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.UNIMPLEMENTED, e
+        return (False,)
+    finally:
+        stream.cancel()
+    return (bool(first.devices),)
 
 
 def _fault_on_its_device(node: Node) -> tuple[bool, ...]:
@@ -605,6 +627,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "sticky-taint": _taint_removed_after_heal,
     "benign-faults-count": _benign_xids_ignored,
     "health-without-message": _unhealthy_says_why,
+    "unserved-health-version": _every_health_version_served,
     "no-slices": _slices_published,
     "hide-device": _every_device_published,
     "phantom-device": _no_device_added,
