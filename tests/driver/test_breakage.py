@@ -299,7 +299,7 @@ def _health_reported(node: Node) -> tuple[bool, ...]:
 def _every_health_version_served(node: Node) -> tuple[bool, ...]:
     node.serve(health=HealthMonitor.from_settings(node.inventory, node.settings))
     stub = health_v1alpha1_pb2_grpc.DRAResourceHealthStub(node.channel())
-    stream = stub.NodeWatchResources(health_v1alpha1_pb2.NodeWatchResourcesRequest(), timeout=5)
+    stream: Any = stub.NodeWatchResources(health_v1alpha1_pb2.NodeWatchResourcesRequest(), timeout=5)
     try:
         first = next(iter(stream))
     except grpc.RpcError as e:
