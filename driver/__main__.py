@@ -56,7 +56,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
     from driver.kubeslices import KubeSliceStore
     from driver.plugin import PluginServer
     from driver.slices import SlicePublisher
-    from driver.slicing import taints_from_faults
+    from driver.slicing import DeviceTaint, taints_from_faults
     from driver.state import DeviceState
 
     api = Rest(_api_client(settings))
@@ -86,10 +86,12 @@ def run(settings: Settings, stop: threading.Event) -> int:
         keep=settings.keep_slices,
         breaks=settings.breaks,
     )
-    publisher.update(inventory=inventory, taints=taints_from_faults(monitor.faults(), settings.driver_name))
-    monitor.subscribe(
-        lambda: publisher.update(taints=taints_from_faults(monitor.faults(), settings.driver_name))
-    )
+
+    def taints() -> dict[str, list[DeviceTaint]]:
+        return taints_from_faults(monitor.faults(), settings.driver_name, settings.breaks)
+
+    publisher.update(inventory=inventory, taints=taints())
+    monitor.subscribe(lambda: publisher.update(taints=taints()))
     server = PluginServer(settings, state, monitor if settings.health.enabled else None)
     started: list[Callable[[], None]] = []
     try:

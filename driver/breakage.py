@@ -26,6 +26,7 @@ RULES: dict[str, str] = {
     "no-health": "device health is never reported (the stream stays silent, no taints)",
     "fault-on-wrong-device": "a GPU's faults are reported on another GPU (stream, taints)",
     "sticky-taint": "a device's taint stays after the fault is healed",
+    "restamp-taints": "every health taint gets a new timeAdded whenever the node's health changes",
     "benign-faults-count": "the XIDs that should be ignored make devices unhealthy",
     "health-without-message": "an Unhealthy device is streamed without a message saying why",
     "unserved-health-version": "health v1alpha1 is advertised but not served (UNIMPLEMENTED)",

@@ -15,7 +15,8 @@ ResourceSlice bodies for one pool, named after the node and owned by the Node ob
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -69,10 +70,21 @@ class DeviceTaint:
         return out
 
 
-def taints_from_faults(faults: Mapping[str, Fault], driver_name: str) -> dict[str, list[DeviceTaint]]:
-    """One taint per unhealthy device: key ``<driver>/unhealthy``, the reason as value, the fault's effect."""
+def taints_from_faults(
+    faults: Mapping[str, Fault], driver_name: str, breaks: Callable[[str], bool] = lambda _: False
+) -> dict[str, list[DeviceTaint]]:
+    """One taint per unhealthy device: key ``<driver>/unhealthy``, the reason as value, the fault's
+    effect, added when the fault began (switch ``restamp-taints``: now, at every call)."""
+    now = time.time() if breaks("restamp-taints") else None
     return {
-        name: [DeviceTaint(f"{driver_name}/unhealthy", fault.reason, fault.severity, fault.since)]
+        name: [
+            DeviceTaint(
+                f"{driver_name}/unhealthy",
+                fault.reason,
+                fault.severity,
+                fault.since if now is None else now,
+            )
+        ]
         for name, fault in faults.items()
     }
 

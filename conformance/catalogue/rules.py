@@ -756,6 +756,15 @@ RULES: tuple[Rule, ...] = (
         "nv health",
     ),
     Rule(
+        "HEALTH-TAINT-TIME",
+        "HEALTH",
+        "a health taint's `timeAdded` stays as it was while its fault lasts, though another fault "
+        "makes the driver publish the node's taints again (a toleration's `tolerationSeconds` counts from it)",
+        ("taints", "faults"),
+        "1.36 (DRADeviceTaints, beta)",
+        "-",
+    ),
+    Rule(
         "HEALTH-NO-ALLOC-TAINTED",
         "HEALTH",
         "a new claim is not allocated the tainted device",

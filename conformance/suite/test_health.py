@@ -313,6 +313,36 @@ def test_taint(dra: Harness) -> None:
     dra.measure("heal_to_untaint_s", time.monotonic() - healed)
 
 
+def _added(dra: Harness, devices: set[str]) -> dict[str, list[str]]:
+    """The ``timeAdded`` of each taint of ``devices`` on the test's node, by device."""
+    tainted = dra.tainted()
+    return {d: sorted(str(t.get("timeAdded")) for t in tainted[d]) for d in sorted(devices & set(tainted))}
+
+
+@rule("HEALTH-TAINT-TIME")
+@exclusive
+def test_taint_time(dra: Harness) -> None:
+    """a health taint's `timeAdded` stays as it was while its fault lasts, though another fault
+    makes the driver publish the node's taints again (a toleration's `tolerationSeconds` counts from it)"""
+    first, second = _on_distinct_hardware(dra, 2)
+    fault = _healable(dra)
+    before = set(dra.tainted())
+    tainted = _wait_fault_shows(dra, first, before, dra.inject(first, fault))
+    added = _added(dra, tainted)
+    assert all(stamps and "None" not in stamps for stamps in added.values()), (
+        f"taints without timeAdded after a fault on {first}: {added}"
+    )
+    time.sleep(1.1)  # timeAdded counts whole seconds: a taint added again now would show it
+    _wait_fault_shows(dra, second, before | tainted, dra.inject(second, fault))
+    # the driver may publish the slices of a pool one by one: what it wrote last settles first
+    time.sleep(MIN_SETTLE_SECONDS)
+    again = _added(dra, tainted)
+    assert again == added, (
+        f"the taints of {', '.join(sorted(tainted))} (fault on {first}) were added again when a fault "
+        f"on {second} changed the node's taints: timeAdded {added} -> {again}"
+    )
+
+
 @rule("HEALTH-NO-ALLOC-TAINTED")
 @exclusive
 def test_no_alloc_tainted(dra: Harness) -> None:

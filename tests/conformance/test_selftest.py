@@ -149,6 +149,8 @@ CASES: dict[str, Case] = {
         rules=("HEALTH-STREAM-FAULT", "HEALTH-TAINT", "HEALTH-RECOVER"),
     ),
     "benign-faults-count": case("reference-gpu", "health", "HEALTH-IGNORED"),
+    # a taint's time moves only when another fault changes the node's taints: shown on its rule alone
+    "restamp-taints": case("reference-gpu", "health", "HEALTH-TAINT-TIME", rules=("HEALTH-TAINT-TIME",)),
     # the fault shows, without a word of why: shown on its rule alone
     "health-without-message": case("reference-gpu", "health", "HEALTH-MESSAGE", rules=("HEALTH-MESSAGE",)),
     # the kubelet of the local tier opens v1: only the rule that opens every advertised version sees it

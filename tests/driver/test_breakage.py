@@ -38,7 +38,7 @@ from driver.healthstream import UNHEALTHY
 from driver.inventory import Inventory
 from driver.settings import from_args
 from driver.slices import SlicePublisher
-from driver.slicing import MAX_DEVICES_PER_SLICE, DeviceTaint
+from driver.slicing import MAX_DEVICES_PER_SLICE, DeviceTaint, taints_from_faults
 from driver.state import ClaimRef
 from tests.driver.drvkit import (
     DRIVER,
@@ -83,6 +83,7 @@ def test_every_rule_is_documented() -> None:
         "subrequest-name", "refuse-admin-access", "keep-device-after-unprepare",
         "ignore-sharing-strategy", "qualified-request-names", "forget-unbatched-claims",
         "fault-on-wrong-device", "sticky-taint", "benign-faults-count", "health-without-message",
+        "restamp-taints",
         "unserved-health-version",
         "forget-checkpoint", "leak-restored-claims", "refuse-reregister", "recreate-slices-on-start",
         "no-rewatch", "short-counter-set", "unprepare-with-first-pod", "skip-unreferenced-claims",
@@ -308,6 +309,15 @@ def _every_health_version_served(node: Node) -> tuple[bool, ...]:
     finally:
         stream.cancel()
     return (bool(first.devices),)
+
+
+def _taint_added_once(node: Node) -> tuple[bool, ...]:
+    monitor = HealthMonitor.from_settings(node.inventory, node.settings)
+    monitor.record_ecc(gpu(0).uuid or "")
+    first = taints_from_faults(monitor.faults(), DRIVER, node.settings.breaks)
+    monitor.record_ecc(gpu(1).uuid or "")  # another fault: the driver publishes every taint again
+    again = taints_from_faults(monitor.faults(), DRIVER, node.settings.breaks)
+    return (first["gpu-0"] == again["gpu-0"],)
 
 
 def _fault_on_its_device(node: Node) -> tuple[bool, ...]:
@@ -625,6 +635,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "no-health": _health_reported,
     "fault-on-wrong-device": _fault_on_its_device,
     "sticky-taint": _taint_removed_after_heal,
+    "restamp-taints": _taint_added_once,
     "benign-faults-count": _benign_xids_ignored,
     "health-without-message": _unhealthy_says_why,
     "unserved-health-version": _every_health_version_served,
