@@ -10,6 +10,14 @@ import pytest
 
 from clusters.local.binaries import Binaries
 from clusters.local.controlplane import ControlPlane
+from tests import kube
+
+# pytester (the self-tests) puts sys.modules back as it found them after each test: a module of the
+# kubernetes client first imported inside such a test would be imported again after it, as a second
+# copy whose classes the first copy's argument checks refuse (seen once the self-tests ran first:
+# "Input should be a valid dictionary or instance of V1Node"). The typed APIs the tests use are
+# imported before any test, once per process (about 1 CPU-s).
+kube.preload()
 
 LONG_FIRST = (
     "tests/conformance/test_example_driver.py::",

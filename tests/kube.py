@@ -11,7 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["admin_client", "client_from_dict", "core", "create_from_dict", "rbac", "resource", "to_json"]
+__all__ = [
+    "admin_client",
+    "client_from_dict",
+    "core",
+    "create_from_dict",
+    "preload",
+    "rbac",
+    "resource",
+    "to_json",
+]
 
 
 def admin_client(kubeconfig: Path | str) -> Any:
@@ -26,6 +35,15 @@ def client_from_dict(kubeconfig: dict[str, Any]) -> Any:
     from kubernetes import config
 
     return config.new_client_from_config_dict(kubeconfig)  # type: ignore[no-untyped-call]
+
+
+def preload() -> None:
+    """Import the client's typed APIs these helpers hand out, and with them their models."""
+    from kubernetes import client
+    from kubernetes.client import exceptions  # noqa: F401
+
+    for api in ("CoreV1Api", "ResourceV1Api", "RbacAuthorizationV1Api"):
+        getattr(client, api)
 
 
 def core(api: Any) -> Any:

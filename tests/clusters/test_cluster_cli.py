@@ -80,12 +80,10 @@ def test_up_status_claim_down(state_dir: Path, local_binaries: Binaries, tmp_pat
     cluster = AttachedLocalCluster(state_dir)
     state = cluster.state
     try:
-        from kubernetes import client
-
         api = cluster.api_client()
         slices = kube.resource(api).list_resource_slice().items
         assert {s.spec.node_name for s in slices} == {"node-0", "node-1"}
-        kube.core(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="e2e")))
+        kube.core(api).create_namespace({"metadata": {"name": "e2e"}})
         pod = run_pod(api, "e2e")
         claim_name = pod.status.resource_claim_statuses[0].resource_claim_name
         claim = kube.resource(api).read_namespaced_resource_claim(claim_name, "e2e")

@@ -40,12 +40,11 @@ def test_every_component_is_healthy(control_plane: ControlPlane) -> None:
 
 
 def test_namespace_round_trip(control_plane: ControlPlane) -> None:
-    from kubernetes import client
 
     api = kube.admin_client(control_plane.kubeconfig)
     try:
         core = kube.core(api)
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="round-trip")))
+        core.create_namespace({"metadata": {"name": "round-trip"}})
         got = core.read_namespace("round-trip")
         assert got.status.phase == "Active"
         core.delete_namespace("round-trip")
@@ -102,12 +101,11 @@ def test_a_restart_brings_back_a_component_that_exited(control_plane: ControlPla
 
 
 def test_apiserver_restart_keeps_the_data(control_plane: ControlPlane) -> None:
-    from kubernetes import client
 
     api = kube.admin_client(control_plane.kubeconfig)
     try:
         core = kube.core(api)
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="survives")))
+        core.create_namespace({"metadata": {"name": "survives"}})
         old_pid = control_plane.processes["kube-apiserver"].pid
         control_plane.restart("kube-apiserver")
         assert control_plane.processes["kube-apiserver"].pid != old_pid
@@ -120,12 +118,11 @@ def test_apiserver_restart_keeps_the_data(control_plane: ControlPlane) -> None:
 def test_apiserver_crash_restart_keeps_the_data_and_does_not_wait_for_a_drain(
     control_plane: ControlPlane,
 ) -> None:
-    from kubernetes import client
 
     api = kube.admin_client(control_plane.kubeconfig)
     try:
         core = kube.core(api)
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="survives-a-crash")))
+        core.create_namespace({"metadata": {"name": "survives-a-crash"}})
         old_pid = control_plane.processes["kube-apiserver"].pid
         started = time.monotonic()
         control_plane.restart("kube-apiserver", crash=True)

@@ -54,6 +54,6 @@ def test_version_boots_and_prepares_a_claim(
         if node_kind == "kubelet":
             node = kube.core(api).read_node(cluster.nodes()[0])
             assert node.status.node_info.kubelet_version == f"v{settings.k8s_version}"
-        kube.core(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="v")))
+        kube.core(api).create_namespace({"metadata": {"name": "v"}})
         pod = run_pod(api, "v")
         assert cluster.container_view(pod, GPU_POD_CONTAINER).cdi_devices

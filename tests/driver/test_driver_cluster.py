@@ -37,10 +37,9 @@ CHART_TEMPLATES = (
 
 @pytest.fixture(scope="module")
 def api(control_plane: ControlPlane) -> Iterator[Any]:
-    from kubernetes import client
 
     api_client = kube.admin_client(control_plane.kubeconfig)
-    kube.core(api_client).create_node(client.V1Node(metadata=client.V1ObjectMeta(name=NODE)))
+    kube.core(api_client).create_node({"metadata": {"name": NODE}})
     yield api_client
     api_client.close()
 
@@ -178,20 +177,19 @@ def test_driver_publishes_prepares_from_the_api_and_cleans_up(control_plane: Con
 
 
 def _as_service_account(
-    api: Any, admin: Path, namespace: str, account: str, bound: Any = None
+    api: Any, admin: Path, namespace: str, account: str, bound: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """A kubeconfig (as a dict) for the API server of ``admin`` with a token of a service account.
 
-    ``bound``: a ``V1BoundObjectReference`` (a pod, whose node the token then names).
+    ``bound``: the object the token is bound to, as JSON (a pod, whose node the token then names).
+    Request bodies are JSON, not the client's models: a test that ran pytester before may have
+    left two copies of a model class behind (its ``sys.modules`` restore), which the client's
+    argument checks tell apart.
     """
-    from kubernetes import client
-
-    spec = client.V1TokenRequestSpec(audiences=[], bound_object_ref=bound)
+    spec: dict[str, Any] = {"audiences": [], "boundObjectRef": bound}
     token = (
         kube.core(api)
-        .create_namespaced_service_account_token(
-            account, namespace, client.AuthenticationV1TokenRequest(spec=spec)
-        )
+        .create_namespaced_service_account_token(account, namespace, {"spec": spec})
         .status.token
     )
     config: dict[str, Any] = yaml.safe_load(admin.read_text())
@@ -204,7 +202,6 @@ def _as_service_account(
 def test_driver_works_with_only_the_helm_charts_rbac(control_plane: ControlPlane, api: Any) -> None:
     """The chart's ClusterRole is all the driver needs: publish, watch, prepare, write the claim's
     status.devices (as a pod on the claim's node), clean up."""
-    from kubernetes import client
 
     text = (CHART_TEMPLATES / "rbac.yaml").read_text().split("---")[0]
     text = text.replace("{{ .Values.driverName | quote }}", json.dumps(DRIVER))
@@ -225,7 +222,7 @@ def test_driver_works_with_only_the_helm_charts_rbac(control_plane: ControlPlane
             },
         },
     )
-    bound = client.V1BoundObjectReference(kind="Pod", api_version="v1", name="drv-rbac", uid=pod.metadata.uid)
+    bound = {"kind": "Pod", "apiVersion": "v1", "name": "drv-rbac", "uid": pod.metadata.uid}
     rbac.create_cluster_role_binding(
         {
             "metadata": {"name": "drv-rbac-test"},
@@ -304,7 +301,6 @@ def test_admission_policy_lets_a_nodes_driver_write_only_its_own_slices(
     control_plane: ControlPlane, api: Any
 ) -> None:
     """The chart's ValidatingAdmissionPolicy, on a real API server, with a pod-bound token."""
-    from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     chart = pytest.importorskip("tests.driver.test_helm_chart", reason="helm-python-sdk renders the chart")
@@ -331,7 +327,7 @@ def test_admission_policy_lets_a_nodes_driver_write_only_its_own_slices(
             },
         },
     )
-    bound = client.V1BoundObjectReference(kind="Pod", api_version="v1", name="driver", uid=pod.metadata.uid)
+    bound = {"kind": "Pod", "apiVersion": "v1", "name": "driver", "uid": pod.metadata.uid}
     kubeconfig = _as_service_account(api, control_plane.kubeconfig, namespace, account, bound)
     as_driver = kube.resource(kube.client_from_dict(kubeconfig))
 
