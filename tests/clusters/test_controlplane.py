@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from clusters.local.binaries import Binaries
 from clusters.local.controlplane import ControlPlane
+from draproto.rest import Rest
 from tests import kube
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -123,12 +125,12 @@ def test_apiserver_crash_restart_keeps_the_data_and_does_not_wait_for_a_drain(
     try:
         core = kube.core(api)
         core.create_namespace({"metadata": {"name": "survives-a-crash"}})
-        old_pid = control_plane.processes["kube-apiserver"].pid
-        started = time.monotonic()
+        old = control_plane.processes["kube-apiserver"]
         control_plane.restart("kube-apiserver", crash=True)
-        took = time.monotonic() - started
-        assert control_plane.processes["kube-apiserver"].pid != old_pid
-        assert took < 10, f"a killed API server took {took:.1f} s to come back"
+        assert control_plane.processes["kube-apiserver"].pid != old.pid
+        # killed, not asked to stop: no graceful drain ran before the new one started (how long
+        # the restart takes is the boot benchmark's to measure, not a test's)
+        assert old.returncode == -signal.SIGKILL, old.returncode
         assert core.read_namespace("survives-a-crash").metadata.name == "survives-a-crash"
         assert all(control_plane.healthy().values())
     finally:
@@ -144,6 +146,30 @@ def _flag(argv: list[str], name: str) -> str | None:
     return next((a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")), None)
 
 
+def test_apis_nothing_here_acts_on_are_not_served(control_plane: ControlPlane) -> None:
+    """Workload kinds without their controllers, ingresses and network policies are not served; what
+    the scheduler watches (ReplicaSets, StatefulSets) and DaemonSets (the node probe's) are."""
+    api = kube.admin_client(control_plane.kubeconfig)
+    try:
+        rest = Rest(api)
+        assert rest.get("/apis/batch/v1") is None
+        assert rest.get("/apis/autoscaling/v2") is None
+
+        def served(group_version: str) -> set[str]:
+            listing = rest.get(f"/apis/{group_version}")
+            assert listing is not None, group_version
+            return {r["name"] for r in listing["resources"]}
+
+        apps = served("apps/v1")
+        assert {"daemonsets", "replicasets", "statefulsets"} <= apps
+        assert not {"deployments", "controllerrevisions"} & apps
+        networking = served("networking.k8s.io/v1")
+        assert not {"ingresses", "networkpolicies"} & networking
+        assert "servicecidrs" in networking  # the API server allocates service IPs from these
+    finally:
+        api.close()
+
+
 def test_components_run_with_the_documented_flags(control_plane: ControlPlane) -> None:
     """What the running processes were given: no fsync, RBAC, one gate set for all, served versions."""
     argv = {name: _cmdline(p.pid) for name, p in control_plane.processes.items()}
@@ -152,8 +178,14 @@ def test_components_run_with_the_documented_flags(control_plane: ControlPlane) -
     assert _flag(api, "authorization-mode") == "Node,RBAC"
     for name in ("service-account-key-file", "service-account-signing-key-file", "client-ca-file"):
         assert Path(str(_flag(api, name))).is_file(), name
-    served = {gv.split("=")[0] for gv in str(_flag(api, "runtime-config")).split(",")}
-    assert served == set(control_plane.runtime_config)
+    config = dict(gv.split("=") for gv in str(_flag(api, "runtime-config")).split(","))
+    assert config == {
+        **{gv: "true" for gv in control_plane.runtime_config},
+        **{gv: "false" for gv in control_plane.unserved},
+    }
+    # Go components collect garbage at GOGC 400 unless the environment says otherwise
+    environ = Path(f"/proc/{control_plane.processes['kube-apiserver'].pid}/environ").read_bytes().split(b"\0")
+    assert f"GOGC={os.environ.get('GOGC') or '400'}".encode() in environ
     # the gates come from the binaries' --help and every Kubernetes component gets the same set
     gates = {
         _flag(argv[n], "feature-gates")
