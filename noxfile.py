@@ -28,17 +28,23 @@ PACKAGES = ("fakegpu", "driver", "clusters", "conformance", "draproto", "nodeage
 """Our own packages (an editable install: their bytecode lands beside them, in __pycache__)."""
 
 
-def _install(session: nox.Session, extras: str = "dev") -> None:
-    """Install the project with ``extras``, every module compiled to bytecode up front.
+def _cache(name: str) -> Path:
+    """``$XDG_CACHE_HOME/dra-conformance/<name>``: what sessions keep between runs and checkouts."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dra-conformance" / name
+
+
+def _install(session: nox.Session, extras: str = "dev", *, compiled: bool = True) -> None:
+    """Install the project with ``extras``, every module compiled to bytecode up front (unless not
+    ``compiled``: for sessions that start no Python process of ours).
 
     Where PYTHONDONTWRITEBYTECODE is set (CI machines often set it), nothing writes a .pyc at
     import time, so every process the tests start (drivers, node agents, pytest workers) would
     compile the kubernetes client and the rest from source again: seconds of CPU each, most of
     a test run's CPU time on 2 cores. Compiled once here, each process only reads them.
     """
-    session.install("-e", f".[{extras}]", env={"UV_COMPILE_BYTECODE": "1"})
-    # an editable install compiles none of the project's own modules; -q: only errors
-    session.run("python", "-m", "compileall", "-q", "-j", "0", *PACKAGES, silent=True)
+    session.install("-e", f".[{extras}]", env={"UV_COMPILE_BYTECODE": "1"} if compiled else None)
+    if compiled:  # an editable install compiles none of the project's own modules; -q: only errors
+        session.run("python", "-m", "compileall", "-q", "-j", "0", *PACKAGES, silent=True)
 
 
 WRITE_BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
@@ -118,9 +124,14 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict on the packages."""
-    _install(session)
-    session.run("mypy")
+    """mypy --strict on the packages.
+
+    Its cache is ``$XDG_CACHE_HOME/dra-conformance/mypy`` (unless ``MYPY_CACHE_DIR`` names another),
+    shared by every checkout: mypy compares each file's hash with the cache, so a fresh clone (CI's)
+    checks again only what changed (2 cores: 16 s with no cache, under 1 s with it).
+    """
+    _install(session, compiled=False)
+    session.run("mypy", env={"MYPY_CACHE_DIR": os.environ.get("MYPY_CACHE_DIR") or str(_cache("mypy"))})
 
 
 @nox.session(python=PYTHON)
@@ -181,7 +192,7 @@ def report(session: nox.Session) -> None:
     config.write_text(
         json.dumps({"name": "DRA driver conformance", "plugins": {"awesome": {"options": options}}})
     )
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dra-conformance" / "npm"
+    cache = _cache("npm")
     session.run(
         *("npx", "--yes", ALLURE, "generate", str(results), "--config", str(config), "--output", str(out)),
         env={"npm_config_cache": str(cache), "npm_config_update_notifier": "false"},
