@@ -28,6 +28,7 @@ RULES: dict[str, str] = {
     "sticky-taint": "a device's taint stays after the fault is healed",
     "restamp-taints": "every health taint gets a new timeAdded whenever the node's health changes",
     "benign-faults-count": "the XIDs that should be ignored make devices unhealthy",
+    "drop-informational-taints": "with --informational-taints, an ignored XID shows no taint after all",
     "health-without-message": "an Unhealthy device is streamed without a message saying why",
     "unserved-health-version": "health v1alpha1 is advertised but not served (UNIMPLEMENTED)",
     "no-slices": "ResourceSlices are never published",

@@ -67,6 +67,7 @@ class HealthMonitor:
         inventory: Inventory,
         *,
         ignored_xids: Collection[int] = DEFAULT_IGNORED_XIDS,
+        informational_seconds: float = 0.0,
         enabled: bool = True,
         wait_ms: int = 500,
         recheck_seconds: float = 2.0,
@@ -81,6 +82,8 @@ class HealthMonitor:
         self._mute = mute
         """The ``health-without-message`` switch: an Unhealthy device is reported without saying why."""
         self.ignored_xids = frozenset(ignored_xids)
+        self.informational_seconds = informational_seconds
+        """How long a benign XID shows as an informational fault (taint effect ``None``); 0: never."""
         self._wait_ms = wait_ms
         self._recheck = recheck_seconds
         self._xid_hold = xid_hold_seconds
@@ -107,11 +110,15 @@ class HealthMonitor:
     def from_settings(cls, inventory: Inventory, settings: Settings, **kwargs: Any) -> HealthMonitor:
         """A monitor as the settings say: ``--health``, ``--ignored-xids``, and the rule-breaking
         switches ``no-health``, ``fault-on-wrong-device``, ``benign-faults-count`` and
-        ``health-without-message``."""
+        ``health-without-message``; ``--informational-taints`` unless ``drop-informational-taints``."""
+        informational = settings.health.informational_seconds
+        if settings.breaks("drop-informational-taints"):
+            informational = 0.0
         ignored = frozenset() if settings.breaks("benign-faults-count") else settings.health.ignored_xids
         return cls(
             inventory,
             ignored_xids=ignored,
+            informational_seconds=informational,
             enabled=settings.health.enabled and not settings.breaks("no-health"),
             misreport=settings.breaks("fault-on-wrong-device"),
             mute=settings.breaks("health-without-message"),
@@ -121,7 +128,8 @@ class HealthMonitor:
     # --- what others read ---------------------------------------------------------------------
 
     def faults(self) -> dict[str, Fault]:
-        """Unhealthy devices by name, each with its worst fault (``NoExecute`` over ``NoSchedule``)."""
+        """Devices with a fault by name, each with its worst (:func:`driver.faults.worst`): the
+        unhealthy ones, and those a benign XID marks for ``informational_seconds``."""
         if not self.enabled:
             return {}
         with self._lock:
@@ -135,7 +143,7 @@ class HealthMonitor:
             out = {}
             for name, fault in self._view.items():
                 updated = self._changed_at.get(name, self._started)
-                if fault is None:
+                if fault is None or fault.severity == policy.INFORMATIONAL:
                     out[name] = DeviceHealth(HEALTHY, "", updated)
                 else:
                     out[name] = DeviceHealth(UNHEALTHY, "" if self._mute else fault.message, updated)
@@ -173,7 +181,11 @@ class HealthMonitor:
             for name in changed:
                 self._changed_at[name] = now
             self._view = view
-        sick = {name: view[name] for name in changed if view[name] is not None}
+        sick = {
+            name: fault
+            for name in changed
+            if (fault := view[name]) is not None and fault.severity != policy.INFORMATIONAL
+        }
         if sick:
             log.warning(
                 "devices unhealthy",
@@ -207,6 +219,10 @@ class HealthMonitor:
         """Take in one XID event (the event loop calls this; tests may too)."""
         if policy.xid_is_benign(xid, self.ignored_xids):
             log.info("benign XID ignored", extra={"gpu": gpu_uuid, "xid": xid})
+            if self.informational_seconds > 0:
+                fault = policy.benign_fault(xid, f"GPU {gpu_uuid}", self._clock(), self.informational_seconds)
+                self._add_gpu_fault(gpu_uuid, fault)
+                self._refresh_view()
             return
         if xid == policy.XID_FALLEN_OFF_BUS:
             self.record_lost(gpu_uuid)

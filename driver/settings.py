@@ -81,6 +81,9 @@ class HealthSettings:
     """Watch NVML events, stream device health to the kubelet, taint unhealthy devices."""
     ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
     """XIDs that do not mark a device unhealthy."""
+    informational_seconds: float = 0.0
+    """How long one of those XIDs shows as a taint with effect ``None`` on its devices (0: not at all;
+    needs Kubernetes 1.35+)."""
     resend_seconds: float = 10.0
     """Send the complete health list again after this long without a change (kubelet times out at 30 s)."""
 
@@ -257,6 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
         "comma list of XIDs that do not make a device unhealthy (default 13,31,43,45,68,109)",
         metavar="LIST",
     )
+    add(
+        "--informational-taints",
+        "seconds an ignored XID shows as a taint with effect None on its devices (informational: "
+        "scheduling and running pods are unaffected; Kubernetes 1.35+; default 0: not shown)",
+        metavar="SECONDS",
+    )
     add("--log-format", "log line format: text or json (default text)", choices=list(LOG_FORMATS))
     parser.add_argument(
         "--keep-slices",
@@ -345,6 +354,15 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
         except ValueError as e:
             raise SettingsError(f"--ignored-xids {xids_text!r}: not a comma list of integers") from e
 
+    informational_text = pick("--informational-taints", "0") or "0"
+    try:
+        informational = float(informational_text)
+    except ValueError:
+        informational = -1.0
+    if not informational >= 0:  # NaN too
+        raise SettingsError(
+            f"--informational-taints {informational_text!r}: not a number of seconds (0: off)"
+        )
     log_format = pick("--log-format", "text") or "text"
     if log_format not in LOG_FORMATS:
         raise SettingsError(f"{_env_name('--log-format')}={log_format!r}: use text or json")
@@ -377,7 +395,7 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
             gpu_sharing=gpu_sharing,
             consumable_gpus=consumable_gpus,
         ),
-        health=HealthSettings(enabled=health, ignored_xids=ignored),
+        health=HealthSettings(enabled=health, ignored_xids=ignored, informational_seconds=informational),
         log_format=log_format,
         keep_slices=keep_slices,
         break_rules=rules,

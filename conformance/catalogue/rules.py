@@ -782,6 +782,15 @@ RULES: tuple[Rule, ...] = (
         "nv (ignored XIDs)",
     ),
     Rule(
+        "HEALTH-TAINT-NONE",
+        "HEALTH",
+        "a benign fault shows as a taint with effect `None` on its device (informational) and as no taint "
+        "that keeps pods off it, where the profile says so (`faults.benignEffect: None`)",
+        ("taints", "faults"),
+        "1.36 (DRADeviceTaints, beta)",
+        "nv health (non-critical XIDs)",
+    ),
+    Rule(
         "RES-DRIVER-RESTART",
         "RES",
         "restarting the driver leaves running pods running and their claims prepared; a new pod then runs",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -47,6 +48,8 @@ from conformance.harness.waiting import Objects, WaitTimeout, until, watch_until
 from conformance.profiles import VIEW_WAYS, AttributeMatch, DriverProfile
 
 __all__ = ["MEASURE_PREFIX", "PARTIAL_PROPERTY", "TEST_TAINT_KEY", "Harness"]
+
+log = logging.getLogger(__name__)
 
 
 Obj = dict[str, Any]
@@ -550,14 +553,18 @@ class Harness:
     def _await_untainted(self, node: str) -> None:
         if not self.profile.claims("taints"):
             return
+        before = self._tainted_before[node]
         try:
-            wait_untainted(
-                self.kube, self.driver, node, self._tainted_before[node], self.profile.timeouts.health
-            )
+            wait_untainted(self.kube, self.driver, node, before, self.profile.timeouts.health)
         except WaitTimeout as e:
-            raise AssertionError(
-                f"the taints this test's faults made on {node} stayed after heal: {e}"
-            ) from None
+            left = {name: taints for name, taints in self.tainted(node).items() if name not in before}
+            if any(t.get("effect") != "None" for taints in left.values() for t in taints):
+                raise AssertionError(
+                    f"the taints this test's faults made on {node} stayed after heal: {e}"
+                ) from None
+            # only informational taints (effect None) of benign faults are left: they keep no pod
+            # off a device; a later test that watches the slices may see them go
+            log.warning("informational taints on %s outlast the test: %s", node, left)
 
     def health_stream(self, node: str | None = None, version: str | None = None) -> HealthStream:
         """The driver's health stream on ``node`` (``version``, or ``v1`` when advertised, else

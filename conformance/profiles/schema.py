@@ -322,6 +322,9 @@ class Faults:
     """Faults that must leave the device healthy."""
     taint_effect: str = "NoSchedule"
     """The taint effect a fault leads to (``NoSchedule`` or ``NoExecute``)."""
+    benign_effect: str = ""
+    """``None``: a benign fault shows as a taint with effect ``None`` (informational; HEALTH-TAINT-NONE
+    checks it); empty: it shows nothing."""
 
 
 EXTERNAL_PLACEHOLDERS: Mapping[str, str] = {
@@ -742,10 +745,13 @@ def _configs(r: _Reader | None) -> Configs:
 def _faults(r: _Reader | None) -> Faults:
     if r is None:
         return Faults()
-    r.known(["inject", "heal", "kinds", "healable", "benign", "taintEffect"])
+    r.known(["inject", "heal", "kinds", "healable", "benign", "taintEffect", "benignEffect"])
     effect = r.get("taintEffect", str, "NoSchedule")
     if effect not in ("NoSchedule", "NoExecute"):
         r.fail(effect, "NoSchedule or NoExecute", "taintEffect")
+    benign_effect = r.get("benignEffect", str, "")
+    if benign_effect not in ("", "None"):
+        r.fail(benign_effect, "None (or leave it out: benign faults show no taint)", "benignEffect")
     kinds = r.strings("kinds")
     healable = r.strings("healable")
     for fault in healable:
@@ -757,7 +763,7 @@ def _faults(r: _Reader | None) -> Faults:
     for key, entries in (("kinds", kinds), ("benign", r.strings("benign"))):
         for text in entries:
             _check_placeholders(r, key, text, False)
-    return Faults(inject, heal, kinds, healable, r.strings("benign"), effect)
+    return Faults(inject, heal, kinds, healable, r.strings("benign"), effect, benign_effect)
 
 
 def _external(r: _Reader | None) -> ExternalCommands:

@@ -47,6 +47,9 @@ SERVICE_SECONDS = 30.0
 MIN_SETTLE_SECONDS = 1.0
 """HEALTH-IGNORED: the least time the device is watched after the driver reported a real fault."""
 
+INFORMATIONAL = "None"
+"""The effect of a taint that only informs (Kubernetes 1.35+): it keeps no pod off its device."""
+
 
 # --- picking devices --------------------------------------------------------------------------
 
@@ -141,6 +144,11 @@ def _fault_streamed(
         after=after,
     )
     return shown, started, report
+
+
+def _effective(taints: list[Obj] | None) -> list[Obj]:
+    """Of ``taints``, those that keep pods off the device (all but effect ``None``)."""
+    return [t for t in taints or [] if t.get("effect") != INFORMATIONAL]
 
 
 def _taints_of(objs: Objects, node: str, device: str) -> list[Obj] | None:
@@ -433,7 +441,9 @@ def test_ignored(dra: Harness) -> None:
     if taints_on:
 
         def tainted_other(objs: Objects) -> bool:
-            assert not _taints_of(objs, node, device), f"{device} tainted after the benign faults `{shown}`"
+            assert not _effective(_taints_of(objs, node, device)), (
+                f"{device} tainted after the benign faults `{shown}`: {_taints_of(objs, node, device)}"
+            )
             return bool(tainted_since(objs, node, before) - {device})
 
         _watch_slices(
@@ -452,10 +462,39 @@ def test_ignored(dra: Harness) -> None:
         assert bad is None, f"{device} reported {bad} after the benign faults `{shown}`"
     else:
         try:
-            _watch_slices(dra, f"{device} tainted", lambda objs: _taints_of(objs, node, device), settle)
+            _watch_slices(
+                dra, f"{device} tainted", lambda objs: _effective(_taints_of(objs, node, device)), settle
+            )
         except WaitTimeout:
             pass
         else:
             raise AssertionError(f"{device} tainted after the benign faults `{shown}`")
-    taints = dra.devices().get(device, {}).get("taints")
+    taints = _effective(dra.devices().get(device, {}).get("taints"))
     assert not taints, f"{device} tainted after the benign faults `{shown}`: {taints}"
+
+
+@rule("HEALTH-TAINT-NONE")
+@exclusive
+def test_taint_none(dra: Harness) -> None:
+    """a benign fault shows as a taint with effect `None` on its device (informational) and as no taint
+    that keeps pods off it, where the profile says so (`faults.benignEffect: None`)"""
+    faults = dra.profile.faults
+    if not faults.benign or faults.benign_effect != INFORMATIONAL:
+        pytest.skip(
+            f"profile {dra.profile.name} does not say its benign faults show as taints with effect None "
+            "(faults.benign, faults.benignEffect: None)"
+        )
+    (device,) = _on_distinct_hardware(dra, 1)
+    fault, node = faults.benign[0], dra.node
+    shown = dra.fault_commands().fault(fault, dra.devices()[device])
+    started = dra.inject(device, fault)
+
+    def informational(objs: Objects) -> list[Obj]:
+        taints = _taints_of(objs, node, device)
+        assert not _effective(taints), f"{device} tainted after the benign fault `{shown}`: {taints}"
+        return [t for t in taints or [] if t.get("effect") == INFORMATIONAL]
+
+    _watch_slices(
+        dra, f"{device} tainted with effect None after `{shown}`", informational, dra.profile.timeouts.health
+    )
+    dra.measure("fault_to_taint_s", time.monotonic() - started)

@@ -17,8 +17,8 @@ COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES
 
 
 def test_catalogue_shape() -> None:
-    assert len(RULES) == 101
-    assert len({r.id for r in RULES}) == 101
+    assert len(RULES) == 102
+    assert len({r.id for r in RULES}) == 102
     counts = {a: sum(r.area == a for r in RULES) for a in AREAS}
     assert counts == {
         "PRE": 5,
@@ -27,7 +27,7 @@ def test_catalogue_shape() -> None:
         "ALLOC": 21,
         "SHARE": 8,
         "PREP": 17,
-        "HEALTH": 10,
+        "HEALTH": 11,
         "RES": 10,
     }
     for r in RULES:

@@ -136,6 +136,7 @@ CASES: dict[str, Case] = {
         "HEALTH-MESSAGE",
         "HEALTH-POD-STATUS",
         "HEALTH-TAINT",
+        "HEALTH-TAINT-NONE",
     ),
     # every test that made a fault fails (HEALTH-IGNORED makes a real one too): its taint stays
     # every test that made a fault fails, its taint stays: shown on three (HEALTH-STREAM-FAULT by
@@ -148,7 +149,11 @@ CASES: dict[str, Case] = {
         "HEALTH-RECOVER",
         rules=("HEALTH-STREAM-FAULT", "HEALTH-TAINT", "HEALTH-RECOVER"),
     ),
-    "benign-faults-count": case("reference-gpu", "health", "HEALTH-IGNORED"),
+    "benign-faults-count": case("reference-gpu", "health", "HEALTH-IGNORED", "HEALTH-TAINT-NONE"),
+    # benign faults show no taint at all: shown on its rule alone
+    "drop-informational-taints": case(
+        "reference-gpu", "health", "HEALTH-TAINT-NONE", rules=("HEALTH-TAINT-NONE",)
+    ),
     # a taint's time moves only when another fault changes the node's taints: shown on its rule alone
     "restamp-taints": case("reference-gpu", "health", "HEALTH-TAINT-TIME", rules=("HEALTH-TAINT-TIME",)),
     # the fault shows, without a word of why: shown on its rule alone

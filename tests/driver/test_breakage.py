@@ -83,7 +83,7 @@ def test_every_rule_is_documented() -> None:
         "subrequest-name", "refuse-admin-access", "keep-device-after-unprepare",
         "ignore-sharing-strategy", "qualified-request-names", "forget-unbatched-claims",
         "fault-on-wrong-device", "sticky-taint", "benign-faults-count", "health-without-message",
-        "restamp-taints",
+        "restamp-taints", "drop-informational-taints",
         "unserved-health-version",
         "forget-checkpoint", "leak-restored-claims", "refuse-reregister", "recreate-slices-on-start",
         "no-rewatch", "short-counter-set", "unprepare-with-first-pod", "skip-unreferenced-claims",
@@ -346,6 +346,15 @@ def _benign_xids_ignored(node: Node) -> tuple[bool, ...]:
     monitor.record_xid(gpu(0).uuid or "", 13)
     monitor.record_xid(gpu(1).uuid or "", 43)
     return "gpu-0" not in monitor.faults(), "gpu-1" not in monitor.faults()
+
+
+def _benign_xids_shown(node: Node) -> tuple[bool, ...]:
+    settings = replace(node.settings, health=replace(node.settings.health, informational_seconds=5.0))
+    monitor = HealthMonitor.from_settings(node.inventory, settings)
+    monitor.record_xid(gpu(0).uuid or "", 13)
+    assert monitor.snapshot()["gpu-0"].status != UNHEALTHY
+    fault = monitor.faults().get("gpu-0")
+    return (fault is not None and fault.severity == "None",)
 
 
 def _unhealthy_says_why(node: Node) -> tuple[bool, ...]:
@@ -637,6 +646,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "sticky-taint": _taint_removed_after_heal,
     "restamp-taints": _taint_added_once,
     "benign-faults-count": _benign_xids_ignored,
+    "drop-informational-taints": _benign_xids_shown,
     "health-without-message": _unhealthy_says_why,
     "unserved-health-version": _every_health_version_served,
     "no-slices": _slices_published,

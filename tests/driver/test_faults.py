@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from driver.faults import (
     DEFAULT_IGNORED_XIDS,
+    INFORMATIONAL,
     NO_EXECUTE,
     NO_SCHEDULE,
+    benign_fault,
     current,
     ecc_fault,
     lost_fault,
@@ -41,6 +43,10 @@ def test_worst_prefers_no_execute_then_the_oldest() -> None:
     assert worst([old_schedule, new_execute, old_execute]) == old_execute
     assert worst([old_schedule]) == old_schedule
     assert worst([]) is None
+    old_benign = benign_fault(13, "d", 0.0, 60.0)
+    assert old_benign.severity == INFORMATIONAL
+    assert worst([old_benign, old_schedule]) == old_schedule  # informational loses to any real fault
+    assert worst([old_benign]) == old_benign
 
 
 def test_expired_faults_are_dropped() -> None:

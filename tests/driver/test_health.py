@@ -16,11 +16,12 @@ import pytest
 
 import fakegpu
 from driver.devices import discover
-from driver.faults import NO_EXECUTE, NO_SCHEDULE
+from driver.faults import INFORMATIONAL, NO_EXECUTE, NO_SCHEDULE
 from driver.health import HealthMonitor
 from driver.healthstream import HEALTHY, UNHEALTHY
 from driver.inventory import DeviceInfo, Inventory, Placement
 from driver.partitions import prepare_partition
+from driver.slicing import taints_from_faults
 from tests.polling import until
 
 GPU0 = "GPU-00000000-1111-2222-3333-444444444444"
@@ -72,6 +73,24 @@ def test_benign_xids_are_ignored_and_configurable(clock: Clock) -> None:
     strict = HealthMonitor(inventory(), ignored_xids=(), clock=clock)
     strict.record_xid(GPU0, 31)
     assert strict.faults()["gpu-0"].reason == "xid-31"
+
+
+def test_informational_taints_show_benign_xids_while_the_device_stays_healthy(clock: Clock) -> None:
+    mon = HealthMonitor(inventory(), informational_seconds=5, xid_hold_seconds=30, clock=clock)
+    mon.record_xid(GPU0, 13)
+    fault = mon.faults()["gpu-0"]
+    assert (fault.reason, fault.severity) == ("xid-13", INFORMATIONAL)
+    assert mon.snapshot()["gpu-0"].status == HEALTHY
+    assert taints_from_faults(mon.faults(), "gpu.example.com")["gpu-0"][0].effect == "None"
+    mon.record_xid(GPU0, 62)  # a real fault beside it wins
+    assert mon.faults()["gpu-0"].severity == NO_SCHEDULE
+    assert mon.snapshot()["gpu-0"].status == UNHEALTHY
+    clock.now += 6
+    mon.check()  # the benign XID shows no longer, the real one still does
+    assert [f.reason for f in mon.faults().values()] == ["xid-62"]
+    clock.now += 25
+    mon.check()
+    assert mon.faults() == {}
 
 
 def test_critical_xid_marks_the_gpu_with_severity(clock: Clock) -> None:
