@@ -161,6 +161,8 @@ class DriverRelease:
             "fakeStateDir": f"{FAKE_ROOT}/gpus",
             "deviceKinds": list(self.device_kinds),
             "logFormat": "json",
+            # what the reference profiles say of benign faults (faults.benignEffect: None)
+            "informationalTaints": 10,
             # loaded into the nodes, never pulled
             "image": {"repository": repository or self.image, "tag": tag, "pullPolicy": "Never"},
         }

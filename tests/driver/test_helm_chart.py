@@ -64,6 +64,7 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
     "nvml": NVML_VALUES,
     "other-driver-name": {"driverName": "accel.example.com", "image": {"tag": "dev"}},
     "consumable": {"gpuSharing": "consumable", "consumableGpus": "0,4-7"},
+    "informational-taints": {"informationalTaints": 10},
     "nothing-optional": {"deviceClasses": {"enabled": False}, "admissionPolicy": {"enabled": False}},
 }
 
@@ -221,6 +222,7 @@ def test_driver_reads_the_daemonset_as_meant(values: dict[str, Any] | None) -> N
     gpus = {"": None, "0,4-7": frozenset({0, 4, 5, 6, 7})}[merged["consumableGpus"]]
     assert settings.backend.consumable_gpus == gpus
     assert settings.health.enabled is merged["health"]
+    assert settings.health.informational_seconds == merged["informationalTaints"]
     assert settings.log_format == merged["logFormat"]
     assert not settings.keep_slices
     assert not settings.break_rules
@@ -378,6 +380,7 @@ def test_admission_policy_keeps_the_driver_to_its_own_node() -> None:
         ({"deviceKinds": []}, "/deviceKinds"),
         ({"health": "yes"}, "/health"),
         ({"logFormat": "xml"}, "/logFormat"),
+        ({"informationalTaints": -1}, "/informationalTaints"),
         ({"driverName": "Not A Name"}, "/driverName"),
     ],
 )
