@@ -66,6 +66,7 @@ GPU_VIRTUALIZATION_MODE_NONE = 0
 
 GPU_FABRIC_STATE_COMPLETED = 3
 GPU_FABRIC_HEALTH_SUMMARY_HEALTHY = 1
+GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY = 2
 GPU_FABRIC_HEALTH_MASK_HEALTHY = 0b10_10_10_10
 """healthMask of a healthy fabric: degraded bandwidth FALSE (2 << 0), route recovery FALSE
 (2 << 2), route unhealthy FALSE (2 << 4), access-timeout recovery FALSE (2 << 6)."""

@@ -131,6 +131,7 @@ class FakeMachine:
                 "pci_bus_id": f"{g.pci_domain:08X}:{g.pci_bus:02X}:00.0",
                 "memory_total": model.memory_total,
                 "lost": g.lost,
+                "fabric_failed": g.fabric_failed,
                 "ecc": {
                     "volatile": {"single": g.ecc_volatile_corrected, "double": g.ecc_volatile_uncorrected},
                     "aggregate": {"single": g.ecc_aggregate_corrected, "double": g.ecc_aggregate_uncorrected},
@@ -257,6 +258,12 @@ class FakeMachine:
                     now=time.time(),
                 )
 
+    def fail_fabric(self, gpu: GpuRef) -> None:
+        """The GPU's registration with the NVSwitch fabric fails: ``GpuFabricInfo`` says state
+        completed, status an error, health unhealthy (no event; a GPU without fabric is unaffected)."""
+        with self._store.mutate() as state:
+            self._find(state, gpu).fabric_failed = True
+
     def heal(self, gpu: GpuRef) -> None:
         """Undo faults on ``gpu``: it answers again, its volatile ECC counters are cleared and its
         row remaps are forgotten (as after a repair)."""
@@ -267,6 +274,7 @@ class FakeMachine:
             g.ecc_volatile_uncorrected = 0
             g.remapped_correctable = g.remapped_uncorrectable = 0
             g.remap_pending = g.remap_failure = False
+            g.fabric_failed = False
 
     def reset(self, gpu: GpuRef | None = None) -> None:
         """Reset one GPU (or all): a pending MIG mode takes effect, MIG instances, faults and

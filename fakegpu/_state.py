@@ -77,6 +77,8 @@ class Gpu:
     """A row remap waits for a GPU reset."""
     remap_failure: bool = False
     """A row remap failed (no spare row left): stays until the GPU is repaired (``heal``)."""
+    fabric_failed: bool = False
+    """Its registration with the NVSwitch fabric failed (``GpuFabricInfo.status`` an error) until ``heal``."""
     gpu_instances: list[GpuInstance] = field(default_factory=list)
 
     def gpu_instance(self, gi_id: int) -> GpuInstance | None:

@@ -292,7 +292,7 @@ class DeviceSymbols(SymbolBase):
         if not (r.model.fabric and r.state.nvswitch):
             raise Status(c.ERROR_NOT_SUPPORTED)
         info.clusterUuid[:] = list(uuidlib.UUID(r.state.fabric_cluster_uuid).bytes)
-        info.status = c.SUCCESS
+        info.status = c.ERROR_UNKNOWN if r.gpu.fabric_failed else c.SUCCESS
         info.cliqueId = r.state.fabric_clique_id
         info.state = c.GPU_FABRIC_STATE_COMPLETED
 
@@ -306,7 +306,10 @@ class DeviceSymbols(SymbolBase):
         self._fabric(handle, info)
         info.healthMask = c.GPU_FABRIC_HEALTH_MASK_HEALTHY
         if version == struct_version(GpuFabricInfo_v3, 3):
-            info.healthSummary = c.GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
+            failed = self.physical(handle).gpu.fabric_failed
+            info.healthSummary = (
+                c.GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY if failed else c.GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
+            )
         return c.SUCCESS
 
     # -- health values -----------------------------------------------------------------------

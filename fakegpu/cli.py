@@ -9,6 +9,7 @@ Examples::
     fakegpu --state-dir /tmp/node1 inject xid 0 48
     fakegpu --state-dir /tmp/node1 inject ecc 1 double
     fakegpu --state-dir /tmp/node1 inject lost 2
+    fakegpu --state-dir /tmp/node1 inject fabric 3
     fakegpu --state-dir /tmp/node1 inject remap 3
     fakegpu --state-dir /tmp/node1 heal 2
     fakegpu --state-dir /tmp/node1 reset            # every GPU; or `reset 3`
@@ -96,6 +97,10 @@ def _parser() -> argparse.ArgumentParser:
     remap.add_argument("--failure", action="store_true", help="the remap failed (no spare row)")
     lost = isub.add_parser("lost", help="the GPU falls off the bus (XID 79, then GPU_IS_LOST)")
     lost.add_argument("gpu", type=_gpu)
+    fabric = isub.add_parser(
+        "fabric", help="the GPU's NVSwitch fabric registration fails (GpuFabricInfo status an error)"
+    )
+    fabric.add_argument("gpu", type=_gpu)
 
     lib = sub.add_parser(
         "lib",
@@ -137,6 +142,8 @@ def _describe(snap: dict[str, Any]) -> str:
         flags = []
         if g["lost"]:
             flags.append("LOST")
+        if g.get("fabric_failed"):
+            flags.append("FABRIC-FAILED")
         ecc = g["ecc"]["volatile"]
         if ecc["single"] or ecc["double"]:
             flags.append(f"ECC sbe={ecc['single']} dbe={ecc['double']}")
@@ -251,6 +258,9 @@ def _change(machine: FakeMachine, args: argparse.Namespace) -> int:
             machine.inject_row_remap(args.gpu, uncorrectable=not args.correctable, failure=args.failure)
             state = "failed" if args.failure else "pending until reset"
             print(f"GPU {args.gpu}: row remap {state}")
+        elif args.fault == "fabric":
+            machine.fail_fabric(args.gpu)
+            print(f"GPU {args.gpu}: fabric registration failed")
         else:
             machine.mark_lost(args.gpu)
             print(f"GPU {args.gpu}: lost (fallen off the bus)")
