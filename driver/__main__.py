@@ -49,6 +49,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
     """Run the driver until ``stop`` is set; returns the exit code."""
     from draproto.rest import Rest
     from driver import devices
+    from driver.binding import Attacher, attach_on_demand
     from driver.claims import ApiClaimSource
     from driver.consumable import make_consumable
     from driver.consumers import POD_SWITCHES, ApiPodSource
@@ -74,8 +75,12 @@ def run(settings: Settings, stop: threading.Event) -> int:
     inventory = devices.discover(settings.backend.device_kinds)
     if settings.backend.gpu_sharing == "consumable":
         inventory = make_consumable(inventory, settings.backend.consumable_gpus)
+    inventory = attach_on_demand(inventory, settings.backend.attached_gpus)
     pods = ApiPodSource(api) if settings.break_rules & POD_SWITCHES else None
     state = DeviceState(settings, inventory, ApiClaimSource(api), pods=pods)
+    # its own connection: the publisher's stop interrupts every watch of its Rest
+    watcher = Rest(_api_client(settings)) if settings.backend.attached_gpus else None
+    attacher = Attacher(watcher, ApiClaimSource(api), settings, inventory)
     state.restore()
     monitor = HealthMonitor.from_settings(inventory, settings)
     publisher = SlicePublisher(
@@ -98,6 +103,8 @@ def run(settings: Settings, stop: threading.Event) -> int:
         # on shutdown the kubelet loses the plugin first, then health, then the slices go
         publisher.start()
         started.append(publisher.stop)
+        attacher.start()
+        started.append(attacher.stop)
         monitor.start()
         started.append(monitor.stop)
         server.start()

@@ -3,7 +3,8 @@
 After a claim is prepared, each of its devices gets one entry: ``driver``, ``pool``, ``device``,
 ``shareID`` (consumable capacity), a ``Ready`` condition (``True``, reason ``Prepared``) and
 ``data``, a JSON object with what the inventory knows of the device (type, UUID, PCI bus id; the
-parent GPU's UUID and the MIG profile of a MIG device or partition). Unprepare removes them.
+parent GPU's UUID and the MIG profile of a MIG device or partition); a GPU attached on demand keeps
+its attach conditions (``driver.binding``). Unprepare removes them.
 
 Both are one server-side apply of the claim's ``status`` subresource with the driver name as field
 manager (``ClaimSource.apply_device_status``; a replace where the API server cannot patch the
@@ -22,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from driver.binding import attached_conditions
 from driver.checkpoint import ClaimRecord, PreparedDevice
 from driver.claims import ClaimSource
 from driver.errors import DriverError
@@ -88,6 +90,10 @@ def entry(
             "lastTransitionTime": _timestamp(when),
         }
     ]
+    info = inventory.get(device.device)
+    if info is not None and info.binding_conditions:
+        # attached on demand: the apply keeps the attach conditions (a prepared device is attached)
+        out["conditions"] += attached_conditions(when)
     out["data"] = _data(device, inventory)
     return out
 

@@ -154,6 +154,11 @@ class DeviceInfo:
     """Published with ``allowMultipleAllocations``: several claims share it by capacity."""
     request_policies: Mapping[str, RequestPolicy] = field(default_factory=dict)
     """Capacity name -> how a claim consumes it (multi-allocatable devices only)."""
+    binding_conditions: tuple[str, ...] = ()
+    """Conditions a pod waits for before it is bound to a node with this device (KEP-5007; attached
+    on demand, ``driver.binding``); empty for a device that is always there."""
+    binding_failure_conditions: tuple[str, ...] = ()
+    """Conditions that say attaching it failed (set with ``binding_conditions``)."""
 
     def default_consumption(self) -> dict[str, int]:
         """What a claim that asks for no capacity consumes of each: the policy's default, else the

@@ -71,6 +71,9 @@ class BackendSettings:
     (``allowMultipleAllocations``, ``driver.consumable``)."""
     consumable_gpus: frozenset[int] | None = None
     """With ``consumable``: the indices of the GPUs shared by capacity; None: every GPU."""
+    attached_gpus: frozenset[int] = frozenset()
+    """Indices of the whole GPUs attached on demand: published with binding conditions, a pod is
+    bound to the node only once the driver attached the GPU (``driver.binding``)."""
 
 
 @dataclass(frozen=True)
@@ -248,6 +251,13 @@ def build_parser() -> argparse.ArgumentParser:
         "allowed (4-7); the others stay exclusive (default: every GPU)",
         metavar="LIST",
     )
+    add(
+        "--attach-on-demand",
+        "comma list of whole-GPU indices (ranges allowed) attached on demand: published with "
+        "bindingConditions, a pod waits to be bound until the driver attached the GPU for its claim "
+        "(KEP-5007; Kubernetes 1.36+; default: none)",
+        metavar="LIST",
+    )
     parser.add_argument(
         "--health",
         action=argparse.BooleanOptionalAction,
@@ -341,6 +351,15 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
             "capacity only with --gpu-sharing consumable"
         )
 
+    attached = _indices(pick("--attach-on-demand"), "--attach-on-demand") or frozenset()
+    shared = sorted(attached & (consumable_gpus or frozenset()))
+    if shared or (attached and gpu_sharing == "consumable" and consumable_gpus is None):
+        raise SettingsError(
+            f"--attach-on-demand {','.join(map(str, sorted(attached)))}: GPU(s) "
+            f"{','.join(map(str, shared or sorted(attached)))} are shared by capacity; attach on demand "
+            "exclusive GPUs only (narrow --consumable-gpus)"
+        )
+
     health = args.health
     if health is None:
         # an empty env var counts as unset, as for every other flag
@@ -394,6 +413,7 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
             node_name=node_name,
             gpu_sharing=gpu_sharing,
             consumable_gpus=consumable_gpus,
+            attached_gpus=attached,
         ),
         health=HealthSettings(enabled=health, ignored_xids=ignored, informational_seconds=informational),
         log_format=log_format,

@@ -29,6 +29,7 @@ from draproto import (
     registration_pb2,
     registration_pb2_grpc,
 )
+from driver.binding import ATTACH_FAILED, ATTACHED, Attacher, attach_on_demand
 from driver.breakage import RULES, parse_rules
 from driver.cdi import validate
 from driver.consumable import make_consumable
@@ -90,7 +91,7 @@ def test_every_rule_is_documented() -> None:
         "stale-claim-state", "device-status-not-ready",
         "ignore-extended-resource-claims",
         "keep-deleted-claims", "trust-corrupt-checkpoint", "config-to-whole-request", "claims-by-name",
-        "exceed-consumable-share",
+        "exceed-consumable-share", "never-attach", "ignore-attach-failure",
     }  # fmt: skip
 
 
@@ -633,6 +634,26 @@ def _recreated_claim_prepared_as_new(node: Node) -> tuple[bool, ...]:
     return ([d.device for d in state.prepare(_ref(new))] == ["gpu-1"],)
 
 
+def _attach_conditions(node: Node, problem: str | None) -> dict[str, str]:
+    """GPU 1 attached on demand, allocated to a claim; the attach conditions the attacher wrote
+    when attaching fails for ``problem`` (None: it works)."""
+    inventory = attach_on_demand(node.inventory, [1])
+    attacher = Attacher(None, node.claims, node.settings, inventory, problem=lambda info: problem)
+    bound = {"bindingConditions": [ATTACHED], "bindingFailureConditions": [ATTACH_FAILED]}
+    claim = node.put(make_claim("c", [result("gpu", "gpu-1", **bound)]))
+    attacher.handle(claim)
+    entries = (node.claims.get_claim("default", "c") or {}).get("status", {}).get("devices") or []
+    return {c["type"]: c["status"] for e in entries if e["device"] == "gpu-1" for c in e["conditions"]}
+
+
+def _attached_for_the_claim(node: Node) -> tuple[bool, ...]:
+    return (_attach_conditions(node, None) == {ATTACHED: "True", ATTACH_FAILED: "False"},)
+
+
+def _attach_failure_reported(node: Node) -> tuple[bool, ...]:
+    return (_attach_conditions(node, "fabric down") == {ATTACHED: "False", ATTACH_FAILED: "True"},)
+
+
 KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "non-idempotent-prepare": _idempotent_prepare,
     "drop-claim-from-batch": _whole_batch_answered,
@@ -678,6 +699,8 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "config-to-whole-request": _subrequest_config_scoped,
     "claims-by-name": _recreated_claim_prepared_as_new,
     "exceed-consumable-share": _share_given,
+    "never-attach": _attached_for_the_claim,
+    "ignore-attach-failure": _attach_failure_reported,
 }
 """Per switch: the checks of the rule it breaks."""
 

@@ -65,6 +65,7 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
     "other-driver-name": {"driverName": "accel.example.com", "image": {"tag": "dev"}},
     "consumable": {"gpuSharing": "consumable", "consumableGpus": "0,4-7"},
     "informational-taints": {"informationalTaints": 10},
+    "attach-on-demand": {"attachOnDemand": "2"},
     "nothing-optional": {"deviceClasses": {"enabled": False}, "admissionPolicy": {"enabled": False}},
 }
 
@@ -221,6 +222,7 @@ def test_driver_reads_the_daemonset_as_meant(values: dict[str, Any] | None) -> N
     assert settings.backend.gpu_sharing == merged["gpuSharing"]
     gpus = {"": None, "0,4-7": frozenset({0, 4, 5, 6, 7})}[merged["consumableGpus"]]
     assert settings.backend.consumable_gpus == gpus
+    assert settings.backend.attached_gpus == {"": frozenset(), "2": frozenset({2})}[merged["attachOnDemand"]]
     assert settings.health.enabled is merged["health"]
     assert settings.health.informational_seconds == merged["informationalTaints"]
     assert settings.log_format == merged["logFormat"]
@@ -267,15 +269,19 @@ def test_nvml_backend_has_no_fake_machine() -> None:
     assert pod["imagePullSecrets"] == [{"name": "registry"}]
 
 
-def test_rbac_grants_only_what_the_driver_uses() -> None:
-    objects = render()
-    grants = {
+def _grants(objects: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
         (group, resource, verb)
         for rule in only(objects, "ClusterRole")["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
+
+
+def test_rbac_grants_only_what_the_driver_uses() -> None:
+    objects = render()
+    grants = _grants(objects)
     # KubeSliceStore: list (and list?watch), create, replace, delete; ApiClaimSource: get, and
     # status.devices by apply (patch) or replace (update); node_uid: get
     slice_verbs = ["list", "watch", "create", "update", "delete"]
@@ -298,6 +304,9 @@ def test_rbac_grants_only_what_the_driver_uses() -> None:
     ]
     binding = only(objects, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == only(objects, "ClusterRole")["metadata"]["name"]
+    # the attacher of GPUs attached on demand watches every claim (driver.binding)
+    watching = _grants(render({"attachOnDemand": "2"})) - grants
+    assert watching == {("resource.k8s.io", "resourceclaims", verb) for verb in ("list", "watch")}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RELEASE, "namespace": NAMESPACE}]
 
 

@@ -1,0 +1,133 @@
+"""Binding conditions (KEP-5007): which GPUs are attached on demand, what the slices and the claims say."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+import fakegpu
+from driver.binding import ATTACH_FAILED, ATTACHED, Attacher, attach_on_demand, fabric_problem
+from driver.checkpoint import PreparedDevice
+from driver.consumable import make_consumable
+from driver.devices import discover
+from driver.devicestatus import entry
+from driver.errors import SettingsError
+from driver.settings import from_args
+from driver.slicing import device_body
+from tests.driver.drvkit import DRIVER, NODE, Node, make_claim, result
+
+WHEN = datetime(2026, 12, 4, 5, 6, 7, tzinfo=UTC)
+BOUND = {"bindingConditions": [ATTACHED], "bindingFailureConditions": [ATTACH_FAILED]}
+
+
+def _conditions(node: Node, name: str = "c") -> dict[str, dict[str, str]]:
+    """Per device of the claim's status.devices: condition type -> status."""
+    claim = node.claims.get_claim("default", name) or {}
+    return {
+        e["device"]: {c["type"]: c["status"] for c in e["conditions"]}
+        for e in (claim.get("status") or {}).get("devices") or []
+    }
+
+
+def _attacher(node: Node, problems: dict[str, str] | None = None) -> tuple[Attacher, list[str]]:
+    asked: list[str] = []
+
+    def problem(info: Any) -> str | None:
+        asked.append(info.name)
+        return (problems or {}).get(info.name)
+
+    inventory = attach_on_demand(node.inventory, [1])
+    return Attacher(None, node.claims, node.settings, inventory, problem=problem, clock=lambda: WHEN), asked
+
+
+def test_only_the_named_whole_gpus_carry_binding_conditions(node: Node) -> None:
+    inventory = attach_on_demand(node.inventory, [1])
+    bodies = {d.name: device_body(d) for d in inventory}
+    assert bodies["gpu-1"]["bindingConditions"] == [ATTACHED]
+    assert bodies["gpu-1"]["bindingFailureConditions"] == [ATTACH_FAILED]
+    assert not any("bindingConditions" in b for name, b in bodies.items() if name != "gpu-1")
+    assert attach_on_demand(node.inventory, []) is node.inventory
+
+
+def test_a_gpu_that_cannot_be_attached_alone_is_refused_by_name(node: Node) -> None:
+    with pytest.raises(SettingsError, match=r"--attach-on-demand 9: no whole exclusive GPU with index 9"):
+        attach_on_demand(node.inventory, [9])
+    shared = make_consumable(node.inventory, [1])
+    with pytest.raises(SettingsError, match="index 1"):
+        attach_on_demand(shared, [1])
+
+
+def test_settings_refuse_a_gpu_shared_by_capacity() -> None:
+    base = ["--node-name", "n", "--attach-on-demand", "1-2"]
+    assert from_args(base, {}).backend.attached_gpus == {1, 2}
+    with pytest.raises(SettingsError, match="shared by capacity"):
+        from_args([*base, "--gpu-sharing", "consumable", "--consumable-gpus", "2-3"], {})
+    with pytest.raises(SettingsError, match="shared by capacity"):
+        from_args([*base, "--gpu-sharing", "consumable"], {})
+
+
+def test_the_attacher_answers_each_allocation_once(node: Node) -> None:
+    attacher, asked = _attacher(node)
+    claim = node.put(make_claim("c", [result("gpu", "gpu-1", **BOUND), result("gpu", "gpu-0")]))
+    attacher.handle(claim)
+    assert _conditions(node) == {"gpu-1": {ATTACHED: "True", ATTACH_FAILED: "False"}}
+    attacher.handle(claim)  # the same allocation seen again (its own write, a relist)
+    assert asked == ["gpu-1"]
+    # deallocated and allocated afresh: a new allocation, attached again
+    again = dict(claim)
+    again["status"] = {
+        **claim["status"],
+        "allocation": {**claim["status"]["allocation"], "allocationTimestamp": "x"},
+    }
+    attacher.handle(again)
+    assert asked == ["gpu-1", "gpu-1"]
+
+
+def test_the_attacher_leaves_other_pools_drivers_and_plain_devices_alone(node: Node) -> None:
+    attacher, asked = _attacher(node)
+    other_pool = {"request": "gpu", "driver": DRIVER, "pool": "elsewhere", "device": "gpu-1", **BOUND}
+    other_driver = {"request": "gpu", "driver": "nic.example.com", "pool": NODE, "device": "gpu-1", **BOUND}
+    for results in ([other_pool], [other_driver], [result("gpu", "gpu-1")]):
+        attacher.handle(node.put(make_claim("c", results)))
+    assert asked == [] and _conditions(node) == {}
+
+
+def test_a_failed_attach_says_why(node: Node) -> None:
+    attacher, _ = _attacher(node, {"gpu-1": "fabric down"})
+    attacher.handle(node.put(make_claim("c", [result("gpu", "gpu-1", **BOUND)])))
+    claim = node.claims.get_claim("default", "c") or {}
+    (written,) = claim["status"]["devices"]
+    failed = next(c for c in written["conditions"] if c["type"] == ATTACH_FAILED)
+    assert failed["status"] == "True" and failed["reason"] == "AttachFailed"
+    assert "fabric down" in failed["message"]
+
+
+def _prepared(device: str) -> PreparedDevice:
+    return PreparedDevice(request_names=["gpu"], pool=NODE, device=device, cdi_ids=["k8s.x/gpu=u"])
+
+
+def test_the_prepared_entry_keeps_the_device_attached(node: Node) -> None:
+    inventory = attach_on_demand(node.inventory, [1])
+    written = entry(_prepared("gpu-1"), inventory, DRIVER, WHEN)
+    assert {c["type"]: c["status"] for c in written["conditions"]} == {
+        "Ready": "True",
+        ATTACHED: "True",
+        ATTACH_FAILED: "False",
+    }
+    plain = entry(_prepared("gpu-0"), inventory, DRIVER, WHEN)
+    assert [c["type"] for c in plain["conditions"]] == ["Ready"]
+
+
+def test_fabric_problem_reads_the_fabric_registration_through_nvml() -> None:
+    with fakegpu.installed("dgx-h100", node_name=NODE) as machine:
+        gpu2 = attach_on_demand(discover({"gpu"}), [2])["gpu-2"]
+        assert fabric_problem(gpu2) is None
+        machine.fail_fabric(2)
+        problem = fabric_problem(gpu2) or ""
+        assert "fabric registration" in problem and gpu2.uuid and gpu2.uuid in problem
+        machine.heal(2)
+        assert fabric_problem(gpu2) is None
+    with fakegpu.installed("l4x4", node_name=NODE):  # no NVSwitch: nothing to attach through
+        assert fabric_problem(discover({"gpu"})["gpu-0"]) is None
