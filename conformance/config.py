@@ -160,8 +160,9 @@ class SuiteConfig:
     @property
     def release(self) -> Release:
         """What ``kind`` and ``k3s`` install. The reference driver: its chart, with its fake machine,
-        device kinds and GPU sharing read from the profile's local command (``--fake-profile``,
-        ``--device-kinds``, ``--gpu-sharing``, ``--consumable-gpus``). Another driver: the
+        device kinds, GPU sharing and GPUs attached on demand read from the profile's local command
+        (``--fake-profile``, ``--device-kinds``, ``--gpu-sharing``, ``--consumable-gpus``,
+        ``--attach-on-demand``). Another driver: the
         profile's ``install`` section; :class:`UsageError` when it has none."""
         if not self.runs_reference:
             return self._vendor_release()
@@ -174,6 +175,8 @@ class SuiteConfig:
         sharing = {"gpuSharing": flag("--gpu-sharing", "exclusive")}
         if "--consumable-gpus" in words[:-1]:
             sharing["consumableGpus"] = flag("--consumable-gpus", "")
+        if "--attach-on-demand" in words[:-1]:
+            sharing["attachOnDemand"] = flag("--attach-on-demand", "")
         return DriverRelease(
             driver=self.profile.driver,
             fake_profile=flag("--fake-profile", "dgx-h100"),

@@ -487,6 +487,22 @@ RULES: tuple[Rule, ...] = (
         "e2e; ex",
     ),
     Rule(
+        "ALLOC-BINDING-CONDITIONS",
+        "ALLOC",
+        "a pod whose claim got a device with bindingConditions is bound to the node only once the driver set them True in the claim's `status.devices`; then it runs",
+        ("binding-conditions",),
+        "1.36 (DRADeviceBindingConditions, beta)",
+        'e2e "binding conditions"',
+    ),
+    Rule(
+        "ALLOC-BINDING-FAILURE",
+        "ALLOC",
+        "a device the driver cannot attach gets a bindingFailureCondition True: the claim is released and the pod not bound while it fails, and once it is healed the pod binds and runs",
+        ("binding-conditions", "attach-failure"),
+        "1.36 (DRADeviceBindingConditions, beta)",
+        'e2e "binding failure conditions"',
+    ),
+    Rule(
         "ALLOC-PARTITION",
         "ALLOC",
         "partitions that overlap in counters are never allocated together, and freeing one lets the other in",

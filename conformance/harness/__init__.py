@@ -52,7 +52,14 @@ from conformance.harness.plugin_client import (
     notify,
 )
 from conformance.harness.signs import Stuck
-from conformance.harness.status import allocated_devices, pod_phase, ref, reserved_for, unschedulable
+from conformance.harness.status import (
+    allocated_devices,
+    allocation,
+    pod_phase,
+    ref,
+    reserved_for,
+    unschedulable,
+)
 from conformance.harness.waiting import Objects, WaitFailed, WaitTimeout, until, watch_until
 
 __all__ = [
@@ -79,6 +86,7 @@ __all__ = [
     "WaitFailed",
     "WaitTimeout",
     "allocated_devices",
+    "allocation",
     "assumed",
     "attribute_value",
     "bare_configs",

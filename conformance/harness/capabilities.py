@@ -112,6 +112,13 @@ def lacking(need: str, env: Environment) -> str | None:
             f"profile {profile.name} does not say how to make a device unhealthy and heal it "
             "(faults.inject, heal, healable)"
         )
+    if need == "attach-failure":
+        if profile.faults.inject and profile.faults.heal and profile.faults.attach_failure:
+            return None
+        return (
+            f"profile {profile.name} does not say how to make attaching a device fail and heal it "
+            "(faults.inject, heal, attachFailure)"
+        )
     if need == "DeviceTaintRule":
         if not env.served_known or "DeviceTaintRule" in env.served_kinds:
             return None

@@ -55,6 +55,7 @@ PROFILE_CAPABILITIES: Mapping[str, str] = {
     "taints": "taints its own devices in ResourceSlices (e.g. when unhealthy)",
     "partitionable": "publishes partitionable devices that consume shared counters",
     "consumable-capacity": "publishes devices that several claims can share by capacity",
+    "binding-conditions": "publishes devices with bindingConditions and sets them in status.devices",
     "admin-access": "prepares adminAccess claims for devices in use",
     "opaque-config": "accepts opaque device configs (class and claim)",
     "sharing-config": "accepts sharing strategies through opaque config",
@@ -325,6 +326,9 @@ class Faults:
     benign_effect: str = ""
     """``None``: a benign fault shows as a taint with effect ``None`` (informational; HEALTH-TAINT-NONE
     checks it); empty: it shows nothing."""
+    attach_failure: str = ""
+    """A fault (filled into ``{fault}``) that makes attaching a device with binding conditions fail
+    and that :attr:`heal` clears (ALLOC-BINDING-FAILURE); empty: that rule is skipped."""
 
 
 EXTERNAL_PLACEHOLDERS: Mapping[str, str] = {
@@ -745,7 +749,7 @@ def _configs(r: _Reader | None) -> Configs:
 def _faults(r: _Reader | None) -> Faults:
     if r is None:
         return Faults()
-    r.known(["inject", "heal", "kinds", "healable", "benign", "taintEffect", "benignEffect"])
+    r.known(["inject", "heal", "kinds", "healable", "benign", "taintEffect", "benignEffect", "attachFailure"])
     effect = r.get("taintEffect", str, "NoSchedule")
     if effect not in ("NoSchedule", "NoExecute"):
         r.fail(effect, "NoSchedule or NoExecute", "taintEffect")
@@ -760,10 +764,15 @@ def _faults(r: _Reader | None) -> Faults:
     inject, heal = r.get("inject", str, ""), r.get("heal", str, "")
     for key, text, fault_allowed in (("inject", inject, True), ("heal", heal, False)):
         _check_placeholders(r, key, text, fault_allowed)
-    for key, entries in (("kinds", kinds), ("benign", r.strings("benign"))):
+    attach_failure = r.get("attachFailure", str, "")
+    for key, entries in (
+        ("kinds", kinds),
+        ("benign", r.strings("benign")),
+        ("attachFailure", [attach_failure]),
+    ):
         for text in entries:
             _check_placeholders(r, key, text, False)
-    return Faults(inject, heal, kinds, healable, r.strings("benign"), effect, benign_effect)
+    return Faults(inject, heal, kinds, healable, r.strings("benign"), effect, benign_effect, attach_failure)
 
 
 def _external(r: _Reader | None) -> ExternalCommands:

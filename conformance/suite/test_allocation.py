@@ -22,6 +22,7 @@ from conformance.harness import (
     TEST_TAINT_KEY,
     Harness,
     allocated_devices,
+    allocation,
     cel_literal,
     consumption,
     counter_sets,
@@ -547,6 +548,112 @@ def test_overlapping_partitions(dra: Harness) -> None:
     dra.remove_pod(pod_a)
     dra.wait_running(pod_b)
     assert _devices_of(dra, _current(dra, b)) == [second]
+
+
+def _attached_on_demand(dra: Harness) -> tuple[str, list[str], list[str]]:
+    """A free device of the test's node published with binding conditions: its name, its binding
+    conditions and its binding failure conditions."""
+    published = {n: d for n, d in dra.devices().items() if d.get("bindingConditions")}
+    assert published, (
+        f"the profile claims binding-conditions, but no device of {dra.driver} on {dra.node} carries "
+        "bindingConditions in its ResourceSlices"
+    )
+    free = [n for n in dra.free_devices() if n in published]
+    assert free, f"every device of {dra.node} with bindingConditions is held: {sorted(published)}"
+    device = published[free[0]]
+    return free[0], list(device["bindingConditions"]), list(device.get("bindingFailureConditions") or [])
+
+
+def _device_conditions(claim: Obj, driver: str, device: str) -> dict[str, str]:
+    """The conditions of ``device``'s ``status.devices`` entry in ``claim`` (type -> status)."""
+    return {
+        str(c.get("type")): str(c.get("status"))
+        for entry in _status_devices(claim, driver)
+        if entry.get("device") == device
+        for c in entry.get("conditions") or []
+    }
+
+
+def _when(stamp: object) -> str:
+    """A metav1.Time as sortable text (RFC 3339 in UTC, whole seconds)."""
+    return str(stamp or "")[:19]
+
+
+@rule("ALLOC-BINDING-CONDITIONS")
+@exclusive
+def test_binding_conditions(dra: Harness) -> None:
+    """a pod whose claim got a device with bindingConditions is bound to the node only once the driver
+    set them True in the claim's `status.devices`; then it runs"""
+    device, conditions, _failures = _attached_on_demand(dra)
+    claim = dra.claim(device_class=_every_device_class(dra), selectors=[dra.exact(device)])
+    pod = _pod_for(dra, claim)
+    # kube-scheduler holds the pod in PreBind, looking every 5 s, until every condition is True
+    met = dra.wait_claim(
+        _name(claim),
+        f"to say in status.devices that {device} met its bindingConditions {conditions} (the scheduler "
+        "binds the pod only then)",
+        lambda c: all(_device_conditions(c, dra.driver, device).get(t) == "True" for t in conditions),
+    )
+    assert _devices_of(dra, met) == [device]
+    running = dra.wait_running(pod)
+    scheduled = [
+        c for c in (running.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"
+    ]
+    bound_at = _when(scheduled[0].get("lastTransitionTime")) if scheduled else ""
+    entry = next(e for e in _status_devices(met, dra.driver) if e.get("device") == device)
+    set_at = max(
+        _when(c.get("lastTransitionTime")) for c in entry["conditions"] if c.get("type") in conditions
+    )
+    assert not bound_at or set_at <= bound_at, (
+        f"pod {pod} was bound at {bound_at}, before {device}'s bindingConditions were set at {set_at}"
+    )
+
+
+@rule("ALLOC-BINDING-FAILURE")
+@exclusive
+def test_binding_failure(dra: Harness) -> None:
+    """a device the driver cannot attach gets a bindingFailureCondition True: the claim is released and
+    the pod not bound while it fails, and once it is healed the pod binds and runs"""
+    device, conditions, failures = _attached_on_demand(dra)
+    assert failures, f"{device} has bindingConditions {conditions} but no bindingFailureConditions"
+    fault = dra.fault_commands().fault(dra.profile.faults.attach_failure, dra.devices()[device])
+    dra.inject(device, dra.profile.faults.attach_failure)
+    claim = dra.claim(device_class=_every_device_class(dra), selectors=[dra.exact(device)])
+    pod = _pod_for(dra, claim)
+
+    def answered(c: Obj) -> bool:
+        said = _device_conditions(c, dra.driver, device)
+        return any(said.get(t) == "True" for t in (*failures, *conditions))
+
+    said = dra.wait_claim(
+        _name(claim),
+        f"to say in status.devices how attaching {device} went, after the fault `{fault}`",
+        answered,
+    )
+    shown = _device_conditions(said, dra.driver, device)
+    assert any(shown.get(t) == "True" for t in failures), (
+        f"after the fault `{fault}` the driver says {device} is attached ({shown}): none of its "
+        f"bindingFailureConditions {failures} is True, and the scheduler binds pod {pod} to it"
+    )
+    failed = allocation(said)
+
+    def released(c: Obj) -> bool:  # deallocated, or already allocated afresh (and failing again)
+        now = allocation(c)
+        return now is None or now.get("allocationTimestamp") != (failed or {}).get("allocationTimestamp")
+
+    dra.wait_claim(
+        _name(claim), f"released by the scheduler after {device}'s bindingFailureCondition", released
+    )
+    bound = ((dra.get("Pod", pod) or {}).get("spec") or {}).get("nodeName")
+    assert not bound, f"pod {pod} was bound to {bound} though attaching {device} failed"
+    dra.heal(device)
+    dra.wait_running(pod)
+    attached = _current(dra, claim)
+    assert _devices_of(dra, attached) == [device]
+    now = _device_conditions(attached, dra.driver, device)
+    assert all(now.get(t) == "True" for t in conditions) and not any(
+        now.get(t) == "True" for t in failures
+    ), f"pod {pod} runs on {device}, whose status.devices conditions say {now}"
 
 
 def _extended_resource(dra: Harness) -> tuple[str, str]:

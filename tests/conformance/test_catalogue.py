@@ -17,14 +17,14 @@ COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES
 
 
 def test_catalogue_shape() -> None:
-    assert len(RULES) == 102
-    assert len({r.id for r in RULES}) == 102
+    assert len(RULES) == 104
+    assert len({r.id for r in RULES}) == 104
     counts = {a: sum(r.area == a for r in RULES) for a in AREAS}
     assert counts == {
         "PRE": 5,
         "REG": 18,
         "SLICE": 12,
-        "ALLOC": 21,
+        "ALLOC": 23,
         "SHARE": 8,
         "PREP": 17,
         "HEALTH": 11,

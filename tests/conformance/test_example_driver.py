@@ -31,6 +31,9 @@ EXAMPLE_GPU_SKIPS = area_rules("health") | frozenset(
         "ALLOC-EXTENDED",
         "ALLOC-STATUS-DEVICES",
         "PREP-NETDEV",
+        # no device with bindingConditions
+        "ALLOC-BINDING-CONDITIONS",
+        "ALLOC-BINDING-FAILURE",
         # its checkpoint carries no checksum and nothing reports a corrupt one: the profile names
         # none (checkpoint.path)
         "RES-CHECKPOINT-CORRUPT",

@@ -233,18 +233,29 @@ CASES: dict[str, Case] = {
         "reference-gpu", "preparation", "PREP-RECREATED-CLAIM", rules=("PREP-RECREATED-CLAIM",)
     ),
     "exceed-consumable-share": case("reference-gpu", "allocation", "ALLOC-CONSUMABLE"),
+    # nothing is attached: every pod on GPU 2 waits until its test times out (60 s each), so shown
+    # on the one rule; ALLOC-BINDING-FAILURE fails the same way (no condition ever says how it went)
+    "never-attach": case(
+        "reference-gpu", "allocation", "ALLOC-BINDING-CONDITIONS", rules=("ALLOC-BINDING-CONDITIONS",)
+    ),
+    "ignore-attach-failure": case(
+        "reference-gpu", "allocation", "ALLOC-BINDING-FAILURE", rules=("ALLOC-BINDING-FAILURE",)
+    ),
 }
 """Every switch that breaks a rule of the areas the suite has, where it is shown, what fails."""
 
 PENDING: dict[str, str] = {}
 """Switches whose rules have no tests yet, and why."""
 
-NOT_CLAIMED = frozenset({"ALLOC-CONSUMABLE", "PREP-NETDEV"})
-"""Rules of capabilities the reference profiles do not claim (consumable-capacity, net);
-reference-gpu claims consumable-capacity."""
+BINDING = frozenset({"ALLOC-BINDING-CONDITIONS", "ALLOC-BINDING-FAILURE"})
+"""The rules of devices attached on demand (binding-conditions)."""
+
+NOT_CLAIMED = frozenset({"ALLOC-CONSUMABLE", "PREP-NETDEV"}) | BINDING
+"""Rules of capabilities the reference profiles do not claim (consumable-capacity, net,
+binding-conditions); reference-gpu claims consumable-capacity and binding-conditions."""
 
 CLEAN_SKIPS: dict[str, frozenset[str]] = {
-    "reference-gpu": NOT_CLAIMED - {"ALLOC-CONSUMABLE"},
+    "reference-gpu": NOT_CLAIMED - {"ALLOC-CONSUMABLE"} - BINDING,
     "reference-l4": NOT_CLAIMED | {"SLICE-COUNTERS", "ALLOC-PARTITION"},
     "reference-mixed": NOT_CLAIMED | {"SLICE-COUNTERS", "ALLOC-PARTITION"},
     # 56 partitions in the default class, more than one claim holds; and kubernetes#140729
