@@ -60,6 +60,8 @@ RULES: dict[str, str] = {
     "config-to-whole-request": "a config scoped to one subrequest (gpu/sub0) applies to every one of gpu",
     "claims-by-name": "a claim re-created under the same name (a new UID) is answered from the old one",
     "exceed-consumable-share": "a container is told it has the whole shared GPU, not its consumedCapacity",
+    "metadata-to-every-container": "every container of a claim gets the device metadata of every request",
+    "metadata-of-whole-claim": "each request's device metadata file lists every device of the claim",
     "never-attach": "GPUs attached on demand are never attached: pods of their claims are never bound",
     "ignore-attach-failure": "a GPU whose attach failed is reported attached: the pod is bound to it",
 }

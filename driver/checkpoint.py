@@ -109,6 +109,8 @@ class ClaimRecord:
     state: str = PREPARE_STARTED
     devices: list[PreparedDevice] = field(default_factory=list)
     """Everything needed to rebuild the claim's CDI spec after a reboot, and to undo it."""
+    pod_claim_name: str | None = None
+    """The pod's name for a claim made from a template (where its device metadata is mounted)."""
 
     @property
     def ref(self) -> str:

@@ -1,4 +1,5 @@
-"""What a prepared claim is on the node: its MIG partitions, device-info files and CDI spec.
+"""What a prepared claim is on the node: its MIG partitions, device-info files and CDI spec (and its
+device metadata files, ``driver.devicemetadata``).
 
 :class:`Materializer` makes them (:meth:`~Materializer.make`), checks that a completed claim
 still has them (:meth:`~Materializer.intact`) and removes a claim's files
@@ -23,6 +24,7 @@ from driver.cdi import CDIDevice, SpecStore
 from driver.checkpoint import ClaimRecord, PreparedDevice
 from driver.config import DeviceConfig
 from driver.consumable import share_env
+from driver.devicemetadata import MetadataWriter
 from driver.errors import DriverError, PrepareError
 from driver.inventory import DeviceInfo, Inventory
 from driver.settings import Settings
@@ -98,6 +100,8 @@ class Materializer:
         self._mig_minors = mig_minors
         self._reach = reach
         """Called after each step of ``driver.breakage.CRASH_POINTS``."""
+        self.metadata = MetadataWriter(settings, inventory) if settings.device_metadata else None
+        """Device metadata files and their CDI specs (``--device-metadata``)."""
 
     def intact(self, record: ClaimRecord) -> bool:
         """Whether a completed claim still has its CDI spec and each partition its MIG device.
@@ -105,6 +109,8 @@ class Materializer:
         A partition found gone gets its UUID cleared, so that :meth:`make` makes it again.
         """
         intact = self.specs.exists(record.uid)
+        if self.metadata is not None and not self.metadata.intact(record):
+            intact = False
         for device in record.devices:
             info = self.inventory.get(device.device)
             if info is None or info.kind != "partition" or not device.partition_uuid:
@@ -157,6 +163,8 @@ class Materializer:
                     ),
                 )
             )
+        if self.metadata is not None:
+            self.metadata.write(record, self.claim_dir(record.uid))
         spec = self.specs.build(record.uid, cdi_devices)
         self.specs.write(record.uid, spec)
 
@@ -212,6 +220,8 @@ class Materializer:
         if not self.settings.breaks("leave-cdi-on-unprepare"):
             try:
                 self.specs.remove(uid)
+                if self.metadata is not None:
+                    self.metadata.remove(uid)
             except OSError as e:
                 problems.append(os_problem("cannot remove CDI spec", e))
         self._reach("unprepare-spec-removed")

@@ -13,6 +13,7 @@ from driver._names import check_uid, shown
 from driver.checkpoint import ClaimRecord, PreparedDevice
 from driver.claims import ClaimSource
 from driver.config import entries_from_allocation, select
+from driver.devicemetadata import pod_claim_name
 from driver.errors import ClaimError, ConfigError, PrepareError
 from driver.inventory import Inventory
 from driver.settings import Settings
@@ -54,8 +55,9 @@ def _parent_request(request: str) -> str:
 
 def plan(
     ref: ClaimRef, claims: ClaimSource, settings: Settings, inventory: Inventory
-) -> list[PreparedDevice]:
-    """Read the claim and decide what to prepare; no side effects.
+) -> tuple[list[PreparedDevice], str | None]:
+    """Read the claim and decide what to prepare; no side effects. The devices, and the pod's name
+    for the claim when a template made it (``resource.kubernetes.io/pod-claim-name``).
 
     Raises ``PrepareError`` (``ClaimError`` for the claim itself) naming claim, device and reason.
     """
@@ -132,4 +134,4 @@ def plan(
             config=config,
             consumed=consumed,
         )
-    return list(planned.values())
+    return list(planned.values()), pod_claim_name(claim)

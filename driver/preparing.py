@@ -81,11 +81,19 @@ class Preparation:
                 if answer is not None:
                     out[ref.uid] = answer
                     continue
-                devices = plan(ref, self.claims, self.settings, self.inventory)
+                devices, pod_claim = plan(ref, self.claims, self.settings, self.inventory)
             except Exception as e:
                 out[ref.uid] = e
                 continue
-            fresh.append(ClaimRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, devices=devices))
+            fresh.append(
+                ClaimRecord(
+                    uid=ref.uid,
+                    namespace=ref.namespace,
+                    name=ref.name,
+                    devices=devices,
+                    pod_claim_name=pod_claim,
+                )
+            )
         started = self._start(fresh, out)
         made: list[ClaimRecord] = []
         undone: list[ClaimRecord] = []

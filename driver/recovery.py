@@ -124,6 +124,17 @@ def remove_orphans(files: Materializer, claims: Mapping[str, ClaimRecord]) -> No
     prefix = f"{settings.driver_name}-"
     orphans += [(files.specs.cdi_dir / f"{prefix}{uid}.json", Path.unlink) for uid in spec_uids - set(claims)]
     orphans += [(settings.claims_dir / name, remove_tree) for name in dir_uids - set(claims)]
+    if files.metadata is not None:
+        try:
+            metadata_uids = files.metadata.claim_uids()
+        except OSError as e:
+            log.error("cannot list the driver's files", extra={"error": os_problem("cannot list", e)})
+            metadata_uids = set()
+        for uid in metadata_uids - set(claims):
+            orphans += [
+                (p, Path.unlink)
+                for p in files.metadata.cdi_dir.glob(f"{settings.driver_name}_metadata_{uid}_*.json")
+            ]
     for path, remove in sorted(orphans, key=lambda orphan: orphan[0]):
         log.info("removing what no claim owns", extra={"path": str(path)})
         try:

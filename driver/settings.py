@@ -108,6 +108,9 @@ class Settings:
     """``text`` or ``json`` log lines on stderr."""
     keep_slices: bool = False
     """Leave the node's ResourceSlices in place on shutdown."""
+    device_metadata: bool = False
+    """Mount a file per request that describes its devices into the containers that use it
+    (KEP-5304, ``driver.devicemetadata``)."""
     break_rules: frozenset[str] = frozenset()
     """Rules broken on purpose (tests of the conformance suite only); see ``driver.breakage``."""
     crash_points: frozenset[str] = frozenset()
@@ -276,6 +279,14 @@ def build_parser() -> argparse.ArgumentParser:
         "scheduling and running pods are unaffected; Kubernetes 1.35+; default 0: not shown)",
         metavar="SECONDS",
     )
+    parser.add_argument(
+        "--device-metadata",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="mount a file per request that describes its devices (attributes) into the containers "
+        "that use it, as the kubeletplugin helper does (KEP-5304; default off) "
+        f"(env {_env_name('--device-metadata')})",
+    )
     add("--log-format", "log line format: text or json (default text)", choices=list(LOG_FORMATS))
     parser.add_argument(
         "--keep-slices",
@@ -382,6 +393,10 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
         raise SettingsError(
             f"--informational-taints {informational_text!r}: not a number of seconds (0: off)"
         )
+    device_metadata = args.device_metadata
+    if device_metadata is None:
+        name = _env_name("--device-metadata")
+        device_metadata = _bool(env.get(name) or "false", name)
     log_format = pick("--log-format", "text") or "text"
     if log_format not in LOG_FORMATS:
         raise SettingsError(f"{_env_name('--log-format')}={log_format!r}: use text or json")
@@ -418,6 +433,7 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
         health=HealthSettings(enabled=health, ignored_xids=ignored, informational_seconds=informational),
         log_format=log_format,
         keep_slices=keep_slices,
+        device_metadata=device_metadata,
         break_rules=rules,
         crash_points=crash_points,
     )

@@ -31,6 +31,7 @@ __all__ = [
     "MAX_DEVICES_PER_SLICE_WITH_EXTRAS",
     "Body",
     "DeviceTaint",
+    "attribute_body",
     "build_slices",
     "device_body",
     "slice_name",
@@ -89,7 +90,8 @@ def taints_from_faults(
     }
 
 
-def _attribute(value: object) -> Body:
+def attribute_body(value: object) -> Body:
+    """One device attribute as the API spells it (``{"int": 3}``, ``{"version": "12.0.0"}``, ...)."""
     # bool before int: True is an int too.
     if isinstance(value, bool):
         return {"bool": value}
@@ -122,7 +124,7 @@ def device_body(dev: DeviceInfo, taints: Sequence[DeviceTaint] = ()) -> Body:
     share the device), counters consumed, binding conditions, taints."""
     body: Body = {
         "name": dev.name,
-        "attributes": {key: _attribute(value) for key, value in dev.attributes.items()},
+        "attributes": {key: attribute_body(value) for key, value in dev.attributes.items()},
     }
     if dev.multi_allocatable:
         body["allowMultipleAllocations"] = True

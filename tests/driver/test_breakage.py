@@ -32,6 +32,7 @@ from draproto import (
 from driver.binding import ATTACH_FAILED, ATTACHED, Attacher, attach_on_demand
 from driver.breakage import RULES, parse_rules
 from driver.cdi import validate
+from driver.checkpoint import PreparedDevice
 from driver.consumable import make_consumable
 from driver.errors import CDIError, DeviceConflict, PrepareError, SettingsError, StoreConflict
 from driver.health import HealthMonitor
@@ -92,6 +93,7 @@ def test_every_rule_is_documented() -> None:
         "ignore-extended-resource-claims",
         "keep-deleted-claims", "trust-corrupt-checkpoint", "config-to-whole-request", "claims-by-name",
         "exceed-consumable-share", "never-attach", "ignore-attach-failure",
+        "metadata-to-every-container", "metadata-of-whole-claim",
     }  # fmt: skip
 
 
@@ -634,6 +636,27 @@ def _recreated_claim_prepared_as_new(node: Node) -> tuple[bool, ...]:
     return ([d.device for d in state.prepare(_ref(new))] == ["gpu-1"],)
 
 
+def _metadata_prepared(node: Node) -> tuple[list[PreparedDevice], str]:
+    """A claim of requests a (gpu-0) and b (gpu-1, gpu-2) prepared with device metadata on; its
+    devices, and the claim's UID."""
+    node.settings = replace(node.settings, device_metadata=True)
+    claim = node.put(make_claim("c", [result("a", "gpu-0"), result("b", "gpu-1"), result("b", "gpu-2")]))
+    return node.state().prepare(_ref(claim)), claim["metadata"]["uid"]
+
+
+def _metadata_only_where_used(node: Node) -> tuple[bool, ...]:
+    devices, uid = _metadata_prepared(node)
+    ids = {d.device: {i for i in d.cdi_ids if "/metadata=" in i} for d in devices}
+    return ids["gpu-0"] == {f"{DRIVER}/metadata={uid}_a"}, ids["gpu-2"] == set()
+
+
+def _metadata_of_its_request(node: Node) -> tuple[bool, ...]:
+    _metadata_prepared(node)
+    (path,) = node.settings.claims_dir.glob("*/metadata/b/metadata.json")
+    first = json.JSONDecoder().raw_decode(path.read_text())[0]
+    return ([d["name"] for d in first["requests"][0]["devices"]] == ["gpu-1", "gpu-2"],)
+
+
 def _attach_conditions(node: Node, problem: str | None) -> dict[str, str]:
     """GPU 1 attached on demand, allocated to a claim; the attach conditions the attacher wrote
     when attaching fails for ``problem`` (None: it works)."""
@@ -699,6 +722,8 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "config-to-whole-request": _subrequest_config_scoped,
     "claims-by-name": _recreated_claim_prepared_as_new,
     "exceed-consumable-share": _share_given,
+    "metadata-to-every-container": _metadata_only_where_used,
+    "metadata-of-whole-claim": _metadata_of_its_request,
     "never-attach": _attached_for_the_claim,
     "ignore-attach-failure": _attach_failure_reported,
 }

@@ -66,6 +66,7 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
     "consumable": {"gpuSharing": "consumable", "consumableGpus": "0,4-7"},
     "informational-taints": {"informationalTaints": 10},
     "attach-on-demand": {"attachOnDemand": "2"},
+    "device-metadata": {"deviceMetadata": True},
     "nothing-optional": {"deviceClasses": {"enabled": False}, "admissionPolicy": {"enabled": False}},
 }
 
@@ -223,6 +224,7 @@ def test_driver_reads_the_daemonset_as_meant(values: dict[str, Any] | None) -> N
     gpus = {"": None, "0,4-7": frozenset({0, 4, 5, 6, 7})}[merged["consumableGpus"]]
     assert settings.backend.consumable_gpus == gpus
     assert settings.backend.attached_gpus == {"": frozenset(), "2": frozenset({2})}[merged["attachOnDemand"]]
+    assert settings.device_metadata is merged["deviceMetadata"]
     assert settings.health.enabled is merged["health"]
     assert settings.health.informational_seconds == merged["informationalTaints"]
     assert settings.log_format == merged["logFormat"]
