@@ -160,9 +160,9 @@ class SuiteConfig:
     @property
     def release(self) -> Release:
         """What ``kind`` and ``k3s`` install. The reference driver: its chart, with its fake machine,
-        device kinds, GPU sharing and GPUs attached on demand read from the profile's local command
-        (``--fake-profile``, ``--device-kinds``, ``--gpu-sharing``, ``--consumable-gpus``,
-        ``--attach-on-demand``). Another driver: the
+        device kinds, GPU sharing, GPUs attached on demand and device metadata read from the
+        profile's local command (``--fake-profile``, ``--device-kinds``, ``--gpu-sharing``,
+        ``--consumable-gpus``, ``--attach-on-demand``, ``--device-metadata``). Another driver: the
         profile's ``install`` section; :class:`UsageError` when it has none."""
         if not self.runs_reference:
             return self._vendor_release()
@@ -172,11 +172,13 @@ class SuiteConfig:
             return words[words.index(name) + 1] if name in words[:-1] else default
 
         kinds = tuple(k for k in flag("--device-kinds", "gpu").split(",") if k)
-        sharing = {"gpuSharing": flag("--gpu-sharing", "exclusive")}
+        sharing: dict[str, str | bool] = {"gpuSharing": flag("--gpu-sharing", "exclusive")}
         if "--consumable-gpus" in words[:-1]:
             sharing["consumableGpus"] = flag("--consumable-gpus", "")
         if "--attach-on-demand" in words[:-1]:
             sharing["attachOnDemand"] = flag("--attach-on-demand", "")
+        if "--device-metadata" in words:
+            sharing["deviceMetadata"] = True
         return DriverRelease(
             driver=self.profile.driver,
             fake_profile=flag("--fake-profile", "dgx-h100"),

@@ -627,6 +627,14 @@ RULES: tuple[Rule, ...] = (
         "ex (net profile)",
     ),
     Rule(
+        "PREP-DEVICE-METADATA",
+        "PREP",
+        "each request's device metadata file (KEP-5304) names the claim and the request's devices with their attributes, and is mounted read-only into the containers that reference that request or the whole claim, and into no other",
+        ("device-metadata", "view"),
+        "1.36 (device metadata, alpha; beta 1.37)",
+        'e2e "device metadata"',
+    ),
+    Rule(
         "PREP-REQUEST-NAMES",
         "PREP",
         "each answered device names the request(s) it was allocated for, so containers get the right ones",

@@ -7,14 +7,17 @@ rules use the profile's example configs and what a container shows for each.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conformance import manifests
 from conformance.catalogue import exclusive, rule
-from conformance.harness import Harness, gaps, meta, ref, until, watch_until
+from conformance.harness import Harness, allocated_devices, gaps, meta, ref, until, watch_until
+from conformance.manifests import Container
 from conformance.profiles import ExampleConfig
 from draproto.cdi import parse_qualified_name, validate_spec
 
@@ -141,6 +144,108 @@ def test_container_sees_its_devices(dra: Harness) -> None:
         )
         assert not seen & theirs, f"{meta(pod)['name']} sees another claim's devices {sorted(seen & theirs)}"
         assert seen == mine, f"{meta(pod)['name']} sees devices it was not given: {sorted(seen - mine)}"
+
+
+METADATA_DIR = "/var/run/kubernetes.io/dra-device-attributes"
+"""Where a container finds the device metadata files (KEP-5304)."""
+METADATA_VERSIONS = ("metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1")
+
+
+def _metadata_path(driver: str, claim: str, request: str) -> str:
+    """The container path of the metadata file of ``request`` of a claim the pod names directly."""
+    return f"{METADATA_DIR}/resourceclaims/{claim}/{request}/{driver}-metadata.json"
+
+
+def _json_stream(text: str) -> list[Any]:
+    """The objects of a concatenated JSON stream."""
+    decoder, objects, at = json.JSONDecoder(), [], 0
+    while text[at:].strip():
+        at += len(text[at:]) - len(text[at:].lstrip())
+        found, at = decoder.raw_decode(text, at)
+        objects.append(found)
+    return objects
+
+
+def _check_metadata(dra: Harness, text: str, claim: Mapping[str, Any], request: str, where: str) -> None:
+    """The file of ``request``: the claim's identity, the request's devices, their attributes as the
+    slices publish them."""
+    try:
+        objects = _json_stream(text)
+    except ValueError as e:
+        raise AssertionError(f"{where} is not a stream of JSON objects: {e}") from None
+    known = [o for o in objects if isinstance(o, dict) and o.get("apiVersion") in METADATA_VERSIONS]
+    assert known, f"{where} holds no DeviceMetadata of {', '.join(METADATA_VERSIONS)}: {text[:300]}"
+    first = known[0]
+    assert first.get("kind") == "DeviceMetadata", f"{where}: kind {first.get('kind')!r}, not DeviceMetadata"
+    m = meta(claim)
+    said = first.get("metadata") or {}
+    mine = {k: said.get(k) for k in ("name", "namespace", "uid")}
+    assert mine == {k: m[k] for k in mine}, (
+        f"{where} describes claim {mine}, not {m['namespace']}/{m['name']}"
+    )
+    entries = [r for r in first.get("requests") or [] if str(r.get("name", "")).split("/")[0] == request]
+    assert len(entries) == 1, f"{where} lists requests {[r.get('name') for r in first.get('requests') or []]}"
+    listed = {(d.get("driver"), d.get("pool"), d.get("name")) for d in entries[0].get("devices") or []}
+    allocated = {
+        (r.driver, r.pool, r.device) for r in allocated_devices(claim) if r.request.split("/")[0] == request
+    }
+    assert listed == allocated, (
+        f"{where} lists devices {sorted(listed)}; request {request} got {sorted(allocated)}"
+    )
+    published = dra.devices()
+    for d in entries[0].get("devices") or []:
+        slice_attrs = (published.get(str(d.get("name"))) or {}).get("attributes") or {}
+        wrong = {
+            k: v for k, v in (d.get("attributes") or {}).items() if k in slice_attrs and slice_attrs[k] != v
+        }
+        assert not wrong, f"{where}: attributes of {d.get('name')} differ from its ResourceSlice: {wrong}"
+
+
+@rule("PREP-DEVICE-METADATA")
+def test_device_metadata(dra: Harness) -> None:
+    """each request's device metadata file (KEP-5304) names the claim and the request's devices with
+    their attributes, and is mounted read-only into the containers that reference that request or the
+    whole claim, and into no other"""
+    if dra.profile.devices.in_class < 2:
+        pytest.skip(f"profile {dra.profile.name} has one device of its class per node; the rule needs two")
+    requests = ("first", "second")
+    claim = dra.claim(requests=[manifests.request(r, dra.device_class) for r in requests])
+    name = str(meta(claim)["name"])
+    containers = [
+        Container("first", ["gpu/first"]),
+        Container("second", ["gpu/second"]),
+        Container("ctr", ["gpu"]),
+    ]
+    pod = str(meta(dra.pod(claims={"gpu": name}, containers=containers))["name"])
+    dra.wait_running(pod)
+    claim = dra.get("ResourceClaim", name) or claim
+    unread: list[str] = []
+    for container, uses in (("first", {"first"}), ("second", {"second"}), ("ctr", set(requests))):
+        mounts = {m.get("containerPath"): m for m in dra.view(pod, container).mounts}
+        for request in requests:
+            path = _metadata_path(dra.driver, name, request)
+            where = f"container {container} of pod {pod}"
+            if request not in uses:
+                assert path not in mounts, (
+                    f"{where} references only request(s) {sorted(uses)} but gets the device metadata of "
+                    f"request {request} ({path})"
+                )
+                continue
+            assert path in mounts, (
+                f"{where} references request {request} but has no device metadata at {path} (mounts: "
+                f"{sorted(str(p) for p in mounts)})"
+            )
+            mount = mounts[path]
+            assert "ro" in (mount.get("options") or []), f"{where}: {path} is mounted writable: {mount}"
+            host = Path(str(mount.get("hostPath", "")))
+            if not host.is_file():  # the node's files are this machine's on the local tier only
+                unread.append(str(host))
+                continue
+            _check_metadata(dra, host.read_text(), claim, request, f"{path} of {where}")
+    if unread:
+        dra.partial(
+            f"the metadata files' content was not checked: {', '.join(unread)} are not on this machine"
+        )
 
 
 @rule("PREP-NETDEV")

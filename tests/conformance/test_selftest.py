@@ -241,6 +241,12 @@ CASES: dict[str, Case] = {
     "ignore-attach-failure": case(
         "reference-gpu", "allocation", "ALLOC-BINDING-FAILURE", rules=("ALLOC-BINDING-FAILURE",)
     ),
+    "metadata-to-every-container": case(
+        "reference-gpu", "preparation", "PREP-DEVICE-METADATA", rules=("PREP-DEVICE-METADATA",)
+    ),
+    "metadata-of-whole-claim": case(
+        "reference-gpu", "preparation", "PREP-DEVICE-METADATA", rules=("PREP-DEVICE-METADATA",)
+    ),
 }
 """Every switch that breaks a rule of the areas the suite has, where it is shown, what fails."""
 
@@ -250,12 +256,15 @@ PENDING: dict[str, str] = {}
 BINDING = frozenset({"ALLOC-BINDING-CONDITIONS", "ALLOC-BINDING-FAILURE"})
 """The rules of devices attached on demand (binding-conditions)."""
 
-NOT_CLAIMED = frozenset({"ALLOC-CONSUMABLE", "PREP-NETDEV"}) | BINDING
+REFERENCE_GPU_ONLY = BINDING | {"PREP-DEVICE-METADATA"}
+"""Rules of the capabilities only reference-gpu claims (binding-conditions, device-metadata)."""
+
+NOT_CLAIMED = frozenset({"ALLOC-CONSUMABLE", "PREP-NETDEV"}) | REFERENCE_GPU_ONLY
 """Rules of capabilities the reference profiles do not claim (consumable-capacity, net,
-binding-conditions); reference-gpu claims consumable-capacity and binding-conditions."""
+binding-conditions, device-metadata); reference-gpu claims all but net."""
 
 CLEAN_SKIPS: dict[str, frozenset[str]] = {
-    "reference-gpu": NOT_CLAIMED - {"ALLOC-CONSUMABLE"} - BINDING,
+    "reference-gpu": NOT_CLAIMED - {"ALLOC-CONSUMABLE"} - REFERENCE_GPU_ONLY,
     "reference-l4": NOT_CLAIMED | {"SLICE-COUNTERS", "ALLOC-PARTITION"},
     "reference-mixed": NOT_CLAIMED | {"SLICE-COUNTERS", "ALLOC-PARTITION"},
     # 56 partitions in the default class, more than one claim holds; and kubernetes#140729
