@@ -24,15 +24,13 @@ import yaml
 from clusters.local.controlplane import ControlPlane
 from draproto import dra_v1_pb2, dra_v1_pb2_grpc
 from tests import kube, manifests
+from tests.driver.test_helm_chart import only, render
 from tests.polling import until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 DRIVER = "gpu.dra-conformance.io"
 NODE = "drv-node"
-CHART_TEMPLATES = (
-    Path(__file__).resolve().parents[2] / "driver" / "deploy" / "helm" / "dra-gpu-driver" / "templates"
-)
 
 
 @pytest.fixture(scope="module")
@@ -203,9 +201,7 @@ def test_driver_works_with_only_the_helm_charts_rbac(control_plane: ControlPlane
     """The chart's ClusterRole is all the driver needs: publish, watch, prepare, write the claim's
     status.devices (as a pod on the claim's node), clean up."""
 
-    text = (CHART_TEMPLATES / "rbac.yaml").read_text().split("---")[0]
-    text = text.replace("{{ .Values.driverName | quote }}", json.dumps(DRIVER))
-    rules = yaml.safe_load(text[text.index("rules:") :])["rules"]
+    rules = only(render({"driverName": DRIVER}), "ClusterRole")["rules"]
     rbac = kube.rbac(api)
     rbac.create_cluster_role({"metadata": {"name": "drv-rbac-test"}, "rules": rules})
     kube.core(api).create_namespaced_service_account("default", {"metadata": {"name": "drv-rbac"}})
