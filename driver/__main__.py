@@ -105,6 +105,20 @@ def run(settings: Settings, stop: threading.Event) -> int:
         started.append(publisher.stop)
         attacher.start()
         started.append(attacher.stop)
+        if settings.metrics_address:
+            from driver.metrics import MetricsServer
+
+            metrics = MetricsServer(
+                settings,
+                settings.metrics_address,
+                lambda: {
+                    "dra_gpu_devices": ("Devices the driver publishes.", len(inventory)),
+                    "dra_gpu_prepared_claims": ("Claims prepared on the node.", len(state.prepared())),
+                    "dra_gpu_unhealthy_devices": ("Devices a fault made unhealthy.", len(monitor.faults())),
+                },
+            )
+            metrics.start()
+            started.append(metrics.stop)
         monitor.start()
         started.append(monitor.stop)
         server.start()

@@ -62,6 +62,7 @@ RULES: dict[str, str] = {
     "exceed-consumable-share": "a container is told it has the whole shared GPU, not its consumedCapacity",
     "metadata-to-every-container": "every container of a claim gets the device metadata of every request",
     "metadata-of-whole-claim": "each request's device metadata file lists every device of the claim",
+    "metrics-broken": "the metrics endpoint answers every scrape with 500",
     "never-attach": "GPUs attached on demand are never attached: pods of their claims are never bound",
     "ignore-attach-failure": "a GPU whose attach failed is reported attached: the pod is bound to it",
 }

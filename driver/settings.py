@@ -108,6 +108,8 @@ class Settings:
     """``text`` or ``json`` log lines on stderr."""
     keep_slices: bool = False
     """Leave the node's ResourceSlices in place on shutdown."""
+    metrics_address: str = ""
+    """``HOST:PORT`` of the Prometheus metrics endpoint (``driver.metrics``); empty: none."""
     device_metadata: bool = False
     """Mount a file per request that describes its devices into the containers that use it
     (KEP-5304, ``driver.devicemetadata``)."""
@@ -287,6 +289,11 @@ def build_parser() -> argparse.ArgumentParser:
         "that use it, as the kubeletplugin helper does (KEP-5304; default off) "
         f"(env {_env_name('--device-metadata')})",
     )
+    add(
+        "--metrics-address",
+        "HOST:PORT where GET /metrics answers in the Prometheus text format (default: not served)",
+        metavar="HOST:PORT",
+    )
     add("--log-format", "log line format: text or json (default text)", choices=list(LOG_FORMATS))
     parser.add_argument(
         "--keep-slices",
@@ -397,6 +404,11 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
     if device_metadata is None:
         name = _env_name("--device-metadata")
         device_metadata = _bool(env.get(name) or "false", name)
+    metrics_address = pick("--metrics-address", "") or ""
+    if metrics_address:
+        from driver.metrics import parse_address
+
+        parse_address(metrics_address)
     log_format = pick("--log-format", "text") or "text"
     if log_format not in LOG_FORMATS:
         raise SettingsError(f"{_env_name('--log-format')}={log_format!r}: use text or json")
@@ -434,6 +446,7 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
         log_format=log_format,
         keep_slices=keep_slices,
         device_metadata=device_metadata,
+        metrics_address=metrics_address,
         break_rules=rules,
         crash_points=crash_points,
     )

@@ -105,6 +105,18 @@ def _short_temp_dir(parent: Path) -> Path:
     raise ClusterError(f"no free short directory name under {parent} after 1000 tries; clean it up")
 
 
+def _node_port(root: Path, name: str) -> str:
+    """A free TCP port for the node's ``name`` endpoint, chosen on first use and kept in the node's
+    root (``<name>.port``): the same after a driver restart, and for every process that asks."""
+    path = root / f"{name}.port"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        port = str(free_port())
+        path.write_text(port + "\n")
+        return port
+
+
 @dataclass
 class LocalNode:
     """One fake node: its root dir and its processes."""
@@ -156,8 +168,10 @@ class LocalClusterBase(Cluster):
         """The node ``name``; raises :class:`~clusters.errors.ClusterError` for an unknown one."""
 
     def node_values(self, node: str) -> dict[str, str]:
-        """``node``, ``kubeconfig`` and ``root`` (the node's root dir)."""
-        return {**super().node_values(node), "root": str(self._local_node(node).root)}
+        """``node``, ``kubeconfig``, ``root`` (the node's root dir) and ``metrics_port`` (a free port
+        of this machine chosen once per node, for a driver's metrics endpoint)."""
+        root = self._local_node(node).root
+        return {**super().node_values(node), "root": str(root), "metrics_port": _node_port(root, "metrics")}
 
     def container_view(self, pod: PodRef, container: str) -> ContainerView:
         """Read the view the node agent wrote for a running container."""

@@ -12,6 +12,8 @@ import itertools
 import json
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid as uuidlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -38,6 +40,7 @@ from driver.errors import CDIError, DeviceConflict, PrepareError, SettingsError,
 from driver.health import HealthMonitor
 from driver.healthstream import UNHEALTHY
 from driver.inventory import Inventory
+from driver.metrics import MetricsServer
 from driver.settings import from_args
 from driver.slices import SlicePublisher
 from driver.slicing import MAX_DEVICES_PER_SLICE, DeviceTaint, taints_from_faults
@@ -93,7 +96,7 @@ def test_every_rule_is_documented() -> None:
         "ignore-extended-resource-claims",
         "keep-deleted-claims", "trust-corrupt-checkpoint", "config-to-whole-request", "claims-by-name",
         "exceed-consumable-share", "never-attach", "ignore-attach-failure",
-        "metadata-to-every-container", "metadata-of-whole-claim",
+        "metadata-to-every-container", "metadata-of-whole-claim", "metrics-broken",
     }  # fmt: skip
 
 
@@ -657,6 +660,18 @@ def _metadata_of_its_request(node: Node) -> tuple[bool, ...]:
     return ([d["name"] for d in first["requests"][0]["devices"]] == ["gpu-1", "gpu-2"],)
 
 
+def _metrics_answered(node: Node) -> tuple[bool, ...]:
+    server = MetricsServer(node.settings, "127.0.0.1:0", dict)
+    server.start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as answer:
+            return (answer.status == 200,)
+    except urllib.error.HTTPError:
+        return (False,)
+    finally:
+        server.stop()
+
+
 def _attach_conditions(node: Node, problem: str | None) -> dict[str, str]:
     """GPU 1 attached on demand, allocated to a claim; the attach conditions the attacher wrote
     when attaching fails for ``problem`` (None: it works)."""
@@ -724,6 +739,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "exceed-consumable-share": _share_given,
     "metadata-to-every-container": _metadata_only_where_used,
     "metadata-of-whole-claim": _metadata_of_its_request,
+    "metrics-broken": _metrics_answered,
     "never-attach": _attached_for_the_claim,
     "ignore-attach-failure": _attach_failure_reported,
 }

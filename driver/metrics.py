@@ -1,0 +1,107 @@
+"""Prometheus metrics over HTTP: ``--metrics-address HOST:PORT`` serves ``GET /metrics``.
+
+Gauges read at each scrape (nothing is counted on the hot path): the devices the driver publishes,
+the claims it holds prepared, the devices its health monitor finds unhealthy, and an info metric
+naming the driver and the node. Text exposition format 0.0.4. Rule-breaking switch
+``metrics-broken``: every scrape is answered 500.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from driver.errors import SettingsError
+from driver.settings import Settings
+
+__all__ = ["CONTENT_TYPE", "MetricsServer", "parse_address", "render"]
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+Gauges = Mapping[str, tuple[str, float]]
+"""Metric name -> (help text, value)."""
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``127.0.0.1:9400``, ``:9400`` for every address); ``SettingsError`` otherwise."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise SettingsError(f"--metrics-address {text!r}: not HOST:PORT (e.g. 127.0.0.1:9400 or :9400)")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def render(settings: Settings, gauges: Gauges) -> str:
+    """The exposition text: the info metric, then each gauge."""
+    lines = [
+        "# HELP dra_gpu_driver_info The DRA driver and the node it serves.",
+        "# TYPE dra_gpu_driver_info gauge",
+        f'dra_gpu_driver_info{{driver="{_label(settings.driver_name)}",'
+        f'node="{_label(settings.node_name)}"}} 1',
+    ]
+    for name, (help_text, value) in gauges.items():
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value:g}"]
+    return "\n".join(lines) + "\n"
+
+
+class MetricsServer:
+    """Serves :func:`render` of ``gauges()`` at ``/metrics`` in a thread."""
+
+    def __init__(self, settings: Settings, address: str, gauges: Callable[[], Gauges]) -> None:
+        self.settings = settings
+        self._bind = parse_address(address)
+        self._gauges = gauges
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one the system chose for port 0)."""
+        assert self._server is not None
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.split("?")[0] != "/metrics":
+                    self._answer(404, "text/plain; charset=utf-8", "not found: GET /metrics\n")
+                elif outer.settings.breaks("metrics-broken"):
+                    self._answer(500, "text/plain; charset=utf-8", "metrics unavailable\n")
+                else:
+                    self._answer(200, CONTENT_TYPE, render(outer.settings, outer._gauges()))
+
+            def _answer(self, code: int, content_type: str, text: str) -> None:
+                body = text.encode()
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                return  # a scrape is no news
+
+        try:
+            self._server = ThreadingHTTPServer(self._bind, Handler)
+        except OSError as e:
+            raise SettingsError(
+                f"--metrics-address {self._bind[0]}:{self._bind[1]}: cannot listen: {e}"
+            ) from e
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
+        self._thread.start()
+        log.info("metrics served", extra={"address": f"{self._bind[0]}:{self.port}", "path": "/metrics"})
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
