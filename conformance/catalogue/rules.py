@@ -248,6 +248,14 @@ RULES: tuple[Rule, ...] = (
         "plugin",
     ),
     Rule(
+        "REG-METRICS",
+        "REG",
+        "the driver's metrics endpoint, where the profile names one, answers a scrape in the Prometheus text format with a sample of each metric the profile lists",
+        ("metrics",),
+        "-",
+        "-",
+    ),
+    Rule(
         "REG-V1BETA1-PARITY",
         "REG",
         "the same claim prepared through v1beta1 answers the same devices as through v1",

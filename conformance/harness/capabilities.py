@@ -112,6 +112,10 @@ def lacking(need: str, env: Environment) -> str | None:
             f"profile {profile.name} does not say how to make a device unhealthy and heal it "
             "(faults.inject, heal, healable)"
         )
+    if need == "metrics":
+        if profile.metrics.url:
+            return None
+        return f"profile {profile.name} names no metrics endpoint (metrics.url)"
     if need == "attach-failure":
         if profile.faults.inject and profile.faults.heal and profile.faults.attach_failure:
             return None

@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_IMAGE",
     "EXTERNAL_PLACEHOLDERS",
     "FAULT_PLACEHOLDERS",
+    "METRICS_PLACEHOLDERS",
     "PROFILE_CAPABILITIES",
     "VIEW_WAYS",
     "AttributeMatch",
@@ -41,6 +42,7 @@ __all__ = [
     "Install",
     "InvalidConfig",
     "LocalDriver",
+    "MetricsEndpoint",
     "TestPods",
     "Timeouts",
     "ViewPattern",
@@ -400,6 +402,25 @@ class CheckpointFile:
     """A regular expression the driver's log matches once it found its checkpoint corrupt."""
 
 
+METRICS_PLACEHOLDERS: Mapping[str, str] = {
+    "node": "the node",
+    "metrics_port": "the port the local tier chose for the node's metrics endpoint (local tier only)",
+}
+"""Placeholders of ``metrics.url``, with what each stands for."""
+
+
+@dataclass(frozen=True)
+class MetricsEndpoint:
+    """Where the driver's Prometheus metrics answer on a node (REG-METRICS; without :attr:`url` the
+    rule skips)."""
+
+    url: str = ""
+    """``http://HOST:PORT/PATH`` (:data:`METRICS_PLACEHOLDERS`), reached from the machine running
+    the suite."""
+    names: tuple[str, ...] = ()
+    """Metric names a scrape must have a sample of."""
+
+
 DEFAULT_IMAGE = "busybox:1.36"
 """The test pods' image when the profile names none (a shell with ``env``, ``ls`` and ``sleep``)."""
 
@@ -515,6 +536,8 @@ class DriverProfile:
     """Commands for what an existing cluster cannot do by itself (``--cluster external``)."""
     checkpoint: CheckpointFile = field(default_factory=CheckpointFile)
     """Where the driver keeps its checkpoint, and how it reports a corrupt one."""
+    metrics: MetricsEndpoint = field(default_factory=MetricsEndpoint)
+    """Where its metrics endpoint answers on a node."""
     pods: TestPods = field(default_factory=TestPods)
     """The test pods' image, pull secrets and tolerations; the nodes under test."""
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -832,6 +855,27 @@ def _checkpoint(r: _Reader | None) -> CheckpointFile:
     return CheckpointFile(path, set_aside, log)
 
 
+_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+
+def _metrics(r: _Reader | None) -> MetricsEndpoint:
+    if r is None:
+        return MetricsEndpoint()
+    r.known(["url", "names"])
+    url = r.get("url", str, required=True)
+    if not re.match(r"^https?://[^/]+(/.*)?$", url):
+        r.fail(url, "an http(s) URL such as http://127.0.0.1:{metrics_port}/metrics", "url")
+    for name in _PLACEHOLDER.findall(url):
+        if name not in METRICS_PLACEHOLDERS:
+            allowed = ", ".join(f"{{{p}}}" for p in METRICS_PLACEHOLDERS)
+            r.fail(url, f"placeholders among {allowed}; {{{name}}} is not one", "url")
+    names = r.strings("names")
+    for name in names:
+        if not _METRIC_NAME.match(name):
+            r.fail(name, "a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)", "names")
+    return MetricsEndpoint(url, names)
+
+
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
@@ -1029,6 +1073,7 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
             "faults",
             "external",
             "checkpoint",
+            "metrics",
             "pods",
             "timeouts",
             "knownFailures",
@@ -1092,6 +1137,7 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
         faults=_faults(r.sub("faults")),
         external=_external(r.sub("external")),
         checkpoint=_checkpoint(r.sub("checkpoint")),
+        metrics=_metrics(r.sub("metrics")),
         pods=_pods(r.sub("pods")),
         timeouts=timeouts,
         install=_install(r.sub("install"), path.parent if path else None),

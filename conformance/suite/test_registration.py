@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import re
 import stat
+import urllib.error
+import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -290,6 +292,55 @@ def test_refuse_device_in_use(dra: Harness) -> None:
     finally:
         client.unprepare([second])
         client.unprepare([first])
+
+
+_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+\S+(\s+-?\d+)?$")
+"""A sample line of the Prometheus text format: name, optional labels, value, optional timestamp."""
+
+
+def _scrape(url: str, timeout: float) -> tuple[int, str, str]:
+    """Status, content type and body of ``GET url``."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            return (
+                answer.status,
+                answer.headers.get("Content-Type", ""),
+                answer.read().decode(errors="replace"),
+            )
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type", ""), e.read().decode(errors="replace")
+
+
+@rule("REG-METRICS")
+def test_metrics_endpoint(dra: Harness) -> None:
+    """the driver's metrics endpoint, where the profile names one, answers a scrape in the Prometheus
+    text format with a sample of each metric the profile lists"""
+    values = dra.cluster.node_values(dra.node)
+    template = dra.profile.metrics.url
+    missing = sorted(set(re.findall(r"\{([^{}]*)\}", template)) - set(values))
+    if missing:
+        pytest.skip(
+            f"cluster backend {dra.env.backend!r} cannot tell {{{missing[0]}}} of metrics.url {template}"
+        )
+    url = re.sub(r"\{([^{}]*)\}", lambda m: values[m.group(1)], template)
+    try:
+        status, content_type, body = _scrape(url, 10.0)
+    except OSError as e:
+        raise AssertionError(f"the metrics endpoint {url} of {dra.node} does not answer: {e}") from None
+    assert status == 200, f"GET {url} answered {status}: {body[:300]}"
+    assert content_type.startswith(("text/plain", "application/openmetrics-text")), (
+        f"GET {url} answered Content-Type {content_type!r}, not the Prometheus text format"
+    )
+    samples: set[str] = set()
+    for number, line in enumerate(body.splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        found = _SAMPLE.match(line)
+        assert found, f"GET {url}: line {number} is no Prometheus sample: {line!r}"
+        samples.add(found.group("name"))
+    assert samples, f"GET {url} answered no sample: {body[:300]!r}"
+    absent = [n for n in dra.profile.metrics.names if n not in samples]
+    assert not absent, f"GET {url} has no sample of {', '.join(absent)} (it has {', '.join(sorted(samples))})"
 
 
 @rule("REG-V1BETA1-PARITY")

@@ -17,12 +17,12 @@ COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES
 
 
 def test_catalogue_shape() -> None:
-    assert len(RULES) == 105
-    assert len({r.id for r in RULES}) == 105
+    assert len(RULES) == 106
+    assert len({r.id for r in RULES}) == 106
     counts = {a: sum(r.area == a for r in RULES) for a in AREAS}
     assert counts == {
         "PRE": 5,
-        "REG": 18,
+        "REG": 19,
         "SLICE": 12,
         "ALLOC": 23,
         "SHARE": 8,

@@ -93,14 +93,14 @@ def test_a_profile_without_local_command_cannot_run_locally(tmp_path: Path) -> N
 def test_rules_lists_the_catalogue(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rules"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == len(RULES) == 105
+    assert len(lines) == len(RULES) == 106
     assert lines[0].split()[:2] == ["PRE-API", "PRE"]
     assert lines[0].endswith("[needs: -; since: 1.34]")
     getinfo = next(line for line in lines if line.startswith("REG-GETINFO "))
     assert getinfo.split()[1] == "REG" and "[needs: grpc; since: " in getinfo
     assert by_id("REG-GETINFO").sentence in getinfo
     assert main(["rules", "-m", "registration"]) == 0
-    assert len(capsys.readouterr().out.splitlines()) == 18
+    assert len(capsys.readouterr().out.splitlines()) == 19
 
 
 def test_rules_takes_globs_and_skips(capsys: pytest.CaptureFixture[str]) -> None:
@@ -111,7 +111,7 @@ def test_rules_takes_globs_and_skips(capsys: pytest.CaptureFixture[str]) -> None
         r.id for r in RULES if (r.area == "REG" and r.id not in left_out) or r.id.startswith("PREP-CDI-")
     ]
     assert ids == wanted  # in catalogue order
-    assert len(wanted) == 16 + 3
+    assert len(wanted) == 17 + 3
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -277,7 +277,7 @@ def test_profiles_check_plans_the_run_and_flags_configs_that_show_nothing(
 ) -> None:
     assert main(["profiles", "--check", "nvidia-gpu"]) == 0  # its time-slicing config gives no env
     out = capsys.readouterr().out
-    assert "  on cluster backend external:\n  plan: 55 of 105 rule(s) run, 50 skip\n" in out
+    assert "  on cluster backend external:\n  plan: 55 of 106 rule(s) run, 51 skip\n" in out
     assert "skip (31): cluster backend 'external' cannot reach the driver's sockets on a node (grpc): " in out
     flagged = (
         "PREP-CONFIG-CLASS, PREP-CONFIG-PRECEDENCE, PREP-CONFIG-SCOPE, PREP-CONFIG-SUBREQUEST, SHARE-STRATEGY"
@@ -316,14 +316,14 @@ def test_run_says_its_plan_first_unless_quiet(tmp_path: Path, quiet: bool) -> No
         assert "plan:" not in done.stderr
     else:
         lines = done.stderr.splitlines()
-        assert lines[1] == "plan: 55 of 105 rule(s) run, 50 skip"
+        assert lines[1] == "plan: 55 of 106 rule(s) run, 51 skip"
         assert any(line.startswith("  partial (5): ") for line in lines)
 
 
 @pytest.mark.parametrize(
     ("records", "code", "result"),
     [
-        ([], 0, "Result: INCOMPLETE: 104 of 105 rules not checked (passed in full: none)"),
+        ([], 0, "Result: INCOMPLETE: 105 of 106 rules not checked (passed in full: none)"),
         ([("REG-BATCH", "failed")], 1, "Result: NOT CONFORMANT: 1 rule(s) failed (REG-BATCH)"),
     ],
 )

@@ -31,10 +31,11 @@ EXAMPLE_GPU_SKIPS = area_rules("health") | frozenset(
         "ALLOC-EXTENDED",
         "ALLOC-STATUS-DEVICES",
         "PREP-NETDEV",
-        # no device with bindingConditions, no device metadata (as started)
+        # no device with bindingConditions, no device metadata, no metrics endpoint (as started)
         "ALLOC-BINDING-CONDITIONS",
         "ALLOC-BINDING-FAILURE",
         "PREP-DEVICE-METADATA",
+        "REG-METRICS",
         # its checkpoint carries no checksum and nothing reports a corrupt one: the profile names
         # none (checkpoint.path)
         "RES-CHECKPOINT-CORRUPT",
