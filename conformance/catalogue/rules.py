@@ -635,6 +635,14 @@ RULES: tuple[Rule, ...] = (
         "ex (net profile)",
     ),
     Rule(
+        "PREP-NO-CLAIM",
+        "PREP",
+        "a pod without claims, on a node where the driver prepared devices for another pod, sees none of the driver's devices: no CDI device, and none by the profile's env, ids or device nodes",
+        ("view",),
+        "-",
+        'e2e "pod without claim"; NVIDIA e2e',
+    ),
+    Rule(
         "PREP-DEVICE-METADATA",
         "PREP",
         "each request's device metadata file (KEP-5304) names the claim and the request's devices with their attributes, and is mounted read-only into the containers that reference that request or the whole claim, and into no other",

@@ -146,6 +146,21 @@ def test_container_sees_its_devices(dra: Harness) -> None:
         assert seen == mine, f"{meta(pod)['name']} sees devices it was not given: {sorted(seen - mine)}"
 
 
+@rule("PREP-NO-CLAIM")
+def test_pod_without_claim_sees_no_device(dra: Harness) -> None:
+    """a pod without claims, on a node where the driver prepared devices for another pod, sees none of
+    the driver's devices: no CDI device, and none by the profile's env, ids or device nodes"""
+    dra.run_pod()  # the driver has devices prepared on the node
+    pod = str(meta(dra.pod())["name"])
+    dra.wait_running(pod)
+    view = dra.view(pod)
+    assert not view.cdi_devices, f"pod {pod}, which has no claim, got CDI devices {view.cdi_devices}"
+    if dra.devices_untold():
+        return  # no way to tell the driver's devices from the container's env or device nodes
+    seen = dra.seen_devices(view, what=f"pod {pod}")
+    assert not seen, f"pod {pod}, which has no claim, sees devices of {dra.driver}: {sorted(seen)}"
+
+
 METADATA_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 """Where a container finds the device metadata files (KEP-5304)."""
 METADATA_VERSIONS = ("metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1")

@@ -84,6 +84,10 @@ UNPROVEN: Mapping[str, str] = {
         "a driver can break it only through its counters, which the test reads to find devices that overlap"
     ),
     "PREP-NETDEV": "no GPU driver moves a network interface; example-net fails it (a known failure)",
+    "PREP-NO-CLAIM": (
+        "on the local tier a container gets only the CDI devices of its claims, so no driver can break "
+        "it there; it judges the runtime's defaults (NVIDIA_VISIBLE_DEVICES=all) on kind, k3s, real nodes"
+    ),
     "SLICE-ATTRS": _API_REFUSES,
     "SLICE-LIMITS": _API_REFUSES,
     "SLICE-NAMES": _API_REFUSES,
