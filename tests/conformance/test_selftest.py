@@ -547,9 +547,9 @@ def test_cli_run_writes_the_report_and_exits_by_the_verdict(local_binaries: Bina
     done = _cli_run(tmp_path, local_binaries, f"--profile={profile}", "-m", "registration")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "cluster ready in" in done.stderr and "preflight ..." in done.stderr
-    assert done.stderr.count("  REG     registration and the gRPC contract: 18 passed") == 1, done.stderr
+    assert done.stderr.count("  REG     registration and the gRPC contract: 19 passed") == 1, done.stderr
     assert done.stderr.count("  PRE     preflight: 5 passed") == 1, done.stderr
-    assert re.search(r"^REG\s+18\s+0\s+0\s", done.stdout, re.M), done.stdout
+    assert re.search(r"^REG\s+19\s+0\s+0\s", done.stdout, re.M), done.stdout
     latest = tmp_path / "reports" / "latest"
     for name in (
         "index.html",
