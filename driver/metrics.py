@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from driver.errors import SettingsError
-from driver.settings import Settings
+from driver.settings import Settings, parse_address
 
-__all__ = ["CONTENT_TYPE", "MetricsServer", "parse_address", "render"]
+__all__ = ["CONTENT_TYPE", "MetricsServer", "render"]
 
 log = logging.getLogger(__name__)
 
@@ -24,14 +24,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 Gauges = Mapping[str, tuple[str, float]]
 """Metric name -> (help text, value)."""
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``127.0.0.1:9400``, ``:9400`` for every address); ``SettingsError`` otherwise."""
-    host, colon, port = text.rpartition(":")
-    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise SettingsError(f"--metrics-address {text!r}: not HOST:PORT (e.g. 127.0.0.1:9400 or :9400)")
-    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 def _label(value: str) -> str:

@@ -31,6 +31,7 @@ __all__ = [
     "build_parser",
     "device_classes_driver_name",
     "from_args",
+    "parse_address",
 ]
 
 DEFAULT_DRIVER_NAME = "gpu.dra-conformance.io"
@@ -182,6 +183,14 @@ def _indices(text: str | None, flag: str) -> frozenset[int] | None:
     if not found:
         raise SettingsError(f"{flag} {text!r}: names no GPU; give indices such as 0,1 or 4-7")
     return frozenset(found)
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``127.0.0.1:9400``, ``:9400`` for every address); ``SettingsError`` otherwise."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise SettingsError(f"--metrics-address {text!r}: not HOST:PORT (e.g. 127.0.0.1:9400 or :9400)")
+    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -406,8 +415,6 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
         device_metadata = _bool(env.get(name) or "false", name)
     metrics_address = pick("--metrics-address", "") or ""
     if metrics_address:
-        from driver.metrics import parse_address
-
         parse_address(metrics_address)
     log_format = pick("--log-format", "text") or "text"
     if log_format not in LOG_FORMATS:

@@ -105,16 +105,9 @@ def _short_temp_dir(parent: Path) -> Path:
     raise ClusterError(f"no free short directory name under {parent} after 1000 tries; clean it up")
 
 
-def _node_port(root: Path, name: str) -> str:
-    """A free TCP port for the node's ``name`` endpoint, chosen on first use and kept in the node's
-    root (``<name>.port``): the same after a driver restart, and for every process that asks."""
-    path = root / f"{name}.port"
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        port = str(free_port())
-        path.write_text(port + "\n")
-        return port
+METRICS_PORT_FILE = "metrics.port"
+"""In a node's root: the free TCP port chosen for its driver's metrics endpoint when the node was
+made (``{metrics_port}``), the same after driver restarts and for every process that asks."""
 
 
 @dataclass
@@ -171,7 +164,11 @@ class LocalClusterBase(Cluster):
         """``node``, ``kubeconfig``, ``root`` (the node's root dir) and ``metrics_port`` (a free port
         of this machine chosen once per node, for a driver's metrics endpoint)."""
         root = self._local_node(node).root
-        return {**super().node_values(node), "root": str(root), "metrics_port": _node_port(root, "metrics")}
+        values = {**super().node_values(node), "root": str(root)}
+        port = root / METRICS_PORT_FILE
+        if port.is_file():  # written when the node is made
+            values["metrics_port"] = port.read_text().strip()
+        return values
 
     def container_view(self, pod: PodRef, container: str) -> ContainerView:
         """Read the view the node agent wrote for a running container."""
@@ -477,6 +474,7 @@ class LocalCluster(LocalClusterBase):
             n = LocalNode(f"node-{i}", self.root / f"n{i}", kind=s.node_kind(i))
             n.layout.create(drivers=(s.driver_name,))
             (n.root / "logs").mkdir(exist_ok=True)
+            (n.root / METRICS_PORT_FILE).write_text(f"{free_port()}\n")
             self.local_nodes[n.name] = n
             if s.fake_nvml and self.nvml_lib is not None:
                 fakenvml.prepare_node(n.root, n.name, s.fake_nvml)

@@ -410,9 +410,12 @@ def test_a_node_probe_runs_the_registration_rules_on_an_external_cluster(
         rules = area_rules("registration") | PROBE_CDI_RULES
         run = run_suite(pytester, local_binaries, profile, rules=sorted(rules), external=cluster.kubeconfig)
         assert not run.failed, run.explain()
-        assert rules - {"REG-OTHER-NODE"} <= run.having("passed"), run.explain()
+        assert rules - {"REG-OTHER-NODE", "REG-METRICS"} <= run.having("passed"), run.explain()
         reason = next(r.reason for r in run.report.rules if r.rule.id == "REG-OTHER-NODE")
         assert run.outcomes["REG-OTHER-NODE"] == "skipped" and "needs two" in reason, reason
+        # the port of the metrics URL is the local tier's, which an external cluster cannot tell
+        reason = next(r.reason for r in run.report.rules if r.rule.id == "REG-METRICS")
+        assert run.outcomes["REG-METRICS"] == "skipped" and "{metrics_port}" in reason, reason
         assert run.having("passed") >= {"PRE-REGISTERED"}, (
             "preflight did not find the driver through the probe"
         )

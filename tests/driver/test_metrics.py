@@ -12,8 +12,8 @@ import pytest
 
 from driver.breakage import parse_rules
 from driver.errors import SettingsError
-from driver.metrics import CONTENT_TYPE, MetricsServer, parse_address
-from driver.settings import from_args
+from driver.metrics import CONTENT_TYPE, MetricsServer
+from driver.settings import from_args, parse_address
 from tests.driver.drvkit import Node
 
 SAMPLE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})? \S+$")
