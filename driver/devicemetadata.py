@@ -169,9 +169,13 @@ class MetadataWriter:
         """Whether every request of the claim still has its spec (gone after a reboot on a tmpfs)."""
         return all(self._spec_path(record.uid, r).exists() for r in self._requests(record))
 
+    def spec_paths(self, uid: str) -> list[Path]:
+        """The metadata specs of a claim in the CDI dir."""
+        return list(self.cdi_dir.glob(f"{self.settings.driver_name}_metadata_{uid}_*.json"))
+
     def remove(self, uid: str) -> None:
         """Remove a claim's metadata specs (its files go with the claim's directory)."""
-        for path in self.cdi_dir.glob(f"{self.settings.driver_name}_metadata_{uid}_*.json"):
+        for path in self.spec_paths(uid):
             path.unlink(missing_ok=True)
 
     def claim_uids(self) -> set[str]:

@@ -131,10 +131,7 @@ def remove_orphans(files: Materializer, claims: Mapping[str, ClaimRecord]) -> No
             log.error("cannot list the driver's files", extra={"error": os_problem("cannot list", e)})
             metadata_uids = set()
         for uid in metadata_uids - set(claims):
-            orphans += [
-                (p, Path.unlink)
-                for p in files.metadata.cdi_dir.glob(f"{settings.driver_name}_metadata_{uid}_*.json")
-            ]
+            orphans += [(p, Path.unlink) for p in files.metadata.spec_paths(uid)]
     for path, remove in sorted(orphans, key=lambda orphan: orphan[0]):
         log.info("removing what no claim owns", extra={"path": str(path)})
         try:
