@@ -75,6 +75,10 @@ def run(settings: Settings, stop: threading.Event) -> int:
     inventory = devices.discover(settings.backend.device_kinds)
     if settings.backend.gpu_sharing == "consumable":
         inventory = make_consumable(inventory, settings.backend.consumable_gpus)
+    if settings.backend.compatibility_groups:
+        from driver.compatibility import group_by_mode
+
+        inventory = group_by_mode(inventory)
     inventory = attach_on_demand(inventory, settings.backend.attached_gpus)
     pods = ApiPodSource(api) if settings.break_rules & POD_SWITCHES else None
     state = DeviceState(settings, inventory, ApiClaimSource(api), pods=pods)

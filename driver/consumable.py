@@ -38,6 +38,7 @@ __all__ = [
     "make_consumable",
     "memory_policy",
     "share_env",
+    "shared_by_capacity",
 ]
 
 SHARING_MODES = ("exclusive", "consumable")
@@ -68,7 +69,9 @@ def memory_policy(total: int) -> RequestPolicy:
     return RequestPolicy(default=total, minimum=min(minimum, total), step=step)
 
 
-def _consumable(dev: DeviceInfo) -> DeviceInfo:
+def shared_by_capacity(dev: DeviceInfo) -> DeviceInfo:
+    """``dev`` published with ``allowMultipleAllocations``, its memory and ``computeShare`` taken by
+    capacity under their request policies."""
     capacity = dict(dev.capacity)
     policies: dict[str, RequestPolicy] = {}
     if MEMORY in capacity:
@@ -87,7 +90,7 @@ def make_consumable(inventory: Inventory, gpus: Collection[int] | None = None) -
     """
     devices = {
         name: (
-            _consumable(dev)
+            shared_by_capacity(dev)
             if dev.kind == "gpu" and not dev.consumes_counters and (gpus is None or dev.index in gpus)
             else dev
         )

@@ -159,6 +159,9 @@ class DeviceInfo:
     on demand, ``driver.binding``); empty for a device that is always there."""
     binding_failure_conditions: tuple[str, ...] = ()
     """Conditions that say attaching it failed (set with ``binding_conditions``)."""
+    compatibility_groups: tuple[str, ...] = ()
+    """The groups it declares on each counter set it consumes (KEP-5963, ``driver.compatibility``):
+    the scheduler allocates devices of one set together only when their groups meet."""
 
     def default_consumption(self) -> dict[str, int]:
         """What a claim that asks for no capacity consumes of each: the policy's default, else the

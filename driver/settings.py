@@ -75,6 +75,9 @@ class BackendSettings:
     attached_gpus: frozenset[int] = frozenset()
     """Indices of the whole GPUs attached on demand: published with binding conditions, a pod is
     bound to the node only once the driver attached the GPU (``driver.binding``)."""
+    compatibility_groups: bool = False
+    """Partitionable GPUs are also shared as a whole by capacity, kept apart from their partitions by
+    compatibility groups (``driver.compatibility``)."""
 
 
 @dataclass(frozen=True)
@@ -273,6 +276,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="LIST",
     )
     parser.add_argument(
+        "--compatibility-groups",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="publish each partitionable GPU also as a whole GPU shared by capacity, kept apart from its "
+        "MIG partitions by compatibility groups (KEP-5963; Kubernetes 1.37+ with the "
+        "DRADeviceCompatibilityGroups gate; needs --device-kinds partitionable-mig; default off) "
+        f"(env {_env_name('--compatibility-groups')})",
+    )
+    parser.add_argument(
         "--health",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -387,6 +399,16 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
             "exclusive GPUs only (narrow --consumable-gpus)"
         )
 
+    compatibility = args.compatibility_groups
+    if compatibility is None:
+        name = _env_name("--compatibility-groups")
+        compatibility = _bool(env.get(name) or "false", name)
+    if compatibility and "partitionable-mig" not in kinds:
+        raise SettingsError(
+            f"--compatibility-groups: groups keep partitions apart from whole GPUs, and --device-kinds "
+            f"{','.join(sorted(kinds))} publishes no partitions; add partitionable-mig"
+        )
+
     health = args.health
     if health is None:
         # an empty env var counts as unset, as for every other flag
@@ -448,6 +470,7 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
             gpu_sharing=gpu_sharing,
             consumable_gpus=consumable_gpus,
             attached_gpus=attached,
+            compatibility_groups=compatibility,
         ),
         health=HealthSettings(enabled=health, ignored_xids=ignored, informational_seconds=informational),
         log_format=log_format,

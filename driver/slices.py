@@ -175,6 +175,11 @@ class SlicePublisher:
                     memory = counter_set["counters"].get("memory")
                     if memory is not None:
                         memory["value"] = str(int(memory["value"]) // 2)
+        if self._breaks("compat-groups-missing"):
+            for devices in with_devices:
+                for device in devices:
+                    for use in device.get("consumesCounters") or []:
+                        use.pop("compatibilityGroups", None)
         if self._breaks("wrong-slice-count"):
             for body in bodies:
                 body["spec"]["pool"]["resourceSliceCount"] += 1

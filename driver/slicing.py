@@ -121,7 +121,7 @@ def _capacity(dev: DeviceInfo, key: str, value: int) -> Body:
 
 def device_body(dev: DeviceInfo, taints: Sequence[DeviceTaint] = ()) -> Body:
     """One ``spec.devices[]`` entry: attributes, capacity (with request policies where several claims
-    share the device), counters consumed, binding conditions, taints."""
+    share the device), counters consumed (with compatibility groups), binding conditions, taints."""
     body: Body = {
         "name": dev.name,
         "attributes": {key: attribute_body(value) for key, value in dev.attributes.items()},
@@ -135,6 +135,9 @@ def device_body(dev: DeviceInfo, taints: Sequence[DeviceTaint] = ()) -> Body:
             {"counterSet": name, "counters": {k: {"value": str(v)} for k, v in counters.items()}}
             for name, counters in dev.consumes_counters.items()
         ]
+        if dev.compatibility_groups:
+            for entry in body["consumesCounters"]:
+                entry["compatibilityGroups"] = list(dev.compatibility_groups)
     if dev.binding_conditions:
         body["bindingConditions"] = list(dev.binding_conditions)
         body["bindingFailureConditions"] = list(dev.binding_failure_conditions)

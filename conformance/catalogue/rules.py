@@ -519,6 +519,15 @@ RULES: tuple[Rule, ...] = (
         "e2e",
     ),
     Rule(
+        "ALLOC-COMPAT-GROUPS",
+        "ALLOC",
+        "two devices on one counter set whose compatibility groups do not meet are never allocated "
+        "together, though their counters would fit, and freeing one lets the other in",
+        ("partitionable", "compatibility-groups", "DRADeviceCompatibilityGroups"),
+        "1.37 (DRADeviceCompatibilityGroups, alpha)",
+        "KEP-5963",
+    ),
+    Rule(
         "ALLOC-EXTENDED",
         "ALLOC",
         "a pod asking for the class's extended resource gets a device through DRA, and its container sees "

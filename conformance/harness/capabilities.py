@@ -10,7 +10,7 @@ and :func:`assumed` names what it took on trust.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from clusters.local.features import is_dra_gate
@@ -60,6 +60,9 @@ class Environment:
     served_known: bool = True
     """False before a cluster is reached (a dry run): :attr:`served_kinds` is then not known, and a
     need for a kind counts as met (:func:`assumed` names it)."""
+    feature_gates: Mapping[str, bool] | None = None
+    """The API server's DRA feature gates (:func:`feature_gates`); None when not known (a dry run,
+    or ``/metrics`` not readable): a need for a gate then counts as met (:func:`assumed` names it)."""
 
 
 def parse_minor(version: str) -> int:
@@ -123,6 +126,14 @@ def lacking(need: str, env: Environment) -> str | None:
             f"profile {profile.name} does not say how to make attaching a device fail and heal it "
             "(faults.inject, heal, attachFailure)"
         )
+    if is_dra_gate(need):
+        if env.feature_gates is None or env.feature_gates.get(need):
+            return None
+        state = "off" if need in env.feature_gates else "not known"
+        return (
+            f"feature gate {need} is {state} in the cluster's API server (turn it on in the API "
+            "server, scheduler and controller manager: --feature-gates " + need + "=true)"
+        )
     if need == "DeviceTaintRule":
         if not env.served_known or "DeviceTaintRule" in env.served_kinds:
             return None
@@ -134,6 +145,8 @@ def _unknown(need: str, env: Environment) -> str | None:
     """What ``need`` depends on that ``env`` does not know yet, or None."""
     if need == "DeviceTaintRule" and not env.served_known:
         return "the cluster serves DeviceTaintRule"
+    if is_dra_gate(need) and env.feature_gates is None:
+        return f"the cluster has feature gate {need} on"
     return None
 
 

@@ -139,6 +139,31 @@ def consumption(device: Obj) -> dict[str, dict[str, Decimal]]:
     return drawn
 
 
+def compatibility_groups(device: Obj) -> dict[str, frozenset[str]]:
+    """The compatibility groups a device declares on each counter set it draws from (KEP-5963):
+    set name -> groups (empty: none)."""
+    declared: dict[str, frozenset[str]] = {}
+    for entry in device.get("consumesCounters") or []:
+        name = str(entry["counterSet"])
+        declared[name] = declared.get(name, frozenset()) | {
+            str(g) for g in entry.get("compatibilityGroups") or []
+        }
+    return declared
+
+
+def _meet(a: frozenset[str] | None, b: frozenset[str]) -> frozenset[str] | None:
+    """The groups left on a counter set once a device declaring ``b`` joins those that left ``a``
+    (None: nobody yet); a device without groups goes only with others without. Raises ValueError
+    when the two do not meet."""
+    if a is None:
+        return b
+    if not a and not b:
+        return a
+    if not (a & b):
+        raise ValueError
+    return a & b
+
+
 Drawn = Mapping[str, Mapping[str, Decimal]]
 
 
@@ -171,11 +196,45 @@ def who_overlaps(devices: Iterable[Obj], sets: Drawn) -> tuple[str, str, str] | 
     return None
 
 
+def incompatible(devices: Iterable[Obj], sets: Drawn) -> tuple[str, str, str] | None:
+    """Two devices that draw on one counter set, fit it together, and declare compatibility groups
+    that do not meet: ``(first, second, set)``, the first such pair by device name (a pair where
+    one declares groups first); None if there is none."""
+    listed = {str(d["name"]): d for d in devices}
+    drawn = {name: consumption(d) for name, d in listed.items()}
+    declared = {name: compatibility_groups(d) for name, d in listed.items()}
+    fitting = sorted(name for name, c in drawn.items() if c and _fits(c, sets))
+    pairs = sorted(
+        itertools.combinations(fitting, 2),
+        key=lambda p: (not any(declared[p[0]].values()), p),
+    )
+    for a, b in pairs:
+        if _exceeds(drawn[a], drawn[b], sets):
+            continue
+        for name in sorted(set(declared[a]) & set(declared[b])):
+            try:
+                _meet(declared[a][name], declared[b][name])
+            except ValueError:
+                return a, b, name
+    return None
+
+
 def takeable(devices: Mapping[str, Obj], busy: Iterable[str], sets: Drawn) -> list[str]:
     """Devices (by name, in name order) that can be allocated together beside the ``busy`` ones:
-    not busy, and what each draws fits the counters the busy ones and those before it left (a whole
-    GPU and its partitions draw on the same counters: only one of them is taken)."""
+    not busy, what each draws fits the counters the busy ones and those before it left (a whole
+    GPU and its partitions draw on the same counters: only one of them is taken), and its
+    compatibility groups meet theirs on each set."""
     left = {name: dict(counters) for name, counters in sets.items()}
+    joined: dict[str, frozenset[str] | None] = {}
+
+    def join(device: Obj) -> bool:
+        """Fold the device's groups in; False (nothing changed) when they do not meet."""
+        try:
+            after = {name: _meet(joined.get(name), g) for name, g in compatibility_groups(device).items()}
+        except ValueError:
+            return False
+        joined.update(after)
+        return True
 
     def draw(drawn: Drawn) -> None:
         for name, counters in drawn.items():
@@ -187,10 +246,13 @@ def takeable(devices: Mapping[str, Obj], busy: Iterable[str], sets: Drawn) -> li
     for name in taken:
         if name in devices:
             draw(consumption(devices[name]))
+            join(devices[name])
     chosen = []
     for name in sorted(devices):
         drawn = consumption(devices[name])
-        if name not in taken and _fits({k: v for k, v in drawn.items() if k in left}, left):
+        if name in taken or not _fits({k: v for k, v in drawn.items() if k in left}, left):
+            continue
+        if join(devices[name]):
             draw(drawn)
             chosen.append(name)
     return chosen

@@ -77,6 +77,9 @@ def dra_env(request: pytest.FixtureRequest) -> Environment:
     dra_cluster: Cluster = request.getfixturevalue("dra_cluster")
     kube = Kube(dra_cluster.api_client())
     version = kube.server_version()
+    gates: dict[str, bool] | None = None
+    with contextlib.suppress(ApiError):  # /metrics needs a right an external kubeconfig may lack
+        gates = feature_gates(kube.text("/metrics")) or None
     env = Environment(
         profile=run.suite.profile,
         backend=dra_cluster.backend,
@@ -84,13 +87,11 @@ def dra_env(request: pytest.FixtureRequest) -> Environment:
         k8s_minor=parse_minor(version),
         k8s_version=version,
         served_kinds=tuple(kube.served("resource.k8s.io/v1")),
+        feature_gates=gates,
     )
-    gates: dict[str, bool] = {}
-    with contextlib.suppress(ApiError):  # /metrics needs a right an external kubeconfig may lack
-        gates = feature_gates(kube.text("/metrics"))
     write_atomic(
         run.cluster_session.ensure_slot() / "environment.json",
-        json.dumps({"k8s_version": version, "backend": dra_cluster.backend, "feature_gates": gates}),
+        json.dumps({"k8s_version": version, "backend": dra_cluster.backend, "feature_gates": gates or {}}),
     )
     return env
 

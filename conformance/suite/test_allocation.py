@@ -24,8 +24,10 @@ from conformance.harness import (
     allocated_devices,
     allocation,
     cel_literal,
+    compatibility_groups,
     consumption,
     counter_sets,
+    incompatible,
     meta,
     pod_phase,
     quantity,
@@ -544,6 +546,36 @@ def test_overlapping_partitions(dra: Harness) -> None:
     dra.wait_unschedulable(pod_b)
     assert not allocated_devices(_current(dra, b)), (
         f"{second} was allocated beside {first}, though together they overdraw {counter}"
+    )
+    dra.remove_pod(pod_a)
+    dra.wait_running(pod_b)
+    assert _devices_of(dra, _current(dra, b)) == [second]
+
+
+@rule("ALLOC-COMPAT-GROUPS")
+@exclusive
+def test_compatibility_groups(dra: Harness) -> None:
+    """two devices on one counter set whose compatibility groups do not meet are never allocated
+    together, though their counters would fit, and freeing one lets the other in"""
+    published = dra.devices()
+    pair = incompatible(published.values(), counter_sets(dra.slices()))
+    assert pair is not None, (
+        f"the profile claims compatibility-groups, but no two devices of {dra.node} on one counter set "
+        "fit it together and declare compatibilityGroups that do not meet"
+    )
+    first, second, counter_set = pair
+    said = {n: compatibility_groups(published[n]).get(counter_set) for n in pair[:2]}
+    every = _every_device_class(dra)
+    a = dra.claim(device_class=every, selectors=[dra.exact(first)])
+    b = dra.claim(device_class=every, selectors=[dra.exact(second)])
+    pod_a = _pod_for(dra, a)
+    dra.wait_running(pod_a)
+    assert _devices_of(dra, _current(dra, a)) == [first]
+    pod_b = _pod_for(dra, b)
+    dra.wait_unschedulable(pod_b)
+    assert not allocated_devices(_current(dra, b)), (
+        f"{second} (groups {sorted(said[second] or ())}) was allocated beside {first} (groups "
+        f"{sorted(said[first] or ())}) on counter set {counter_set}"
     )
     dra.remove_pod(pod_a)
     dra.wait_running(pod_b)

@@ -89,3 +89,22 @@ def test_known_failures_run_with_their_reason_and_bad_input_is_refused() -> None
         plan(profile, "docker")
     with pytest.raises(UsageError, match="--k8s-version 'latest'"):
         backend_version("local", "latest")
+
+
+def test_a_feature_gate_need_is_judged_by_the_api_server_gates() -> None:
+    profile = profiles.load("reference-gpu")
+    rule = by_id("ALLOC-COMPAT-GROUPS")
+    gate = "DRADeviceCompatibilityGroups"
+
+    def env(gates: dict[str, bool] | None) -> Environment:
+        return Environment(profile, "local", frozenset(), 37, "v1.37.2", feature_gates=gates)
+
+    assert missing(rule, env({gate: True})) is None
+    assert missing(rule, env({gate: False})) == (
+        f"feature gate {gate} is off in the cluster's API server (turn it on in the API server, scheduler "
+        f"and controller manager: --feature-gates {gate}=true)"
+    )
+    assert "is not known" in (missing(rule, env({"DRAConsumableCapacity": True})) or "")
+    assert missing(rule, env(None)) is None
+    assert assumed(rule, env(None)) == [f"the cluster has feature gate {gate} on"]
+    assert assumed(rule, env({gate: True})) == []

@@ -27,6 +27,7 @@ EXAMPLE_GPU_SKIPS = area_rules("health") | frozenset(
         # --gpu-allow-multiple-allocations, --gpu-device-status, extended resource, net)
         "SLICE-COUNTERS",
         "ALLOC-PARTITION",
+        "ALLOC-COMPAT-GROUPS",
         "ALLOC-CONSUMABLE",
         "ALLOC-EXTENDED",
         "ALLOC-STATUS-DEVICES",

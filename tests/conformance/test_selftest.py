@@ -248,6 +248,9 @@ CASES: dict[str, Case] = {
         "reference-gpu", "preparation", "PREP-DEVICE-METADATA", rules=("PREP-DEVICE-METADATA",)
     ),
     "metrics-broken": case("reference-gpu", "registration", "REG-METRICS", rules=("REG-METRICS",)),
+    "compat-groups-missing": case(
+        "reference-gpu", "allocation", "ALLOC-COMPAT-GROUPS", rules=("ALLOC-COMPAT-GROUPS",)
+    ),
 }
 """Every switch that breaks a rule of the areas the suite has, where it is shown, what fails."""
 
@@ -257,12 +260,14 @@ PENDING: dict[str, str] = {}
 BINDING = frozenset({"ALLOC-BINDING-CONDITIONS", "ALLOC-BINDING-FAILURE"})
 """The rules of devices attached on demand (binding-conditions)."""
 
-REFERENCE_GPU_ONLY = BINDING | {"PREP-DEVICE-METADATA", "REG-METRICS"}
-"""Rules only reference-gpu's settings meet (binding-conditions, device-metadata, a metrics URL)."""
+REFERENCE_GPU_ONLY = BINDING | {"PREP-DEVICE-METADATA", "REG-METRICS", "ALLOC-COMPAT-GROUPS"}
+"""Rules only reference-gpu's settings meet (binding-conditions, device-metadata, a metrics URL,
+compatibility-groups)."""
 
 NOT_CLAIMED = frozenset({"ALLOC-CONSUMABLE", "PREP-NETDEV"}) | REFERENCE_GPU_ONLY
 """Rules of capabilities the reference profiles do not claim (consumable-capacity, net,
-binding-conditions, device-metadata, a metrics endpoint); reference-gpu claims all but net."""
+binding-conditions, device-metadata, a metrics endpoint, compatibility-groups); reference-gpu claims
+all but net."""
 
 CLEAN_SKIPS: dict[str, frozenset[str]] = {
     "reference-gpu": NOT_CLAIMED - {"ALLOC-CONSUMABLE"} - REFERENCE_GPU_ONLY,

@@ -9,9 +9,11 @@ import pytest
 
 from conformance.harness import (
     cel_literal,
+    compatibility_groups,
     consumption,
     counter_sets,
     exact_cel,
+    incompatible,
     quantity,
     quantity_text,
     scalar_attributes,
@@ -25,7 +27,9 @@ from conformance.harness import (
 DRIVER = "gpu.example.com"
 
 
-def device(name: str, draws: dict[str, str] | None = None, **attrs: Any) -> dict[str, Any]:
+def device(
+    name: str, draws: dict[str, str] | None = None, groups: list[str] | None = None, **attrs: Any
+) -> dict[str, Any]:
     typed = {
         k: {"bool" if isinstance(v, bool) else "int" if isinstance(v, int) else "string": v}
         for k, v in attrs.items()
@@ -35,6 +39,8 @@ def device(name: str, draws: dict[str, str] | None = None, **attrs: Any) -> dict
         found["consumesCounters"] = [
             {"counterSet": "gpu-0-set", "counters": {k: {"value": v} for k, v in draws.items()}}
         ]
+        if groups is not None:
+            found["consumesCounters"][0]["compatibilityGroups"] = groups
     return found
 
 
@@ -185,3 +191,26 @@ def test_share_amount_is_half_rounded_down_to_what_the_policy_takes(
 def test_quantity_text() -> None:
     assert quantity_text(Decimal(42760060928)) == "42760060928"
     assert quantity_text(Decimal("2.5")) == "2500m"
+
+
+def test_compatibility_groups_keep_devices_apart() -> None:
+    sets = {"gpu-0-set": {"slices": Decimal(7), "whole": Decimal(1)}}
+    shared = device("gpu-0", {"whole": "1"}, ["whole-gpu"])
+    parts = [device(f"gpu-0-p{i}", {"slices": "1"}, ["mig"]) for i in range(2)]
+    bare = device("gpu-0-q", {"slices": "1"})
+    assert compatibility_groups(shared) == {"gpu-0-set": frozenset({"whole-gpu"})}
+    assert compatibility_groups(bare) == {"gpu-0-set": frozenset()}
+    # the counters fit: only the groups keep them apart; the partitions share "mig"
+    assert incompatible([*parts, shared], sets) == ("gpu-0", "gpu-0-p0", "gpu-0-set")
+    assert incompatible(parts, sets) is None
+    # a device without groups goes only with others without
+    assert incompatible([parts[0], bare], sets) == ("gpu-0-p0", "gpu-0-q", "gpu-0-set")
+    assert incompatible([bare, device("gpu-0-r", {"slices": "1"})], sets) is None
+    # overdrawn counters are ALLOC-PARTITION's pair, not this one
+    assert (
+        incompatible([device("a", {"slices": "7"}, ["x"]), device("b", {"slices": "1"}, ["y"])], sets) is None
+    )
+    found = {d["name"]: d for d in [shared, *parts]}
+    assert takeable(found, [], sets) == ["gpu-0"]
+    assert takeable(found, ["gpu-0-p1"], sets) == ["gpu-0-p0"]
+    assert takeable({d["name"]: d for d in [*parts, bare]}, [], sets) == ["gpu-0-p0", "gpu-0-p1"]

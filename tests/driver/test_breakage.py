@@ -35,6 +35,7 @@ from driver.binding import ATTACH_FAILED, ATTACHED, Attacher, attach_on_demand
 from driver.breakage import RULES, parse_rules
 from driver.cdi import validate
 from driver.checkpoint import PreparedDevice
+from driver.compatibility import MIG_GROUP, WHOLE_GPU_GROUP, group_by_mode
 from driver.consumable import make_consumable
 from driver.errors import CDIError, DeviceConflict, PrepareError, SettingsError, StoreConflict
 from driver.health import HealthMonitor
@@ -53,6 +54,7 @@ from tests.driver.drvkit import (
     make_claim,
     make_pod,
     opaque,
+    partition,
     prepare,
     result,
     unprepare,
@@ -97,6 +99,7 @@ def test_every_rule_is_documented() -> None:
         "keep-deleted-claims", "trust-corrupt-checkpoint", "config-to-whole-request", "claims-by-name",
         "exceed-consumable-share", "never-attach", "ignore-attach-failure",
         "metadata-to-every-container", "metadata-of-whole-claim", "metrics-broken",
+        "compat-groups-missing",
     }  # fmt: skip
 
 
@@ -277,6 +280,30 @@ def _counters_within_their_sets(node: Node) -> tuple[bool, ...]:
         for c in s["spec"].get("sharedCounters") or []
     }
     return (sets == {"gpu-0-counter-set": {"memory": 80, "compute-slices": 7}},)
+
+
+def _groups_published(node: Node) -> tuple[bool, ...]:
+    counters = {"memory-slice-0": 1, "compute-slices": 7}
+    whole = replace(gpu(4), consumes_counters={"gpu-4-counter-set": counters})
+    part = replace(partition(4, 0), consumes_counters={"gpu-4-counter-set": {"memory-slice-0": 1}})
+    grouped = group_by_mode(
+        Inventory(devices={d.name: d for d in (whole, part)}, counter_sets={"gpu-4-counter-set": counters})
+    )
+    store = SliceStore()
+    publisher = SlicePublisher(
+        store,  # type: ignore[arg-type]  # sync() never watches
+        driver_name=DRIVER,
+        node_name=NODE,
+        breaks=node.settings.breaks,
+    )
+    publisher.update(grouped)
+    publisher.sync()
+    groups = {
+        d["name"]: [tuple(use.get("compatibilityGroups") or ()) for use in d["consumesCounters"]]
+        for s in store.objects.values()
+        for d in s["spec"].get("devices") or []
+    }
+    return (groups.get(whole.name) == [(WHOLE_GPU_GROUP,)], groups.get(part.name) == [(MIG_GROUP,)])
 
 
 def _allocated_pool_answered(node: Node) -> tuple[bool, ...]:
@@ -740,6 +767,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "metadata-to-every-container": _metadata_only_where_used,
     "metadata-of-whole-claim": _metadata_of_its_request,
     "metrics-broken": _metrics_answered,
+    "compat-groups-missing": _groups_published,
     "never-attach": _attached_for_the_claim,
     "ignore-attach-failure": _attach_failure_reported,
 }
