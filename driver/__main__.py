@@ -2,8 +2,9 @@
 
 ``dra-gpu-driver [flags]`` runs the driver until SIGTERM or SIGINT (see ``--help`` and
 ``driver.settings``); ``dra-gpu-driver device-classes [--driver-name NAME]`` prints the
-DeviceClass manifests and exits. Logging handlers are configured here and nowhere else, in
-the log format of every process of ours (``draproto.logs``).
+DeviceClass manifests and exits; ``dra-gpu-driver access-manifests`` prints the driver's identity
+(service account, RBAC, admission policy) as the Helm chart installs it. Logging handlers are
+configured here and nowhere else, in the log format of every process of ours (``draproto.logs``).
 """
 
 from __future__ import annotations
@@ -148,11 +149,26 @@ def _device_classes(argv: Sequence[str]) -> int:
     return 0
 
 
+def _access_manifests(argv: Sequence[str]) -> int:
+    from driver import access
+    from driver.settings import access_options
+
+    try:
+        opts = access_options(argv)
+    except SettingsError as e:
+        print(f"dra-gpu-driver access-manifests: error: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.write(access.printed(opts))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m driver`` and ``dra-gpu-driver``."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["device-classes"]:
         return _device_classes(args[1:])
+    if args[:1] == ["access-manifests"]:
+        return _access_manifests(args[1:])
     try:
         settings = from_args(args)
     except SettingsError as e:

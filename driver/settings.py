@@ -24,10 +24,12 @@ from driver.inventory import DEVICE_KINDS
 
 __all__ = [
     "DEFAULT_DRIVER_NAME",
+    "AccessOptions",
     "BackendSettings",
     "HealthSettings",
     "KubeletSettings",
     "Settings",
+    "access_options",
     "build_parser",
     "device_classes_driver_name",
     "from_args",
@@ -500,3 +502,49 @@ def device_classes_driver_name(argv: Sequence[str], environ: Mapping[str, str] |
     )
     args = parser.parse_args(argv)
     return str(args.driver_name or env.get(_env_name("--driver-name")) or DEFAULT_DRIVER_NAME)
+
+
+@dataclass(frozen=True)
+class AccessOptions:
+    """What ``dra-gpu-driver access-manifests`` prints the identity objects for."""
+
+    driver_name: str
+    namespace: str
+    service_account: str
+    attach_on_demand: bool
+    """Whether the RBAC lets it list and watch claims (as the chart does for ``attachOnDemand``)."""
+    break_rules: frozenset[str]
+    """Testing switches (``DRA_GPU_TESTING_BREAK_RULES``): ``slices-any-node`` only matters here."""
+
+
+def access_options(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> AccessOptions:
+    """The options of ``dra-gpu-driver access-manifests``; the driver name is read as the driver
+    reads ``--driver-name``, the testing switches from ``DRA_GPU_TESTING_BREAK_RULES``."""
+    env = os.environ if environ is None else environ
+    parser = argparse.ArgumentParser(
+        prog="dra-gpu-driver access-manifests",
+        description="Print the driver's identity as the Helm chart installs it (namespace, service "
+        "account, RBAC, the admission policy that keeps it to its node's ResourceSlices) and exit.",
+    )
+    parser.add_argument(
+        "--driver-name",
+        metavar="NAME",
+        help=f"DRA driver name (default {DEFAULT_DRIVER_NAME}) (env {_env_name('--driver-name')})",
+    )
+    parser.add_argument("--namespace", default="dra-system", help="the namespace (default dra-system)")
+    parser.add_argument(
+        "--service-account", default="dra-gpu-driver", help="the service account (default dra-gpu-driver)"
+    )
+    parser.add_argument(
+        "--attach-on-demand",
+        action="store_true",
+        help="the driver attaches GPUs on demand: it lists and watches ResourceClaims too",
+    )
+    args = parser.parse_args(argv)
+    return AccessOptions(
+        driver_name=str(args.driver_name or env.get(_env_name("--driver-name")) or DEFAULT_DRIVER_NAME),
+        namespace=args.namespace,
+        service_account=args.service_account,
+        attach_on_demand=args.attach_on_demand,
+        break_rules=parse_rules([env.get(BREAK_RULES_ENV, "")]),
+    )

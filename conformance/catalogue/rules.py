@@ -348,6 +348,15 @@ RULES: tuple[Rule, ...] = (
         'e2e "must consume and free up counters"',
     ),
     Rule(
+        "SLICE-OWN-NODE",
+        "SLICE",
+        "the driver's service account, its token naming its node, may write that node's ResourceSlices and no "
+        "other's: creating, replacing or deleting a slice of another node is refused",
+        ("identity",),
+        "1.34",
+        "e2e per-node permission checks; chart admission policy",
+    ),
+    Rule(
         "SLICE-GONE",
         "SLICE",
         "after the driver is stopped for good, its slices are removed (by the driver or by the kubelet's 30 s wipe)",

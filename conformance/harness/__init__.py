@@ -41,6 +41,7 @@ from conformance.harness.devices import (
     who_overlaps,
 )
 from conformance.harness.diagnostics import LogMarks, collect
+from conformance.harness.documents import command_documents, parse_documents
 from conformance.harness.faults import FaultCommandFailed, FaultCommands, tainted_since
 from conformance.harness.harness import MEASURE_PREFIX, PARTIAL_PROPERTY, TEST_TAINT_KEY, Harness
 from conformance.harness.healthstream import HEALTH_VERSIONS, HealthReport, HealthStream, choose_version
@@ -95,6 +96,7 @@ __all__ = [
     "cel_literal",
     "choose_version",
     "collect",
+    "command_documents",
     "compatibility_groups",
     "consumption",
     "counter_sets",
@@ -108,6 +110,7 @@ __all__ = [
     "meta",
     "missing",
     "notify",
+    "parse_documents",
     "parse_minor",
     "pod_phase",
     "quantity",

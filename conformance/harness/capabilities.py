@@ -119,6 +119,10 @@ def lacking(need: str, env: Environment) -> str | None:
         if profile.metrics.url:
             return None
         return f"profile {profile.name} names no metrics endpoint (metrics.url)"
+    if need == "identity":
+        if profile.identity.service_account:
+            return None
+        return f"profile {profile.name} names no service account of the driver (identity.serviceAccount)"
     if need == "attach-failure":
         if profile.faults.inject and profile.faults.heal and profile.faults.attach_failure:
             return None

@@ -7,6 +7,7 @@ one table (:data:`KINDS`) says where each kind lives. Watches stream decoded eve
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,15 @@ KINDS: Mapping[str, Kind] = {
     "DeviceClass": Kind(RESOURCE_V1, "deviceclasses", False),
     "DeviceTaintRule": Kind(RESOURCE_V1, "devicetaintrules", False),
     "Lease": Kind("coordination.k8s.io/v1", "leases", True),
+    "ServiceAccount": Kind("v1", "serviceaccounts", True),
+    "ClusterRole": Kind("rbac.authorization.k8s.io/v1", "clusterroles", False),
+    "ClusterRoleBinding": Kind("rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+    "ValidatingAdmissionPolicy": Kind(
+        "admissionregistration.k8s.io/v1", "validatingadmissionpolicies", False
+    ),
+    "ValidatingAdmissionPolicyBinding": Kind(
+        "admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", False
+    ),
 }
 """Every kind the suite touches."""
 
@@ -71,6 +81,11 @@ class ApiError(ResourceError):
         super().__init__(f"{status} {reason}: {message}")
 
 
+def _dry(dry_run: bool) -> dict[str, str]:
+    """The query of a dry run (none otherwise)."""
+    return {"dryRun": "All"} if dry_run else {}
+
+
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """``obj["metadata"]`` (empty when missing)."""
     return obj.get("metadata") or {}
@@ -79,11 +94,23 @@ def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 class Kube:
     """JSON requests over a ``kubernetes.client.ApiClient`` (its TLS and credentials)."""
 
-    def __init__(self, api_client: Any, timeout: float = 30.0) -> None:
+    def __init__(
+        self, api_client: Any, timeout: float = 30.0, headers: Mapping[str, str] | None = None
+    ) -> None:
         self.api = api_client
         """The underlying client."""
         self.timeout = timeout
         """Seconds a single request may take."""
+        self.headers: Mapping[str, str] = dict(headers or {})
+        """Sent with every request (impersonation: :meth:`impersonating`)."""
+
+    def impersonating(self, user: str, extra: Mapping[str, str] | None = None) -> Kube:
+        """The same connection acting as ``user`` (a service account gets its groups from the API
+        server), with one value per ``extra`` key; needs the right to impersonate."""
+        headers = {"Impersonate-User": user}
+        for key, value in (extra or {}).items():
+            headers[f"Impersonate-Extra-{urllib.parse.quote(key, safe='')}"] = value
+        return Kube(self.api, self.timeout, headers)
 
     def _open(
         self,
@@ -103,7 +130,7 @@ class Kube:
             method,
             path,
             query_params=list(query),
-            header_params={"Accept": accept, "Content-Type": content_type},
+            header_params={"Accept": accept, "Content-Type": content_type, **self.headers},
             auth_settings=["BearerToken"],
         )
         payload = None if body is None else json.dumps(body)
@@ -157,10 +184,25 @@ class Kube:
 
     # --- objects ---------------------------------------------------------------------------
 
-    def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Create ``obj`` (its kind, namespace and name from the object itself)."""
+    def create(self, obj: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        """Create ``obj`` (its kind, namespace and name from the object itself); with ``dry_run``
+        the API server checks it (admission too) and stores nothing."""
         kind = KINDS[obj["kind"]]
-        return dict(self.request("POST", kind.path(meta(obj).get("namespace")), body=obj))
+        return dict(
+            self.request("POST", kind.path(meta(obj).get("namespace")), body=obj, query=_dry(dry_run))
+        )
+
+    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create ``obj``, or replace the object of its name with it (its content wins)."""
+        try:
+            return self.create(obj)
+        except ApiError as e:
+            if e.status != 409:
+                raise
+        m = meta(obj)
+        current = self.get(obj["kind"], m["name"], m.get("namespace"))
+        version = meta(current or {}).get("resourceVersion")
+        return self.replace({**obj, "metadata": {**m, "resourceVersion": version}})
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
@@ -195,12 +237,18 @@ class Kube:
         return [dict(i) for i in answer.get("items") or []], str(meta(answer).get("resourceVersion", ""))
 
     def delete(
-        self, kind: str, name: str, namespace: str | None = None, *, grace_seconds: int | None = None
+        self,
+        kind: str,
+        name: str,
+        namespace: str | None = None,
+        *,
+        grace_seconds: int | None = None,
+        dry_run: bool = False,
     ) -> bool:
-        """Delete an object; False when it was already gone."""
+        """Delete an object; False when it was already gone. With ``dry_run`` nothing is deleted."""
         body = None if grace_seconds is None else {"gracePeriodSeconds": grace_seconds}
         try:
-            self.request("DELETE", KINDS[kind].path(namespace, name), body=body)
+            self.request("DELETE", KINDS[kind].path(namespace, name), body=body, query=_dry(dry_run))
         except ApiError as e:
             if e.status == 404:
                 return False
@@ -225,11 +273,13 @@ class Kube:
             )
         )
 
-    def replace(self, obj: Mapping[str, Any], subresource: str = "") -> dict[str, Any]:
+    def replace(
+        self, obj: Mapping[str, Any], subresource: str = "", *, dry_run: bool = False
+    ) -> dict[str, Any]:
         """PUT the whole object (with its resourceVersion), or its ``status`` subresource."""
         m = meta(obj)
         path = KINDS[obj["kind"]].path(m.get("namespace"), m["name"], subresource)
-        return dict(self.request("PUT", path, body=obj))
+        return dict(self.request("PUT", path, body=obj, query=_dry(dry_run)))
 
     def watch(
         self,

@@ -17,9 +17,6 @@ name breaks REG-GETINFO), :attr:`Verdict.also` says so, and the plugin records t
 from __future__ import annotations
 
 import json
-import shlex
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -27,12 +24,21 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import yaml
 
 from clusters import Cluster
 from clusters.pools import PoolsSettled
 from conformance.errors import PreflightFailed
-from conformance.harness import ApiError, Kube, WaitTimeout, get_info, is_socket, meta, until
+from conformance.harness import (
+    ApiError,
+    Kube,
+    WaitTimeout,
+    command_documents,
+    get_info,
+    is_socket,
+    meta,
+    parse_documents,
+    until,
+)
 from conformance.profiles import DriverProfile
 
 __all__ = ["PRE_RULES", "Verdict", "class_manifests", "cleanup", "run"]
@@ -88,29 +94,12 @@ def class_manifests(profile: DriverProfile) -> list[dict[str, Any]]:
     """The DeviceClass manifests the profile provides (by command or file; none for ``names``)."""
     source = profile.device_classes
     if source.command:
-        words = [
-            w.replace("{python}", sys.executable).replace("{driver}", profile.driver)
-            for w in shlex.split(source.command)
-        ]
-        try:
-            proc = subprocess.run(words, capture_output=True, text=True, timeout=120, check=False)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise PreflightFailed(f"deviceClasses.command {shlex.join(words)!r} could not run: {e}") from e
-        if proc.returncode != 0:
-            raise PreflightFailed(
-                f"deviceClasses.command {shlex.join(words)!r} failed ({proc.returncode}): "
-                f"{proc.stderr.strip()[-1000:]}"
-            )
-        text = proc.stdout
+        docs = command_documents(source.command, profile, "deviceClasses.command")
     elif source.file is not None:
-        text = Path(source.file).read_text()
+        docs = parse_documents(Path(source.file).read_text(), "the profile's DeviceClass file")
     else:
         return []
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d]
-    except yaml.YAMLError as e:
-        raise PreflightFailed(f"the profile's DeviceClasses are not valid YAML: {e}") from e
-    bad = [d for d in docs if not isinstance(d, dict) or d.get("kind") != "DeviceClass"]
+    bad = [d for d in docs if d.get("kind") != "DeviceClass"]
     if bad:
         raise PreflightFailed(
             f"the profile's DeviceClass source yields objects that are not DeviceClasses: {bad[:1]}"

@@ -35,6 +35,7 @@ __all__ = [
     "ContainerSpec",
     "DeviceClasses",
     "Devices",
+    "DriverIdentity",
     "DriverProfile",
     "ExampleConfig",
     "ExternalCommands",
@@ -403,6 +404,24 @@ class CheckpointFile:
     """A regular expression the driver's log matches once it found its checkpoint corrupt."""
 
 
+@dataclass(frozen=True)
+class DriverIdentity:
+    """Who the driver is to the API server (SLICE-OWN-NODE; without :attr:`service_account` the rule
+    skips)."""
+
+    service_account: str = ""
+    """``namespace/name`` of the service account its pods run as."""
+    install: str = ""
+    """A command that prints (YAML) the objects that give the account its rights, as the driver's
+    chart installs them, for the local tier, where no chart runs (``{python}``, ``{driver}``): the
+    rule applies them there before it checks."""
+
+    def username(self) -> str:
+        """The account's user name (``system:serviceaccount:NS:NAME``)."""
+        namespace, _, name = self.service_account.partition("/")
+        return f"system:serviceaccount:{namespace}:{name}"
+
+
 METRICS_PLACEHOLDERS: Mapping[str, str] = {
     "node": "the node",
     "metrics_port": "the port the local tier chose for the node's metrics endpoint (local tier only)",
@@ -539,6 +558,8 @@ class DriverProfile:
     """Where the driver keeps its checkpoint, and how it reports a corrupt one."""
     metrics: MetricsEndpoint = field(default_factory=MetricsEndpoint)
     """Where its metrics endpoint answers on a node."""
+    identity: DriverIdentity = field(default_factory=DriverIdentity)
+    """Its service account, and how the local tier makes it."""
     pods: TestPods = field(default_factory=TestPods)
     """The test pods' image, pull secrets and tolerations; the nodes under test."""
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -832,6 +853,21 @@ def _external(r: _Reader | None) -> ExternalCommands:
     )
 
 
+_SERVICE_ACCOUNT = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+def _identity(r: _Reader | None) -> DriverIdentity:
+    if r is None:
+        return DriverIdentity()
+    r.known(["serviceAccount", "install"])
+    account = r.get("serviceAccount", str, required=True)
+    if not _SERVICE_ACCOUNT.match(account):
+        r.fail(
+            account, "namespace/name of a service account (e.g. dra-system/dra-gpu-driver)", "serviceAccount"
+        )
+    return DriverIdentity(account, r.get("install", str, ""))
+
+
 def _checkpoint(r: _Reader | None) -> CheckpointFile:
     if r is None:
         return CheckpointFile()
@@ -1075,6 +1111,7 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
             "external",
             "checkpoint",
             "metrics",
+            "identity",
             "pods",
             "timeouts",
             "knownFailures",
@@ -1139,6 +1176,7 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
         external=_external(r.sub("external")),
         checkpoint=_checkpoint(r.sub("checkpoint")),
         metrics=_metrics(r.sub("metrics")),
+        identity=_identity(r.sub("identity")),
         pods=_pods(r.sub("pods")),
         timeouts=timeouts,
         install=_install(r.sub("install"), path.parent if path else None),

@@ -12,12 +12,14 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
+import pytest
+
 from conformance.catalogue import exclusive, rule
-from conformance.harness import ApiError, Harness, Objects, meta, watch_until
+from conformance.harness import ApiError, Harness, Objects, command_documents, meta, watch_until
 
 Obj = dict[str, Any]
 
@@ -511,6 +513,84 @@ def test_counters(dra: Harness) -> None:
                         )
     assert consumers, f"the profile claims partitionable, yet no device of {dra.node} consumes counters"
     fail_on(problems, "counter problems")
+
+
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+"""The user extra in which the API server names the node a service-account token is bound to."""
+
+POLICY_SETTLE = 15.0
+"""Seconds an admission policy the test just installed has to take effect."""
+
+OTHER_NODE = "dra-conformance-other-node"
+"""The node named in a slice of "another node" when the cluster has only the test's."""
+
+
+def _probe_slice(dra: Harness, node: str) -> Obj:
+    """A ResourceSlice of the driver for ``node``, to be written in a dry run only."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"dra-conformance-probe-{node}"[:253]},
+        "spec": {
+            "driver": dra.driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [],
+        },
+    }
+
+
+def _refused(write: Callable[[], object]) -> ApiError | None:
+    """The API server's answer to a write it refused (None: it allowed it)."""
+    try:
+        write()
+    except ApiError as e:
+        if e.status in (0, 404) or e.status >= 500:
+            raise
+        return e
+    return None
+
+
+@rule("SLICE-OWN-NODE")
+def test_slices_of_its_own_node_only(dra: Harness) -> None:
+    """the driver's service account, its token naming its node, may write that node's ResourceSlices
+    and no other's: creating, replacing or deleting a slice of another node is refused"""
+    identity = dra.profile.identity
+    installed = identity.install and dra.env.backend == "local"
+    if installed:
+        # no chart runs on the local tier: the profile's command gives what it would install
+        for obj in command_documents(identity.install, dra.profile, "identity.install"):
+            dra.kube.apply(obj)
+    user = identity.username()
+    driver = dra.kube.impersonating(user, {NODE_NAME_EXTRA: dra.node})
+    as_user = f"{user} (token of node {dra.node})"
+    own = _refused(lambda: driver.create(_probe_slice(dra, dra.node), dry_run=True))
+    if own is not None and "impersonate" in str(own):
+        pytest.skip(f"the suite's credentials may not impersonate {user}: {own}")
+    assert own is None, f"{as_user} may not even create a ResourceSlice of its own node: {own}"
+    others = [n for n in dra.cluster.nodes() if n != dra.node]
+    other = others[0] if others else OTHER_NODE
+
+    def create_other() -> ApiError | None:
+        return _refused(lambda: driver.create(_probe_slice(dra, other), dry_run=True))
+
+    created = create_other()
+    # a policy just made takes the API server a moment (its informer) to enforce
+    deadline = time.monotonic() + (POLICY_SETTLE if installed else 0)
+    while created is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        created = create_other()
+    assert created is not None, f"{as_user} was allowed to create a ResourceSlice of node {other}"
+    theirs = dra.slices(other) if others else []
+    if not theirs:
+        dra.partial("the driver has no ResourceSlice on another node: replacing and deleting one not tried")
+        return
+    victim = {**theirs[0], "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice"}  # a list's item
+    name = meta(victim)["name"]
+    replaced = _refused(lambda: driver.replace(victim, dry_run=True))
+    assert replaced is not None, f"{as_user} was allowed to replace ResourceSlice {name} of node {other}"
+    deleted = _refused(lambda: driver.delete("ResourceSlice", name, dry_run=True))
+    assert deleted is not None, f"{as_user} was allowed to delete ResourceSlice {name} of node {other}"
 
 
 @rule("SLICE-GONE")

@@ -17,13 +17,13 @@ COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES
 
 
 def test_catalogue_shape() -> None:
-    assert len(RULES) == 108
-    assert len({r.id for r in RULES}) == 108
+    assert len(RULES) == 109
+    assert len({r.id for r in RULES}) == 109
     counts = {a: sum(r.area == a for r in RULES) for a in AREAS}
     assert counts == {
         "PRE": 5,
         "REG": 19,
-        "SLICE": 12,
+        "SLICE": 13,
         "ALLOC": 24,
         "SHARE": 8,
         "PREP": 19,

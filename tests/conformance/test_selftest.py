@@ -248,6 +248,7 @@ CASES: dict[str, Case] = {
         "reference-gpu", "preparation", "PREP-DEVICE-METADATA", rules=("PREP-DEVICE-METADATA",)
     ),
     "metrics-broken": case("reference-gpu", "registration", "REG-METRICS", rules=("REG-METRICS",)),
+    "slices-any-node": case("reference-gpu", "slices", "SLICE-OWN-NODE", rules=("SLICE-OWN-NODE",)),
     "compat-groups-missing": case(
         "reference-gpu", "allocation", "ALLOC-COMPAT-GROUPS", rules=("ALLOC-COMPAT-GROUPS",)
     ),
@@ -260,13 +261,19 @@ PENDING: dict[str, str] = {}
 BINDING = frozenset({"ALLOC-BINDING-CONDITIONS", "ALLOC-BINDING-FAILURE"})
 """The rules of devices attached on demand (binding-conditions)."""
 
-REFERENCE_GPU_ONLY = BINDING | {"PREP-DEVICE-METADATA", "REG-METRICS", "ALLOC-COMPAT-GROUPS"}
+REFERENCE_GPU_ONLY = BINDING | {
+    "PREP-DEVICE-METADATA",
+    "REG-METRICS",
+    "ALLOC-COMPAT-GROUPS",
+    "SLICE-OWN-NODE",
+}
 """Rules only reference-gpu's settings meet (binding-conditions, device-metadata, a metrics URL,
-compatibility-groups)."""
+compatibility-groups, a service account)."""
 
 NOT_CLAIMED = frozenset({"ALLOC-CONSUMABLE", "PREP-NETDEV"}) | REFERENCE_GPU_ONLY
 """Rules of capabilities the reference profiles do not claim (consumable-capacity, net,
-binding-conditions, device-metadata, a metrics endpoint, compatibility-groups); reference-gpu claims
+binding-conditions, device-metadata, a metrics endpoint, compatibility-groups, a service account);
+reference-gpu claims
 all but net."""
 
 CLEAN_SKIPS: dict[str, frozenset[str]] = {

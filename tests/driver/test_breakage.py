@@ -22,6 +22,7 @@ from typing import Any
 
 import grpc
 import pytest
+import yaml
 
 from draproto import (
     health_v1_pb2,
@@ -31,6 +32,7 @@ from draproto import (
     registration_pb2,
     registration_pb2_grpc,
 )
+from driver import access
 from driver.binding import ATTACH_FAILED, ATTACHED, Attacher, attach_on_demand
 from driver.breakage import RULES, parse_rules
 from driver.cdi import validate
@@ -42,7 +44,7 @@ from driver.health import HealthMonitor
 from driver.healthstream import UNHEALTHY
 from driver.inventory import Inventory
 from driver.metrics import MetricsServer
-from driver.settings import from_args
+from driver.settings import BREAK_RULES_ENV, access_options, from_args
 from driver.slices import SlicePublisher
 from driver.slicing import MAX_DEVICES_PER_SLICE, DeviceTaint, taints_from_faults
 from driver.state import ClaimRef
@@ -99,7 +101,7 @@ def test_every_rule_is_documented() -> None:
         "keep-deleted-claims", "trust-corrupt-checkpoint", "config-to-whole-request", "claims-by-name",
         "exceed-consumable-share", "never-attach", "ignore-attach-failure",
         "metadata-to-every-container", "metadata-of-whole-claim", "metrics-broken",
-        "compat-groups-missing",
+        "compat-groups-missing", "slices-any-node",
     }  # fmt: skip
 
 
@@ -304,6 +306,13 @@ def _groups_published(node: Node) -> tuple[bool, ...]:
         for d in s["spec"].get("devices") or []
     }
     return (groups.get(whole.name) == [(WHOLE_GPU_GROUP,)], groups.get(part.name) == [(MIG_GROUP,)])
+
+
+def _slice_policy_enforced(node: Node) -> tuple[bool, ...]:
+    env = {BREAK_RULES_ENV: ",".join(node.settings.break_rules)}
+    objects = list(yaml.safe_load_all(access.printed(access_options([], env))))
+    bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    return (len(bindings) == 1 and bindings[0]["spec"]["validationActions"] == ["Deny"],)
 
 
 def _allocated_pool_answered(node: Node) -> tuple[bool, ...]:
@@ -768,6 +777,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "metadata-of-whole-claim": _metadata_of_its_request,
     "metrics-broken": _metrics_answered,
     "compat-groups-missing": _groups_published,
+    "slices-any-node": _slice_policy_enforced,
     "never-attach": _attached_for_the_claim,
     "ignore-attach-failure": _attach_failure_reported,
 }

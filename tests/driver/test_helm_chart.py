@@ -21,6 +21,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from driver import access
 from driver import settings as driver_settings
 from tests import kube
 
@@ -383,6 +384,22 @@ def test_admission_policy_keeps_the_driver_to_its_own_node() -> None:
 
     binding = only(objects, "ValidatingAdmissionPolicyBinding")
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+
+
+@pytest.mark.parametrize("attach", [False, True], ids=["plain", "attach-on-demand"])
+def test_access_manifests_are_what_the_chart_installs(attach: bool) -> None:
+    """``dra-gpu-driver access-manifests`` (the local tier's identity) and the chart agree."""
+    kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+             "ValidatingAdmissionPolicyBinding")  # fmt: skip
+    values = {"attachOnDemand": "2"} if attach else None
+    chart = {(o["kind"], o["metadata"]["name"]): o for o in render(values) if o["kind"] in kinds}
+    ours = access.manifests(DRIVER, NAMESPACE, RELEASE, attach_on_demand=attach)
+    assert ours[0] == {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    for obj in [*chart.values(), *ours]:
+        obj["metadata"].pop("labels", None)
+    assert {(o["kind"], o["metadata"]["name"]): o for o in ours[1:]} == chart
+    audit = access.manifests(DRIVER, NAMESPACE, RELEASE, enforce=False)[-1]
+    assert audit["spec"]["validationActions"] == ["Audit"]
 
 
 @pytest.mark.parametrize(
