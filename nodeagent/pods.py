@@ -38,12 +38,14 @@ from nodeagent.timeutil import parse
 from nodeagent.views import remove_views, write_view
 from nodeagent.workqueue import WorkQueue
 
-__all__ = ["FAILED_PREPARE", "RUN_SECONDS_ANNOTATION", "PodManager"]
+__all__ = ["EXIT_CODE_ANNOTATION", "FAILED_PREPARE", "RUN_SECONDS_ANNOTATION", "PodManager"]
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 RUN_SECONDS_ANNOTATION = "dra-conformance.io/run-seconds"
+EXIT_CODE_ANNOTATION = "dra-conformance.io/exit-code"
+"""With run-seconds: the code its containers exit with (default 0; another makes the pod Failed)."""
 FAILED_PREPARE = "FailedPrepareDynamicResources"
 FAILED_UNPREPARE = "FailedUnprepareDynamicResources"
 FAILED_CDI = "Failed"
@@ -205,6 +207,7 @@ class PodManager:
             started_at=started_at,
             ip=HOST_IP if (pod.get("spec") or {}).get("hostNetwork") else pod_ip(uid),
             run_seconds=self._run_seconds(pod),
+            exit_code=self._exit_code(pod),
             claims={pc: c["metadata"]["uid"] for pc, c in by_pod_claim.items()},
             devices=prepared,
         )
@@ -247,6 +250,21 @@ class PodManager:
                 pod, "InvalidAnnotation", f"{RUN_SECONDS_ANNOTATION}={value!r} is not a number of seconds"
             )
             return None
+
+    def _exit_code(self, pod: Obj) -> int:
+        value = ((pod.get("metadata") or {}).get("annotations") or {}).get(EXIT_CODE_ANNOTATION)
+        if value is None:
+            return 0
+        try:
+            code = int(value)
+        except ValueError:
+            code = -1
+        if not 0 <= code <= 255:
+            self.events.pod_event(
+                pod, "InvalidAnnotation", f"{EXIT_CODE_ANNOTATION}={value!r} is not an exit code (0-255)"
+            )
+            return 0
+        return code
 
     def _container_edits(
         self, pod: Obj, prepared: dict[str, list[PreparedDevice]]

@@ -28,7 +28,9 @@ class PodRun:
     """When its containers started."""
     ip: str
     run_seconds: float | None = None
-    """From the ``dra-conformance.io/run-seconds`` annotation: containers exit 0 after this long."""
+    """From the ``dra-conformance.io/run-seconds`` annotation: containers exit after this long."""
+    exit_code: int = 0
+    """From the ``dra-conformance.io/exit-code`` annotation: what they exit with (not 0: Failed)."""
     finished_at: float | None = None
     claims: dict[str, str] = field(default_factory=dict)
     """Pod claim name -> ResourceClaim UID."""
@@ -76,10 +78,11 @@ def _container_status(
         out["started"] = True
     else:
         finished = rfc3339(run.finished_at if run.finished_at is not None and not init else run.started_at)
+        code = 0 if init else run.exit_code
         out["state"] = {
             "terminated": {
-                "exitCode": 0,
-                "reason": "Completed",
+                "exitCode": code,
+                "reason": "Error" if code else "Completed",
                 "startedAt": started,
                 "finishedAt": finished,
                 "containerID": out["containerID"],
@@ -93,7 +96,8 @@ def _container_status(
 
 
 def pod_status(pod: Obj, run: PodRun, resources: dict[str, list[Obj]]) -> Obj:
-    """The full new ``status`` of ``pod``: Running, or Succeeded once ``run`` finished.
+    """The full new ``status`` of ``pod``: Running, or Succeeded (Failed, exit code not 0) once ``run``
+    finished.
 
     ``resources`` maps a container name to its ``allocatedResourcesStatus`` entries.
     Fields the agent does not own (``resourceClaimStatuses``, ``qosClass``, ...) are kept.
@@ -103,7 +107,7 @@ def pod_status(pod: Obj, run: PodRun, resources: dict[str, list[Obj]]) -> Obj:
     now = rfc3339()
     done = run.finished_at is not None
     status = dict(old)
-    status["phase"] = "Succeeded" if done else "Running"
+    status["phase"] = ("Failed" if run.exit_code else "Succeeded") if done else "Running"
     status["hostIP"] = HOST_IP
     status["hostIPs"] = [{"ip": HOST_IP}]
     status["podIP"] = run.ip
@@ -114,7 +118,7 @@ def pod_status(pod: Obj, run: PodRun, resources: dict[str, list[Obj]]) -> Obj:
         status["observedGeneration"] = generation
     old_conditions = list(old.get("conditions") or [])
     ready = "False" if done else "True"
-    reason = "PodCompleted" if done else None
+    reason = ("PodFailed" if run.exit_code else "PodCompleted") if done else None
     conditions = [
         _condition(old_conditions, "PodReadyToStartContainers", ready, now),
         _condition(old_conditions, "Initialized", "True", now, reason),

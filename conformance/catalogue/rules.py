@@ -733,6 +733,15 @@ RULES: tuple[Rule, ...] = (
         "kep 6",
     ),
     Rule(
+        "PREP-POD-DONE",
+        "PREP",
+        "when its pod succeeds or fails, the claim its template made is unprepared (its CDI spec removed) "
+        "and deleted",
+        (),
+        "1.34",
+        'e2e "deletes generated claims when pod is done"',
+    ),
+    Rule(
         "PREP-FORCE-DELETE",
         "PREP",
         "a force-deleted pod's claim is still unprepared",

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 __all__ = [
+    "EXIT_CODE_ANNOTATION",
     "MANIFESTS_DIR",
     "RUN_SECONDS_ANNOTATION",
     "Container",
@@ -37,6 +38,7 @@ MANIFESTS_DIR = Path(__file__).resolve().parent
 """Where the example YAML files live."""
 
 RUN_SECONDS_ANNOTATION = "dra-conformance.io/run-seconds"
+EXIT_CODE_ANNOTATION = "dra-conformance.io/exit-code"
 """Pod annotation: the local tier's containers exit 0 after this many seconds."""
 
 Obj = dict[str, Any]
@@ -224,6 +226,7 @@ def pod(
     containers: Sequence[Container] = (),
     node: str | None = None,
     run_seconds: float | None = None,
+    exit_code: int = 0,
     templates: Mapping[str, str] | None = None,
     image: str | None = None,
     tolerations: Sequence[Obj] = (),
@@ -231,15 +234,20 @@ def pod(
 ) -> Obj:
     """A Pod. ``claims``: pod claim name -> ResourceClaim name; ``templates``: pod claim name ->
     ResourceClaimTemplate name. Without ``containers`` one container ``ctr`` uses every pod claim.
-    ``node`` pins it (``kubernetes.io/hostname``); ``run_seconds`` makes it finish (local tier);
+    ``node`` pins it (``kubernetes.io/hostname``); ``run_seconds`` makes its containers exit after
+    that long (``exit_code``: with what; the local tier reads the annotations, a real node runs the
+    command);
     ``image`` (default: pod.yaml's), pod ``tolerations`` and ``pull_secrets`` (Secret names) are
     how it runs on a real cluster."""
     obj = example("pod")
     obj["metadata"] = {"name": name}
-    if run_seconds is not None:
-        obj["metadata"]["annotations"] = {RUN_SECONDS_ANNOTATION: str(run_seconds)}
     spec = obj["spec"]
     template = spec["containers"][0]
+    if run_seconds is not None:
+        obj["metadata"]["annotations"] = {RUN_SECONDS_ANNOTATION: str(run_seconds)}
+        if exit_code:
+            obj["metadata"]["annotations"][EXIT_CODE_ANNOTATION] = str(exit_code)
+        template["command"] = ["sh", "-c", f"env; sleep {run_seconds}; exit {exit_code}"]
     if image:
         template["image"] = image
     if tolerations:

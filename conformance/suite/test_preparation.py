@@ -16,7 +16,7 @@ import pytest
 
 from conformance import manifests
 from conformance.catalogue import exclusive, rule
-from conformance.harness import Harness, allocated_devices, gaps, meta, ref, until, watch_until
+from conformance.harness import Harness, allocated_devices, gaps, meta, pod_phase, ref, until, watch_until
 from conformance.manifests import Container
 from conformance.profiles import ExampleConfig
 from draproto.cdi import parse_qualified_name, validate_spec
@@ -452,6 +452,50 @@ def test_unprepare_on_delete(dra: Harness) -> None:
     dra.wait_gone("Pod", name)
     if dra.can("grpc", "whether its CDI spec was removed (the pod went)"):
         dra.wait_undefined(ids, "the claim's CDI devices")
+
+
+POD_RUN_SECONDS = 8
+"""How long the pods of PREP-POD-DONE run before they end."""
+
+
+@rule("PREP-POD-DONE")
+def test_claims_of_finished_pods_are_released(dra: Harness) -> None:
+    """when its pod succeeds or fails, the claim its template made is unprepared (its CDI spec removed)
+    and deleted"""
+    template = dra.create(manifests.claim_template(dra.name("template"), dra.device_class))
+    ends = {"Succeeded": 0, "Failed": 1}
+    pods = {
+        phase: meta(
+            dra.pod(templates={"gpu": meta(template)["name"]}, run_seconds=POD_RUN_SECONDS, exit_code=code)
+        )["name"]
+        for phase, code in ends.items()
+    }
+    grpc = dra.can("grpc", "whether the finished pods' CDI specs were removed")
+    made: dict[str, tuple[str, list[str]]] = {}
+    for phase, pod in pods.items():
+        running = dra.wait_running(pod)
+        names = [
+            str(s.get("resourceClaimName"))
+            for s in (running.get("status") or {}).get("resourceClaimStatuses") or []
+            if s.get("resourceClaimName")
+        ]
+        assert len(names) == 1, f"pod {pod} names its generated claim as {names}"
+        claim = dra.get("ResourceClaim", names[0])
+        assert claim is not None, f"the claim {names[0]} of pod {pod} is gone while the pod runs"
+        made[phase] = (names[0], _answered_ids(dra, claim) if grpc else [])
+    for phase, pod in pods.items():
+        ended = dra.wait_pod(
+            pod, f"to end {phase} (its container exits {ends[phase]})",
+            lambda p, want=phase: pod_phase(p) == want,
+            POD_RUN_SECONDS + dra.profile.timeouts.pod, fail_fast=False,
+        )  # fmt: skip
+        assert pod_phase(ended) == phase
+        claim_name, ids = made[phase]
+        dra.wait_gone("ResourceClaim", claim_name)
+        if ids:
+            dra.wait_undefined(
+                ids, f"the CDI devices of claim {claim_name} of pod {pod}, which ended {phase}"
+            )
 
 
 @rule("PREP-FORCE-DELETE")

@@ -17,8 +17,8 @@ COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES
 
 
 def test_catalogue_shape() -> None:
-    assert len(RULES) == 109
-    assert len({r.id for r in RULES}) == 109
+    assert len(RULES) == 110
+    assert len({r.id for r in RULES}) == 110
     counts = {a: sum(r.area == a for r in RULES) for a in AREAS}
     assert counts == {
         "PRE": 5,
@@ -26,7 +26,7 @@ def test_catalogue_shape() -> None:
         "SLICE": 13,
         "ALLOC": 24,
         "SHARE": 8,
-        "PREP": 19,
+        "PREP": 20,
         "HEALTH": 11,
         "RES": 10,
     }

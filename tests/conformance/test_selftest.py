@@ -97,6 +97,7 @@ CASES: dict[str, Case] = {
         "reference-gpu",
         "preparation",
         "PREP-UNPREPARE-DELETE",
+        "PREP-POD-DONE",
         "PREP-FORCE-DELETE",
         "PREP-CHURN",
     ),

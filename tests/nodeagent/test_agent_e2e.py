@@ -182,6 +182,25 @@ def test_template_claim_pod_finishes_and_is_succeeded(world: World, caplog: pyte
     until(lambda: any(c[0][2] == generated for c in world.plugin.unprepare_calls), 30, "unprepared")
 
 
+def test_a_pod_whose_containers_exit_non_zero_fails_and_releases_its_claim(world: World) -> None:
+    world.plugin.fixed_devices = [{"request_names": [], "pool": "pool-a", "device": "gpu-1", "cdi": []}]
+    world.create(
+        f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaimtemplates",
+        manifests.claim_template(NS, "tmpl-f", DRIVER),
+    )
+    annotations = {"dra-conformance.io/run-seconds": "1", "dra-conformance.io/exit-code": "3"}
+    world.create(
+        f"/api/v1/namespaces/{NS}/pods", _pod("p3", {"resourceClaimTemplateName": "tmpl-f"}, annotations)
+    )
+    until(lambda: (world.pod("p3") or {}).get("status", {}).get("phase") == "Failed", 60, "pod Failed")
+    status = world.pod("p3")["status"]
+    (container,) = status["containerStatuses"]
+    assert container["state"]["terminated"]["exitCode"] == 3
+    assert container["state"]["terminated"]["reason"] == "Error"
+    generated = status["resourceClaimStatuses"][0]["resourceClaimName"]
+    until(lambda: any(c[0][2] == generated for c in world.plugin.unprepare_calls), 30, "unprepared")
+
+
 def test_extended_resource_pod_gets_the_devices_of_the_scheduler_claim(world: World) -> None:
     """KEP-5004: a pod asking ``resources.limits`` for a DeviceClass's extended resource; the scheduler
     makes, allocates and reserves a claim for it, the agent prepares that claim and the container gets

@@ -9,7 +9,8 @@
 //     StartContainer writes the same ContainerView JSON file the node agent writes
 //     (<containers-dir>/<namespace>_<pod>_<container>.json); RemoveContainer and
 //     RemovePodSandbox remove it.
-//   - the pod annotation dra-conformance.io/run-seconds: "N" makes the containers exit 0 after N s.
+//   - the pod annotation dra-conformance.io/run-seconds: "N" makes the containers exit 0 after N s
+//     (with dra-conformance.io/exit-code: "C", exit C).
 //   - init containers (restartPolicy not Always) exit 0 at once, as the node agent has them do; which
 //     containers are init containers CRI does not say, so the pod is read from the API server with
 //     the node's credentials (--server, --ca, --cert, --key).
@@ -44,6 +45,8 @@ import (
 )
 
 const runSecondsAnnotation = "dra-conformance.io/run-seconds"
+
+const exitCodeAnnotation = "dra-conformance.io/exit-code"
 
 // view is the ContainerView JSON (docs/interfaces.md), merged the way the node agent merges it.
 type view struct {
@@ -174,6 +177,7 @@ type pending struct {
 	path       string
 	view       *view
 	runSeconds int
+	exitCode   int32
 	init       bool
 }
 
@@ -255,9 +259,10 @@ func (r *runtime) CreateContainer(ctx context.Context, req *kubeapi.CreateContai
 	meta := req.GetSandboxConfig().GetMetadata()
 	name := fmt.Sprintf("%s_%s_%s.json", meta.GetNamespace(), meta.GetName(), req.GetConfig().GetMetadata().GetName())
 	seconds, _ := strconv.Atoi(req.GetSandboxConfig().GetAnnotations()[runSecondsAnnotation])
+	code, _ := strconv.Atoi(req.GetSandboxConfig().GetAnnotations()[exitCodeAnnotation])
 	init := r.initContainers(req.PodSandboxId, meta)[req.GetConfig().GetMetadata().GetName()]
 	r.mu.Lock()
-	r.views[resp.ContainerId] = &pending{path: filepath.Join(r.containersDir, name), view: v, runSeconds: seconds, init: init}
+	r.views[resp.ContainerId] = &pending{path: filepath.Join(r.containersDir, name), view: v, runSeconds: seconds, exitCode: int32(code), init: init}
 	r.mu.Unlock()
 	return resp, nil
 }
@@ -290,7 +295,11 @@ func (r *runtime) StartContainer(ctx context.Context, req *kubeapi.StartContaine
 		time.AfterFunc(50*time.Millisecond, func() { r.exit(id, 0, "Completed") })
 	} else if p.runSeconds > 0 {
 		id := req.ContainerId
-		time.AfterFunc(time.Duration(p.runSeconds)*time.Second, func() { r.exit(id, 0, "Completed") })
+		code, reason := p.exitCode, "Completed"
+		if code != 0 {
+			reason = "Error"
+		}
+		time.AfterFunc(time.Duration(p.runSeconds)*time.Second, func() { r.exit(id, code, reason) })
 	}
 	return resp, nil
 }
