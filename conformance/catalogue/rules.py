@@ -546,6 +546,16 @@ RULES: tuple[Rule, ...] = (
         "e2e; nv",
     ),
     Rule(
+        "ALLOC-EXTENDED-INIT",
+        "ALLOC",
+        "init and sidecar containers asking for the class's extended resource get devices through DRA: the "
+        "sidecar and the regular container each see their own device, the init container the one the "
+        "scheduler maps it to",
+        ("extended-resource",),
+        "1.36 (DRAExtendedResource)",
+        "e2e; KEP-5004",
+    ),
+    Rule(
         "ALLOC-STATUS-DEVICES",
         "ALLOC",
         "the driver may write `status.devices` of its allocated claim (when the profile says it does, the entries are well-formed and any `Ready` condition is True once the pod runs)",

@@ -748,6 +748,58 @@ def test_extended_resource(dra: Harness) -> None:
     )
 
 
+@rule("ALLOC-EXTENDED-INIT")
+def test_extended_resource_in_init_and_sidecar_containers(dra: Harness) -> None:
+    """init and sidecar containers asking for the class's extended resource get devices through DRA: the
+    sidecar and the regular container each see their own device, the init container the one the
+    scheduler maps it to"""
+    resource, _ = _extended_resource(dra)
+    one = {"resources": {"limits": {resource: "1"}}}
+    sleep = ["sh", "-c", "env; sleep 3600"]
+    containers = [
+        Container("init", init=True, extra=one),
+        Container("side", init=True, extra={**one, "restartPolicy": "Always", "command": sleep}),
+        Container("ctr", extra=one),
+    ]
+    pod = _name(dra.pod(containers=containers))
+    status = dra.wait_running(pod).get("status") or {}
+    extended = status.get("extendedResourceClaimStatus") or {}
+    claim_name = extended.get("resourceClaimName")
+    assert claim_name, (
+        f"pod {pod} asked for {resource} in three containers but names no extended-resource claim"
+    )
+    claim = dra.get("ResourceClaim", str(claim_name))
+    assert claim is not None, f"claim {claim_name} of pod {pod} does not exist"
+    by_request: dict[str, set[str]] = {}
+    for r in allocated_devices(claim):
+        by_request.setdefault(r.request, set()).add(r.device)
+    mapped: dict[str, set[str]] = {}
+    for m in extended.get("requestMappings") or []:
+        if m.get("resourceName") == resource:
+            mapped.setdefault(str(m.get("containerName")), set()).update(
+                by_request.get(str(m.get("requestName")), ())
+            )
+    for c in containers:
+        assert len(mapped.get(c.name, ())) == 1, (
+            f"pod {pod}: container {c.name} asked for one {resource}; it is mapped to devices "
+            f"{sorted(mapped.get(c.name, ()))} (mappings {extended.get('requestMappings')}, claim "
+            f"{claim_name} holds {by_request})"
+        )
+    assert mapped["side"] != mapped["ctr"], (
+        f"pod {pod}: the sidecar and the regular container run together yet share {sorted(mapped['ctr'])}"
+    )
+    if "view" not in dra.env.cluster_capabilities or dra.devices_untold():
+        dra.partial("what each container sees was not checked: " + (dra.devices_untold() or "no view"))
+        return
+    for c in containers:
+        seen = dra.seen_devices(dra.view(pod, c.name), what=f"container {c.name} of pod {pod}")
+        wanted = {dra.identity(d) for d in mapped[c.name]}
+        assert seen == wanted, (
+            f"container {c.name} of pod {pod}, mapped to {sorted(mapped[c.name])} of claim {claim_name}, "
+            f"sees {sorted(seen)}"
+        )
+
+
 def _status_devices(claim: Obj, driver: str | None = None) -> list[Obj]:
     """The claim's ``status.devices`` entries (of ``driver`` only, when given)."""
     entries = (claim.get("status") or {}).get("devices") or []

@@ -30,6 +30,7 @@ EXAMPLE_GPU_SKIPS = area_rules("health") | frozenset(
         "ALLOC-COMPAT-GROUPS",
         "ALLOC-CONSUMABLE",
         "ALLOC-EXTENDED",
+        "ALLOC-EXTENDED-INIT",
         "ALLOC-STATUS-DEVICES",
         "PREP-NETDEV",
         # no device with bindingConditions, no device metadata, no metrics endpoint (as started)

@@ -218,7 +218,11 @@ CASES: dict[str, Case] = {
     ),
     # the pod runs, its container gets no device: shown alone, the only rule with such a claim
     "ignore-extended-resource-claims": case(
-        "reference-gpu", "allocation", "ALLOC-EXTENDED", rules=("ALLOC-EXTENDED",)
+        "reference-gpu",
+        "allocation",
+        "ALLOC-EXTENDED",
+        "ALLOC-EXTENDED-INIT",
+        rules=("ALLOC-EXTENDED", "ALLOC-EXTENDED-INIT"),
     ),
     # issue 25's four: each shown on its rule alone, which keeps the self-tests short
     "keep-deleted-claims": case(
