@@ -548,9 +548,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "ALLOC-EXTENDED-INIT",
         "ALLOC",
-        "init and sidecar containers asking for the class's extended resource get devices through DRA: the "
-        "sidecar and the regular container each see their own device, the init container the one the "
-        "scheduler maps it to",
+        "init and sidecar containers asking for the class's implicit extended resource "
+        "(`deviceclass.resource.kubernetes.io/<class>`) get devices through DRA: the sidecar and the regular "
+        "container each see their own device, the init container the one the scheduler maps it to",
         ("extended-resource",),
         "1.36 (DRAExtendedResource)",
         "e2e; KEP-5004",

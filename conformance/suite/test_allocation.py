@@ -688,6 +688,10 @@ def test_binding_failure(dra: Harness) -> None:
     ), f"pod {pod} runs on {device}, whose status.devices conditions say {now}"
 
 
+IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
+"""Every DeviceClass answers to this extended resource name with its own name after it (KEP-5004)."""
+
+
 def _extended_resource(dra: Harness) -> tuple[str, str]:
     """The extended resource a pod asks for, and its class: the first of the profile's classes that
     names one (default class first), else the default class's implicit name."""
@@ -696,7 +700,7 @@ def _extended_resource(dra: Harness) -> tuple[str, str]:
         if named:
             return str(named), c
     # without a name of its own, a class answers to deviceclass.resource.kubernetes.io/<class>
-    return f"deviceclass.resource.kubernetes.io/{dra.device_class}", dra.device_class
+    return f"{IMPLICIT_EXTENDED_PREFIX}{dra.device_class}", dra.device_class
 
 
 def _not_scheduled(pod: Obj) -> bool:
@@ -750,10 +754,11 @@ def test_extended_resource(dra: Harness) -> None:
 
 @rule("ALLOC-EXTENDED-INIT")
 def test_extended_resource_in_init_and_sidecar_containers(dra: Harness) -> None:
-    """init and sidecar containers asking for the class's extended resource get devices through DRA: the
-    sidecar and the regular container each see their own device, the init container the one the
-    scheduler maps it to"""
-    resource, _ = _extended_resource(dra)
+    """init and sidecar containers asking for the class's implicit extended resource
+    (`deviceclass.resource.kubernetes.io/<class>`) get devices through DRA: the sidecar and the regular
+    container each see their own device, the init container the one the scheduler maps it to"""
+    # the implicit name every class answers to (ALLOC-EXTENDED uses the class's own, where it has one)
+    resource = f"{IMPLICIT_EXTENDED_PREFIX}{dra.device_class}"
     one = {"resources": {"limits": {resource: "1"}}}
     sleep = ["sh", "-c", "env; sleep 3600"]
     containers = [
