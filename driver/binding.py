@@ -42,6 +42,7 @@ __all__ = [
     "attach_on_demand",
     "attached_conditions",
     "fabric_problem",
+    "metav1_time",
 ]
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,8 @@ def attach_on_demand(inventory: Inventory, indices: Collection[int]) -> Inventor
     return dataclasses.replace(inventory, devices=devices)
 
 
-def _timestamp(when: datetime) -> str:
+def metav1_time(when: datetime) -> str:
+    """A ``metav1.Time``: RFC 3339 in UTC, whole seconds."""
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -103,14 +105,14 @@ def attached_conditions(when: datetime, problem: str | None = None) -> list[dict
             "status": "True" if ok else "False",
             "reason": "Attached" if ok else "AttachFailed",
             "message": "attached through the NVSwitch fabric" if ok else f"not attached: {problem}",
-            "lastTransitionTime": _timestamp(when),
+            "lastTransitionTime": metav1_time(when),
         },
         {
             "type": ATTACH_FAILED,
             "status": "False" if ok else "True",
             "reason": "Attached" if ok else "AttachFailed",
             "message": "" if ok else str(problem),
-            "lastTransitionTime": _timestamp(when),
+            "lastTransitionTime": metav1_time(when),
         },
     ]
 

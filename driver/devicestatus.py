@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from driver.binding import attached_conditions
+from driver.binding import attached_conditions, metav1_time
 from driver.checkpoint import ClaimRecord, PreparedDevice
 from driver.claims import ClaimSource
 from driver.errors import DriverError
@@ -45,11 +45,6 @@ Entry = dict[str, Any]
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _timestamp(when: datetime) -> str:
-    """A ``metav1.Time``: RFC 3339 in UTC, whole seconds."""
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _data(device: PreparedDevice, inventory: Inventory) -> dict[str, Any]:
@@ -87,7 +82,7 @@ def entry(
             "status": "True" if ready else "False",
             "reason": REASON_PREPARED,
             "message": f"prepared for the claim's containers (CDI devices: {ids})",
-            "lastTransitionTime": _timestamp(when),
+            "lastTransitionTime": metav1_time(when),
         }
     ]
     info = inventory.get(device.device)
