@@ -527,15 +527,9 @@ def test_consumable_capacity(dra: Harness) -> None:
     assert len(set(shares)) == 2, f"two claims on {name} got the same shareID {shares}"
 
 
-@rule("ALLOC-PARTITION")
-@exclusive
-def test_overlapping_partitions(dra: Harness) -> None:
-    """partitions that overlap in counters are never allocated together, and freeing one lets the other
-    in"""
-    published = dra.devices()
-    pair = who_overlaps(published.values(), counter_sets(dra.slices()))
-    assert pair is not None, f"{dra.node} has no two devices that overdraw a shared counter together"
-    first, second, counter = pair
+def _never_together(dra: Harness, first: str, second: str, why: str) -> None:
+    """``first`` runs, ``second`` stays unschedulable beside it (``why``: what keeps them apart), and
+    runs once the pod of ``first`` is gone."""
     every = _every_device_class(dra)
     a = dra.claim(device_class=every, selectors=[dra.exact(first)])
     b = dra.claim(device_class=every, selectors=[dra.exact(second)])
@@ -544,12 +538,21 @@ def test_overlapping_partitions(dra: Harness) -> None:
     assert _devices_of(dra, _current(dra, a)) == [first]
     pod_b = _pod_for(dra, b)
     dra.wait_unschedulable(pod_b)
-    assert not allocated_devices(_current(dra, b)), (
-        f"{second} was allocated beside {first}, though together they overdraw {counter}"
-    )
+    assert not allocated_devices(_current(dra, b)), f"{second} was allocated beside {first}, though {why}"
     dra.remove_pod(pod_a)
     dra.wait_running(pod_b)
     assert _devices_of(dra, _current(dra, b)) == [second]
+
+
+@rule("ALLOC-PARTITION")
+@exclusive
+def test_overlapping_partitions(dra: Harness) -> None:
+    """partitions that overlap in counters are never allocated together, and freeing one lets the other
+    in"""
+    pair = who_overlaps(dra.devices().values(), counter_sets(dra.slices()))
+    assert pair is not None, f"{dra.node} has no two devices that overdraw a shared counter together"
+    first, second, counter = pair
+    _never_together(dra, first, second, f"together they overdraw {counter}")
 
 
 @rule("ALLOC-COMPAT-GROUPS")
@@ -564,22 +567,9 @@ def test_compatibility_groups(dra: Harness) -> None:
         "fit it together and declare compatibilityGroups that do not meet"
     )
     first, second, counter_set = pair
-    said = {n: compatibility_groups(published[n]).get(counter_set) for n in pair[:2]}
-    every = _every_device_class(dra)
-    a = dra.claim(device_class=every, selectors=[dra.exact(first)])
-    b = dra.claim(device_class=every, selectors=[dra.exact(second)])
-    pod_a = _pod_for(dra, a)
-    dra.wait_running(pod_a)
-    assert _devices_of(dra, _current(dra, a)) == [first]
-    pod_b = _pod_for(dra, b)
-    dra.wait_unschedulable(pod_b)
-    assert not allocated_devices(_current(dra, b)), (
-        f"{second} (groups {sorted(said[second] or ())}) was allocated beside {first} (groups "
-        f"{sorted(said[first] or ())}) on counter set {counter_set}"
-    )
-    dra.remove_pod(pod_a)
-    dra.wait_running(pod_b)
-    assert _devices_of(dra, _current(dra, b)) == [second]
+    said = {n: sorted(compatibility_groups(published[n]).get(counter_set) or ()) for n in (first, second)}
+    why = f"their compatibility groups on counter set {counter_set} do not meet ({said})"
+    _never_together(dra, first, second, why)
 
 
 def _attached_on_demand(dra: Harness) -> tuple[str, list[str], list[str]]:

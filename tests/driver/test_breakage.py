@@ -199,7 +199,10 @@ class SliceStore:
         return [d["name"] for s in self.objects.values() for d in s["spec"].get("devices") or []]
 
 
-def _published(node: Node, gpus: int = 8) -> tuple[SlicePublisher, SliceStore]:
+def _published(
+    node: Node, gpus: int = 8, inventory: Inventory | None = None
+) -> tuple[SlicePublisher, SliceStore]:
+    """``inventory`` (default: ``gpus`` whole GPUs) published once, through the node's switches."""
     store = SliceStore()
     publisher = SlicePublisher(
         store,  # type: ignore[arg-type]  # sync() never watches
@@ -207,7 +210,7 @@ def _published(node: Node, gpus: int = 8) -> tuple[SlicePublisher, SliceStore]:
         node_name=NODE,
         breaks=node.settings.breaks,
     )
-    publisher.update(Inventory(devices={d.name: d for d in map(gpu, range(gpus))}))
+    publisher.update(inventory or Inventory(devices={d.name: d for d in map(gpu, range(gpus))}))
     publisher.sync()
     return publisher, store
 
@@ -267,15 +270,7 @@ def _counters_within_their_sets(node: Node) -> tuple[bool, ...]:
     inventory = Inventory(
         devices={"gpu-0": whole}, counter_sets={"gpu-0-counter-set": {"memory": 80, "compute-slices": 7}}
     )
-    store = SliceStore()
-    publisher = SlicePublisher(
-        store,  # type: ignore[arg-type]  # sync() never watches
-        driver_name=DRIVER,
-        node_name=NODE,
-        breaks=node.settings.breaks,
-    )
-    publisher.update(inventory)
-    publisher.sync()
+    _, store = _published(node, inventory=inventory)
     sets = {
         c["name"]: {k: int(v["value"]) for k, v in c["counters"].items()}
         for s in store.objects.values()
@@ -291,15 +286,7 @@ def _groups_published(node: Node) -> tuple[bool, ...]:
     grouped = group_by_mode(
         Inventory(devices={d.name: d for d in (whole, part)}, counter_sets={"gpu-4-counter-set": counters})
     )
-    store = SliceStore()
-    publisher = SlicePublisher(
-        store,  # type: ignore[arg-type]  # sync() never watches
-        driver_name=DRIVER,
-        node_name=NODE,
-        breaks=node.settings.breaks,
-    )
-    publisher.update(grouped)
-    publisher.sync()
+    _, store = _published(node, inventory=grouped)
     groups = {
         d["name"]: [tuple(use.get("compatibilityGroups") or ()) for use in d["consumesCounters"]]
         for s in store.objects.values()
