@@ -192,18 +192,6 @@ class Kube:
             self.request("POST", kind.path(meta(obj).get("namespace")), body=obj, query=_dry(dry_run))
         )
 
-    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Create ``obj``, or replace the object of its name with it (its content wins)."""
-        try:
-            return self.create(obj)
-        except ApiError as e:
-            if e.status != 409:
-                raise
-        m = meta(obj)
-        current = self.get(obj["kind"], m["name"], m.get("namespace"))
-        version = meta(current or {}).get("resourceVersion")
-        return self.replace({**obj, "metadata": {**m, "resourceVersion": version}})
-
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
         try:

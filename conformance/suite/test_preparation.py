@@ -482,7 +482,7 @@ def test_claims_of_finished_pods_are_released(dra: Harness) -> None:
         assert len(names) == 1, f"pod {pod} names its generated claim as {names}"
         claim = dra.get("ResourceClaim", names[0])
         assert claim is not None, f"the claim {names[0]} of pod {pod} is gone while the pod runs"
-        made[phase] = (names[0], _answered_ids(dra, claim) if grpc else [])
+        made[phase] = (names[0], _cdi_ids(dra, pod, claim) if grpc else [])
     for phase, pod in pods.items():
         ended = dra.wait_pod(
             pod, f"to end {phase} (its container exits {ends[phase]})",

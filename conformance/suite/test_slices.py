@@ -540,6 +540,32 @@ def _probe_slice(dra: Harness, node: str) -> Obj:
     }
 
 
+INSTALLED_LABEL = "dra-conformance.io/installed-by"
+"""The label on the objects the suite made from the profile's ``identity.install``: only those it
+replaces later (a chart's own are left alone)."""
+
+
+def _install_identity(dra: Harness) -> bool:
+    """Make what the profile's ``identity.install`` prints where it is missing (the local tier runs no
+    chart), or replace what an earlier install made; leave others' (a chart's). Whether anything was
+    written."""
+    wrote = False
+    for obj in command_documents(dra.profile.identity.install, dra.profile, "identity.install"):
+        m = meta(obj)
+        labels = {**(m.get("labels") or {}), INSTALLED_LABEL: "identity.install"}
+        ours = {**obj, "metadata": {**m, "labels": labels}}
+        current = dra.kube.get(obj["kind"], m["name"], m.get("namespace"))
+        if current is None:
+            dra.kube.create(ours)
+        elif INSTALLED_LABEL in (meta(current).get("labels") or {}):
+            version = meta(current).get("resourceVersion")
+            dra.kube.replace({**ours, "metadata": {**ours["metadata"], "resourceVersion": version}})
+        else:
+            continue
+        wrote = True
+    return wrote
+
+
 def _refused(write: Callable[[], object]) -> ApiError | None:
     """The API server's answer to a write it refused (None: it allowed it)."""
     try:
@@ -556,11 +582,7 @@ def test_slices_of_its_own_node_only(dra: Harness) -> None:
     """the driver's service account, its token naming its node, may write that node's ResourceSlices
     and no other's: creating, replacing or deleting a slice of another node is refused"""
     identity = dra.profile.identity
-    installed = identity.install and dra.env.backend == "local"
-    if installed:
-        # no chart runs on the local tier: the profile's command gives what it would install
-        for obj in command_documents(identity.install, dra.profile, "identity.install"):
-            dra.kube.apply(obj)
+    installed = _install_identity(dra) if identity.install else False
     user = identity.username()
     driver = dra.kube.impersonating(user, {NODE_NAME_EXTRA: dra.node})
     as_user = f"{user} (token of node {dra.node})"

@@ -36,6 +36,7 @@ from conformance.harness import Kube, meta
 from conformance.harness.status import allocation
 from conformance.profiles import SHIPPED_DIR, DriverProfile, load
 from conformance.suite import SUITE_DIR
+from driver.settings import BREAK_RULES_ENV
 
 SUITE_INI = SUITE_DIR / "pytest.ini"
 """The suite's own pytest settings."""
@@ -231,7 +232,16 @@ def run_suite(
         args.append(f"--dra-areas={','.join(areas)}")
     args += ["-n", str(workers)] if workers > 1 else ["-p", "no:xdist"]
     args += options
-    result = pytester.runpytest_subprocess(*args, timeout=900)
+    # the switches reach the driver's other commands too (identity.install: access-manifests)
+    before = os.environ.get(BREAK_RULES_ENV)
+    os.environ[BREAK_RULES_ENV] = ",".join(breaks)
+    try:
+        result = pytester.runpytest_subprocess(*args, timeout=900)
+    finally:
+        if before is None:
+            os.environ.pop(BREAK_RULES_ENV, None)
+        else:
+            os.environ[BREAK_RULES_ENV] = before
     output = result.stdout.str() + result.stderr.str()
     path = run_dir / "conformance.json"
     assert path.exists(), f"the suite wrote no report (exit {result.ret}):\n{output[-4000:]}"

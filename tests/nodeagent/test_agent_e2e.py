@@ -190,10 +190,10 @@ def test_a_pod_whose_containers_exit_non_zero_fails_and_releases_its_claim(world
     )
     annotations = {"dra-conformance.io/run-seconds": "1", "dra-conformance.io/exit-code": "3"}
     world.create(
-        f"/api/v1/namespaces/{NS}/pods", _pod("p3", {"resourceClaimTemplateName": "tmpl-f"}, annotations)
+        f"/api/v1/namespaces/{NS}/pods", _pod("p-exit", {"resourceClaimTemplateName": "tmpl-f"}, annotations)
     )
-    until(lambda: (world.pod("p3") or {}).get("status", {}).get("phase") == "Failed", 60, "pod Failed")
-    status = world.pod("p3")["status"]
+    until(lambda: (world.pod("p-exit") or {}).get("status", {}).get("phase") == "Failed", 60, "pod Failed")
+    status = world.pod("p-exit")["status"]
     (container,) = status["containerStatuses"]
     assert container["state"]["terminated"]["exitCode"] == 3
     assert container["state"]["terminated"]["reason"] == "Error"
