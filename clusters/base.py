@@ -151,6 +151,13 @@ class Cluster(abc.ABC):
         (``crash``: kill it, as a crash would, instead of stopping it gracefully)."""
         raise CapabilityMissing(self.backend, "restart the driver")
 
+    def update_driver(self, node: str, *, fail: bool = False) -> None:
+        """A rolling update of the driver on ``node``: start a second instance beside the running one,
+        wait until it registered, then stop the old one. With ``fail`` the new instance is given a
+        setting it refuses (an unknown flag): it must exit before it registers, and the old one keeps
+        serving; ``UpdateFailed`` says so (anything else is an error of the cluster or the driver)."""
+        raise CapabilityMissing(self.backend, "update the driver (two instances at once)")
+
     def restart_kubelet(self, node: str, *, crash: bool = False) -> None:
         """Restart the kubelet (or the node agent playing it) on ``node`` (``crash``: kill it first)."""
         raise CapabilityMissing(self.backend, "restart the kubelet")

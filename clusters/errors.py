@@ -9,6 +9,7 @@ The hierarchy::
     │   └── GoBuildError          ``go`` failed building them from Go modules
     ├── ControlPlaneError         a component failed to start or did not become ready
     ├── NodeError                 a node agent or driver process failed
+    │   └── UpdateFailed          a driver update's new instance exited before it registered
     ├── ClusterStateError         no running cluster where one was expected (CLI, fixtures)
     ├── ToolError                 an outside tool (kind, docker, helm, kubectl) is missing or failed
     ├── ClusterUnfit              the cluster answers but cannot run DRA (resource.k8s.io/v1 not served)
@@ -33,6 +34,7 @@ __all__ = [
     "NodeError",
     "ProbeError",
     "ToolError",
+    "UpdateFailed",
 ]
 
 
@@ -69,6 +71,10 @@ class ControlPlaneError(ClusterError):
 
 class NodeError(ClusterError):
     """A fake node's agent or driver process failed to start or to become ready."""
+
+
+class UpdateFailed(NodeError):
+    """A rolling update's new driver instance exited before it registered; the old one still runs."""
 
 
 class ClusterStateError(ClusterError):

@@ -56,7 +56,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
     from driver.consumers import POD_SWITCHES, ApiPodSource
     from driver.health import HealthMonitor
     from driver.kubeslices import KubeSliceStore
-    from driver.plugin import PluginServer
+    from driver.plugin import PluginServer, slices_left_to
     from driver.slices import SlicePublisher
     from driver.slicing import DeviceTaint, taints_from_faults
     from driver.state import DeviceState
@@ -107,7 +107,17 @@ def run(settings: Settings, stop: threading.Event) -> int:
     try:
         # on shutdown the kubelet loses the plugin first, then health, then the slices go
         publisher.start()
-        started.append(publisher.stop)
+
+        def stop_publishing() -> None:
+            others = slices_left_to(settings)
+            if others:
+                log.info(
+                    "another instance serves the node: its slices are left to it", extra={"others": others}
+                )
+                publisher.keep = True
+            publisher.stop()
+
+        started.append(stop_publishing)
         attacher.start()
         started.append(attacher.stop)
         if settings.metrics_address:

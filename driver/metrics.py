@@ -8,6 +8,7 @@ naming the driver and the node. Text exposition format 0.0.4. Rule-breaking swit
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -43,6 +44,10 @@ def render(settings: Settings, gauges: Gauges) -> str:
     return "\n".join(lines) + "\n"
 
 
+PORT_RETRY_SECONDS = 0.5
+"""How often a driver whose metrics port another instance holds tries it again."""
+
+
 class MetricsServer:
     """Serves :func:`render` of ``gauges()`` at ``/metrics`` in a thread."""
 
@@ -52,6 +57,7 @@ class MetricsServer:
         self._gauges = gauges
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
 
     @property
     def port(self) -> int:
@@ -83,17 +89,40 @@ class MetricsServer:
                 return  # a scrape is no news
 
         try:
-            self._server = ThreadingHTTPServer(self._bind, Handler)
+            self._serve(Handler)
         except OSError as e:
-            raise SettingsError(
-                f"--metrics-address {self._bind[0]}:{self._bind[1]}: cannot listen: {e}"
-            ) from e
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
+            if not (self.settings.pod_uid and e.errno == errno.EADDRINUSE):
+                raise SettingsError(
+                    f"--metrics-address {self._bind[0]}:{self._bind[1]}: cannot listen: {e}"
+                ) from e
+            # a rolling update: the old instance holds the port until it stops
+            log.warning("metrics address in use: served once it is free", extra={"address": self._address})
+            threading.Thread(
+                target=self._wait_for_port, args=(Handler,), name="metrics-wait", daemon=True
+            ).start()
+
+    @property
+    def _address(self) -> str:
+        return f"{self._bind[0]}:{self._bind[1]}"
+
+    def _serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        server = ThreadingHTTPServer(self._bind, handler)
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
         self._thread.start()
         log.info("metrics served", extra={"address": f"{self._bind[0]}:{self.port}", "path": "/metrics"})
 
+    def _wait_for_port(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        while not self._stopped.wait(PORT_RETRY_SECONDS):
+            try:
+                self._serve(handler)
+                return
+            except OSError:
+                continue
+
     def stop(self) -> None:
+        self._stopped.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

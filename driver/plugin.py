@@ -44,7 +44,7 @@ from driver.healthstream import HealthSource, services
 from driver.settings import Settings
 from driver.state import ClaimRef, DeviceState
 
-__all__ = ["PluginServer", "supported_versions"]
+__all__ = ["PluginServer", "slices_left_to", "supported_versions"]
 
 log = logging.getLogger(__name__)
 
@@ -271,3 +271,14 @@ class PluginServer:
             self._dra = None
         _unlink(self.settings.dra_socket)
         log.info("kubelet plugin stopped")
+
+
+def slices_left_to(settings: Settings) -> list[str]:
+    """The registration sockets of other instances of this driver on the node, to which a stopping
+    instance leaves its slices (a rolling update: the new one started beside it). None without a pod
+    UID, where there is only ever one instance, and under the ``drop-slices-on-update`` switch."""
+    if not settings.pod_uid or settings.breaks("drop-slices-on-update"):
+        return []
+    mine = settings.registration_socket.name
+    found = settings.kubelet.registry_dir.glob(f"{settings.driver_name}-*-reg.sock")
+    return sorted(p.name for p in found if p.name != mine)

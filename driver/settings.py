@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,8 @@ __all__ = [
 ]
 
 DEFAULT_DRIVER_NAME = "gpu.dra-conformance.io"
+
+_POD_UID = re.compile(r"^[0-9a-f][0-9a-f-]{0,35}$")
 
 ENV_PREFIX = "DRA_GPU_"
 BREAK_RULES_ENV = "DRA_GPU_TESTING_BREAK_RULES"
@@ -114,6 +117,10 @@ class Settings:
     """``text`` or ``json`` log lines on stderr."""
     keep_slices: bool = False
     """Leave the node's ResourceSlices in place on shutdown."""
+    pod_uid: str = ""
+    """The UID of the driver's pod: set, the sockets carry it in their names, so that a new instance
+    can start beside the old one (a rolling update: the kubelet uses the newest registration), and
+    on shutdown the slices are left to another instance still registered."""
     metrics_address: str = ""
     """``HOST:PORT`` of the Prometheus metrics endpoint (``driver.metrics``); empty: none."""
     device_metadata: bool = False
@@ -137,13 +144,21 @@ class Settings:
 
     @property
     def registration_socket(self) -> Path:
-        """``<registry-dir>/<driver>-reg.sock``."""
-        return self.kubelet.registry_dir / f"{self.driver_name}-reg.sock"
+        """``<registry-dir>/<driver>-reg.sock`` (``<driver>-<instance>-reg.sock`` with a pod UID)."""
+        middle = f"-{self.instance}" if self.instance else ""
+        return self.kubelet.registry_dir / f"{self.driver_name}{middle}-reg.sock"
 
     @property
     def dra_socket(self) -> Path:
-        """``<plugin-dir>/dra.sock``: the DRAPlugin and health services."""
-        return self.kubelet.plugin_dir / "dra.sock"
+        """``<plugin-dir>/dra.sock`` (``dra-<instance>.sock``): the DRAPlugin and health services."""
+        return self.kubelet.plugin_dir / (f"dra-{self.instance}.sock" if self.instance else "dra.sock")
+
+    @property
+    def instance(self) -> str:
+        """What tells this instance's sockets from another's: the first 12 hex digits of the pod UID
+        (gRPC takes unix socket paths of at most 105 bytes; the kubelet reads any name); empty without
+        one."""
+        return self.pod_uid.replace("-", "")[:12]
 
     @property
     def checkpoint_path(self) -> Path:
@@ -317,6 +332,12 @@ def build_parser() -> argparse.ArgumentParser:
         "HOST:PORT where GET /metrics answers in the Prometheus text format (default: not served)",
         metavar="HOST:PORT",
     )
+    add(
+        "--pod-uid",
+        "the UID of the driver's pod (from the downward API): the sockets carry it in their names, so "
+        "a new instance can start beside the old one in a rolling update (default: none)",
+        metavar="UID",
+    )
     add("--log-format", "log line format: text or json (default text)", choices=list(LOG_FORMATS))
     parser.add_argument(
         "--keep-slices",
@@ -437,6 +458,9 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
     if device_metadata is None:
         name = _env_name("--device-metadata")
         device_metadata = _bool(env.get(name) or "false", name)
+    pod_uid = pick("--pod-uid", "") or ""
+    if pod_uid and not _POD_UID.match(pod_uid):
+        raise SettingsError(f"--pod-uid {pod_uid!r}: not a pod UID (lower-case hex and '-', at most 36)")
     metrics_address = pick("--metrics-address", "") or ""
     if metrics_address:
         parse_address(metrics_address)
@@ -477,6 +501,7 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
         health=HealthSettings(enabled=health, ignored_xids=ignored, informational_seconds=informational),
         log_format=log_format,
         keep_slices=keep_slices,
+        pod_uid=pod_uid,
         device_metadata=device_metadata,
         metrics_address=metrics_address,
         break_rules=rules,

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from clusters.errors import ClusterError, ClusterStateError
+from clusters.errors import ClusterError, ClusterStateError, UpdateFailed
 from clusters.local import daemon
 from clusters.local.cluster import LocalClusterBase, LocalNode
 
@@ -72,6 +72,13 @@ class AttachedLocalCluster(LocalClusterBase):
     def restart_driver(self, node: str, *, crash: bool = False) -> None:
         """Restart the driver on ``node`` (``crash``: SIGKILL instead of SIGTERM)."""
         daemon.request(self.state_dir, "restart_driver", node=node, crash=crash)
+
+    def update_driver(self, node: str, *, fail: bool = False) -> None:
+        """A rolling update of the driver on ``node`` (``fail``: one whose new instance exits;
+        ``UpdateFailed`` then)."""
+        answer = daemon.request(self.state_dir, "update_driver", node=node, fail=fail)
+        if answer.get("failed"):
+            raise UpdateFailed(str(answer["failed"]))
 
     def restart_kubelet(self, node: str, *, crash: bool = False) -> None:
         """Restart the node agent on ``node`` (``crash``: SIGKILL instead of SIGTERM)."""

@@ -29,6 +29,7 @@ import shutil
 import string
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from clusters.base import Cluster, ContainerView, PodRef, pod_key
-from clusters.errors import ClusterError, NodeError
+from clusters.errors import ClusterError, NodeError, UpdateFailed
 from clusters.local import fakenvml, kubeletnode, pki
 from clusters.local.binaries import Binaries, resolve, resolve_kubelet
 from clusters.local.controlplane import ControlPlane, ControlPlaneConfig, free_port
@@ -66,7 +67,9 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 
-LOCAL_CAPABILITIES = frozenset({"grpc", "view", "restart-driver", "restart-kubelet", "restart-apiserver"})
+LOCAL_CAPABILITIES = frozenset(
+    {"grpc", "view", "restart-driver", "update-driver", "restart-kubelet", "restart-apiserver"}
+)
 """Everything: the local tier owns every process and file of its nodes."""
 
 _SOCKET_PATH_MAX = 107
@@ -104,6 +107,12 @@ def _short_temp_dir(parent: Path) -> Path:
         return path
     raise ClusterError(f"no free short directory name under {parent} after 1000 tries; clean it up")
 
+
+POD_UID_PLACEHOLDER = "{pod_uid}"
+"""In a driver command: a new pod UID at each start (``--pod-uid``: sockets named for a rolling update)."""
+
+FAILED_UPDATE_FLAG = "--dra-conformance-failed-update"
+"""What a failed update's new driver instance is given: a flag no driver knows, so it exits."""
 
 METRICS_PORT_FILE = "metrics.port"
 """In a node's root: the free TCP port chosen for its driver's metrics endpoint when the node was
@@ -304,6 +313,37 @@ class LocalCluster(LocalClusterBase):
         self._wait_driver_registered(n, old_sockets)
         if slices:  # a driver may keep its slices across a restart, so any slice will do
             self._wait_republished(n, set())
+
+    def update_driver(self, node: str, *, fail: bool = False) -> None:
+        """A rolling update (see :class:`~clusters.base.Cluster`): the new instance gets a new
+        ``{pod_uid}``, so its sockets have names of their own; a command without one is refused."""
+        n = self._local_node(node)
+        if not any(POD_UID_PLACEHOLDER in arg for arg in n.driver_command):
+            raise NodeError(
+                f"node {node}: the driver command has no {POD_UID_PLACEHOLDER}: a second instance would take "
+                "the first one's sockets (give the driver its pod UID, e.g. --pod-uid {pod_uid})"
+            )
+        old = n.driver
+        if old is None or not old.alive():
+            raise NodeError(f"node {node}: no driver runs to update")
+        before = set(self._driver_sockets(n).values())
+        extra = (FAILED_UPDATE_FLAG,) if fail else ()
+        new = self._start_driver(n, extra)
+        try:
+            self._wait_driver_registered(n, before)
+        except NodeError as e:
+            n.driver = old
+            if new.alive():
+                new.stop()
+                raise
+            if fail:
+                raise UpdateFailed(f"node {node}: the new driver exited before it registered: {e}") from e
+            raise
+        if fail:
+            n.driver = old
+            new.stop()
+            raise NodeError(f"node {node}: the driver registered though it was given {FAILED_UPDATE_FLAG}")
+        old.stop()
 
     def restart_kubelet(self, node: str, *, crash: bool = False) -> None:
         """Stop (SIGTERM, or SIGKILL when ``crash``) and restart the node agent on ``node``.
@@ -532,9 +572,13 @@ class LocalCluster(LocalClusterBase):
         # its working directory is the node root: nothing it does with a relative path reaches elsewhere
         n.agent = ManagedProcess(f"kubelet-{n.name}", argv, n.log_files["kubelet"], cwd=n.root).start()
 
-    def _start_driver(self, n: LocalNode) -> None:
+    def _start_driver(self, n: LocalNode, extra: Sequence[str] = ()) -> ManagedProcess:
+        """Start the node's driver command (and ``extra`` arguments), ``{pod_uid}`` a new UID (as a
+        new pod would have)."""
         log_path = n.log_files["driver"]
-        n.driver = ManagedProcess(f"driver-{n.name}", n.driver_command, log_path, env=n.driver_env).start()
+        argv = [arg.replace(POD_UID_PLACEHOLDER, str(uuid.uuid4())) for arg in (*n.driver_command, *extra)]
+        n.driver = ManagedProcess(f"driver-{n.name}", argv, log_path, env=n.driver_env).start()
+        return n.driver
 
     def _driver_sockets(self, n: LocalNode) -> dict[Path, tuple[int, int]]:
         return driver_sockets(n.layout.registry_dir, self.settings.driver_name)

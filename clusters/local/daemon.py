@@ -10,7 +10,8 @@ that crashed). ``shutdown(state_dir)`` asks it to stop and waits.
 
 Protocol: one JSON object per connection each way: ``{"op": ..., ...}`` ->
 ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. Ops: ``status``,
-``restart_driver``, ``stop_driver``, ``restart_kubelet``, ``stop_kubelet``, ``start_driver``,
+``restart_driver``, ``stop_driver``, ``update_driver``, ``restart_kubelet``, ``stop_kubelet``,
+``start_driver``,
 ``restart_component``, ``reset_drivers``, ``stop``.
 """
 
@@ -33,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from clusters.errors import ClusterError, ClusterStateError
+from clusters.errors import ClusterError, ClusterStateError, UpdateFailed
 from clusters.local.cluster import LocalCluster
 from clusters.local.processes import install_signal_handlers
 from clusters.local.settings import BinariesSettings, LocalSettings
@@ -354,6 +355,12 @@ class _Daemon:
             c.restart_driver(req["node"], crash=bool(req.get("crash")))
         elif op == "stop_driver":
             c.stop_driver(req["node"])
+        elif op == "update_driver":
+            try:
+                c.update_driver(req["node"], fail=bool(req.get("fail")))
+            except UpdateFailed as e:
+                self.write_state()
+                return {"ok": True, "failed": str(e)}
         elif op == "restart_kubelet":
             c.restart_kubelet(req["node"], crash=bool(req.get("crash")))
         elif op == "stop_kubelet":

@@ -916,6 +916,16 @@ RULES: tuple[Rule, ...] = (
         'node "not removed if plugin restarts quickly enough"',
     ),
     Rule(
+        "RES-ROLLING-UPDATE",
+        "RES",
+        "a new driver instance started beside the running one takes over: the slices stay as they were, a pod "
+        "prepared before keeps its devices and is unprepared by the new one, new pods run; a new instance "
+        "that fails before it registers leaves the old one serving",
+        ("rolling-update", "update-driver"),
+        "1.33",
+        'e2e_node "rolling update"; kubeletplugin RollingUpdate',
+    ),
+    Rule(
         "RES-APISERVER",
         "RES",
         "after an API server restart the driver republishes any missing slice and new pods run",

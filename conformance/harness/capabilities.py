@@ -35,6 +35,7 @@ CLUSTER_CAPABILITIES = {
     "grpc": "reach the driver's sockets on a node",
     "view": "show what a container sees",
     "restart-driver": "restart the driver",
+    "update-driver": "update the driver: start a second instance beside the first",
     "restart-kubelet": "restart the kubelet",
     "restart-apiserver": "restart the API server",
 }

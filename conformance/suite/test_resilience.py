@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 import pytest
 
+from clusters.errors import UpdateFailed
 from conformance.catalogue import exclusive, exclusive_cluster, rule
 from conformance.harness import ClaimRef, Harness, Objects, allocated_devices, meta, pod_phase, watch_until
 from conformance.suite.test_slices import describe as describe_slices
@@ -347,6 +348,46 @@ def test_slices_survive_quick_restart(dra: Harness) -> None:
             f"slices of {dra.node} deleted (gone, or made again with a new uid) across a quick restart: "
             f"{wiped}; now {sorted(after)}"
         )
+
+
+def _slice_uids(dra: Harness) -> dict[str, str]:
+    """The node's slices of the driver: name -> UID."""
+    return {meta(s)["name"]: meta(s)["uid"] for s in dra.slices()}
+
+
+@rule("RES-ROLLING-UPDATE")
+@exclusive
+def test_rolling_update(dra: Harness) -> None:
+    """a new driver instance started beside the running one takes over: the slices stay as they were, a
+    pod prepared before keeps its devices and is unprepared by the new one, new pods run; a new instance
+    that fails before it registers leaves the old one serving"""
+    before = _slice_uids(dra)
+    assert before, f"{dra.driver} has no slices on {dra.node}"
+    pod, _claim = dra.run_pod()
+    name = meta(pod)["name"]
+    ids = _cdi_ids(dra, name)
+    with _drivers_restarted_on_failure(dra, [dra.node]):
+        dra.cluster.update_driver(dra.node)
+        _still_running(dra, [name], "the driver was updated")
+        _still_defined(dra, ids, "the driver was updated")
+        dra.run_pod()  # the new instance prepares
+        after = _slice_uids(dra)
+        changed = sorted(n for n, uid in before.items() if after.get(n) != uid)
+        assert not changed, (
+            f"slices of {dra.node} deleted (gone, or made again with a new uid) across a rolling update: "
+            f"{changed}; now {sorted(after)}"
+        )
+        dra.remove_pod(name)  # unprepared by the new instance
+        if ids and dra.can("grpc", "whether the new instance removed the old pod's CDI devices"):
+            dra.wait_undefined(ids, f"the CDI devices of pod {name}, prepared by the old instance")
+        try:
+            dra.cluster.update_driver(dra.node, fail=True)
+        except UpdateFailed:
+            pass
+        else:
+            raise AssertionError(f"a new driver instance given a setting it refuses registered on {dra.node}")
+        dra.run_pod()  # the instance that was there still serves
+        assert _slice_uids(dra) == after, f"the slices of {dra.node} changed when a driver update failed"
 
 
 @rule("RES-APISERVER")

@@ -17,8 +17,8 @@ COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES
 
 
 def test_catalogue_shape() -> None:
-    assert len(RULES) == 111
-    assert len({r.id for r in RULES}) == 111
+    assert len(RULES) == 112
+    assert len({r.id for r in RULES}) == 112
     counts = {a: sum(r.area == a for r in RULES) for a in AREAS}
     assert counts == {
         "PRE": 5,
@@ -28,7 +28,7 @@ def test_catalogue_shape() -> None:
         "SHARE": 8,
         "PREP": 20,
         "HEALTH": 11,
-        "RES": 10,
+        "RES": 11,
     }
     for r in RULES:
         assert r.id.startswith(r.area + "-"), r.id

@@ -253,6 +253,9 @@ CASES: dict[str, Case] = {
         "reference-gpu", "preparation", "PREP-DEVICE-METADATA", rules=("PREP-DEVICE-METADATA",)
     ),
     "metrics-broken": case("reference-gpu", "registration", "REG-METRICS", rules=("REG-METRICS",)),
+    "drop-slices-on-update": case(
+        "reference-gpu", "resilience", "RES-ROLLING-UPDATE", rules=("RES-ROLLING-UPDATE",)
+    ),
     "slices-any-node": case("reference-gpu", "slices", "SLICE-OWN-NODE", rules=("SLICE-OWN-NODE",)),
     "compat-groups-missing": case(
         "reference-gpu", "allocation", "ALLOC-COMPAT-GROUPS", rules=("ALLOC-COMPAT-GROUPS",)
@@ -271,9 +274,10 @@ REFERENCE_GPU_ONLY = BINDING | {
     "REG-METRICS",
     "ALLOC-COMPAT-GROUPS",
     "SLICE-OWN-NODE",
+    "RES-ROLLING-UPDATE",
 }
 """Rules only reference-gpu's settings meet (binding-conditions, device-metadata, a metrics URL,
-compatibility-groups, a service account)."""
+compatibility-groups, a service account, rolling-update)."""
 
 NOT_CLAIMED = frozenset({"ALLOC-CONSUMABLE", "PREP-NETDEV"}) | REFERENCE_GPU_ONLY
 """Rules of capabilities the reference profiles do not claim (consumable-capacity, net,

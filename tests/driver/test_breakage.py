@@ -44,6 +44,7 @@ from driver.health import HealthMonitor
 from driver.healthstream import UNHEALTHY
 from driver.inventory import Inventory
 from driver.metrics import MetricsServer
+from driver.plugin import slices_left_to
 from driver.settings import BREAK_RULES_ENV, access_options, from_args
 from driver.slices import SlicePublisher
 from driver.slicing import MAX_DEVICES_PER_SLICE, DeviceTaint, taints_from_faults
@@ -101,7 +102,7 @@ def test_every_rule_is_documented() -> None:
         "keep-deleted-claims", "trust-corrupt-checkpoint", "config-to-whole-request", "claims-by-name",
         "exceed-consumable-share", "never-attach", "ignore-attach-failure",
         "metadata-to-every-container", "metadata-of-whole-claim", "metrics-broken",
-        "compat-groups-missing", "slices-any-node",
+        "compat-groups-missing", "slices-any-node", "drop-slices-on-update",
     }  # fmt: skip
 
 
@@ -300,6 +301,17 @@ def _slice_policy_enforced(node: Node) -> tuple[bool, ...]:
     objects = list(yaml.safe_load_all(access.printed(access_options([], env))))
     bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
     return (len(bindings) == 1 and bindings[0]["spec"]["validationActions"] == ["Deny"],)
+
+
+def _slices_left_to_the_new_instance(node: Node) -> tuple[bool, ...]:
+    old = replace(node.settings, pod_uid="0b7e6c1a-1111-2222-3333-444455556666")
+    new = replace(node.settings, pod_uid="9f00aa11-1111-2222-3333-444455556666")
+    old.kubelet.registry_dir.mkdir(parents=True, exist_ok=True)
+    new.registration_socket.touch()  # the new instance registered beside the old one
+    try:
+        return (slices_left_to(old) == [new.registration_socket.name],)
+    finally:
+        new.registration_socket.unlink()
 
 
 def _allocated_pool_answered(node: Node) -> tuple[bool, ...]:
@@ -765,6 +777,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "metrics-broken": _metrics_answered,
     "compat-groups-missing": _groups_published,
     "slices-any-node": _slice_policy_enforced,
+    "drop-slices-on-update": _slices_left_to_the_new_instance,
     "never-attach": _attached_for_the_claim,
     "ignore-attach-failure": _attach_failure_reported,
 }

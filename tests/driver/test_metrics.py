@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -55,6 +56,14 @@ def test_metrics_broken_answers_500(node: Node) -> None:
         metrics.stop()
 
 
+def _scrape(port: int) -> str:
+    """The body of a scrape; empty while nothing listens."""
+    try:
+        return _get(port, "/metrics")[2]
+    except OSError:
+        return ""
+
+
 def test_addresses() -> None:
     assert parse_address("127.0.0.1:9400") == ("127.0.0.1", 9400)
     assert parse_address(":9400") == ("0.0.0.0", 9400)
@@ -64,3 +73,23 @@ def test_addresses() -> None:
     with pytest.raises(SettingsError, match="--metrics-address 'localhost:http'"):
         from_args(["--node-name", "n", "--metrics-address", "localhost:http"], {})
     assert from_args(["--node-name", "n"], {}).metrics_address == ""
+
+
+def test_a_new_instance_serves_once_the_old_one_frees_the_port(server: MetricsServer, node: Node) -> None:
+    """A rolling update: the new instance (a pod UID) waits for the port the old one holds."""
+    address = f"127.0.0.1:{server.port}"
+    with pytest.raises(SettingsError, match="cannot listen"):
+        MetricsServer(node.settings, address, dict).start()  # one instance only: a port taken is an error
+    newer = MetricsServer(
+        replace(node.settings, pod_uid="0b7e6c1a-1111"), address, lambda: {"x": ("New.", 1)}
+    )
+    newer.start()
+    try:
+        assert "x 1" not in _get(server.port, "/metrics")[2]  # the old one still answers
+        server.stop()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and "x 1" not in _scrape(server.port):
+            time.sleep(0.1)
+        assert "x 1" in _scrape(server.port)
+    finally:
+        newer.stop()

@@ -158,3 +158,16 @@ def test_device_classes_reads_the_driver_name_like_the_driver() -> None:
     assert device_classes_driver_name([], {"DRA_GPU_DRIVER_NAME": "gpu.env.io"}) == "gpu.env.io"
     flag = ["--driver-name", "gpu.flag.io"]
     assert device_classes_driver_name(flag, {"DRA_GPU_DRIVER_NAME": "gpu.env.io"}) == "gpu.flag.io"
+
+
+def test_a_pod_uid_names_the_sockets_of_one_instance() -> None:
+    uid = "83d265d9-95eb-4dc4-88aa-932cebd84ff5"
+    s = from_args(["--node-name", "n", "--pod-uid", uid, "--registry-dir", "/r", "--plugin-dir", "/p"], {})
+    assert s.registration_socket == Path("/r/gpu.dra-conformance.io-83d265d995eb-reg.sock")
+    assert s.dra_socket == Path("/p/dra-83d265d995eb.sock")
+    alone = from_args(["--node-name", "n", "--registry-dir", "/r", "--plugin-dir", "/p"], {})
+    assert alone.registration_socket == Path("/r/gpu.dra-conformance.io-reg.sock")
+    assert alone.dra_socket == Path("/p/dra.sock")
+    assert from_args(["--node-name", "n"], {"DRA_GPU_POD_UID": uid}).pod_uid == uid
+    with pytest.raises(SettingsError, match="not a pod UID"):
+        from_args(["--node-name", "n", "--pod-uid", "../../etc"], {})
