@@ -31,7 +31,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -137,6 +137,9 @@ class LocalNode:
     """The driver under test on this node."""
     driver_command: tuple[str, ...] = ()
     """The driver's command line with placeholders filled in (empty: none)."""
+    pod_uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    """The driver "pod"'s UID (``{pod_uid}``): kept across restarts of its driver (a container restart
+    keeps its pod), new for the new instance of an update (a new pod)."""
     driver_env: dict[str, str] | None = None
     """The driver's environment when it differs from ours (fake NVML: :mod:`clusters.local.fakenvml`)."""
 
@@ -240,6 +243,7 @@ class LocalCluster(LocalClusterBase):
             n.driver.stop()
         n.driver_command = tuple(self._expand(n, fill_binaries(command, self.settings, self.progress)))
         n.driver = None
+        n.pod_uid = str(uuid.uuid4())  # a new driver pod
         if n.driver_command:
             self._start_driver(n)
             self._wait_driver_registered(n)
@@ -271,6 +275,7 @@ class LocalCluster(LocalClusterBase):
             for sock in n.layout.registry_dir.glob(f"{driver}*"):
                 sock.unlink(missing_ok=True)
             n.layout.create(drivers=(driver,))
+            n.pod_uid = str(uuid.uuid4())  # a new driver pod
             if self.settings.fake_nvml and self.nvml_lib is not None:
                 fakenvml.prepare_node(n.root, n.name, self.settings.fake_nvml)
             if command is not None:
@@ -328,7 +333,8 @@ class LocalCluster(LocalClusterBase):
             raise NodeError(f"node {node}: no driver runs to update")
         before = set(self._driver_sockets(n).values())
         extra = (FAILED_UPDATE_FLAG,) if fail else ()
-        new = self._start_driver(n, extra)
+        uid = str(uuid.uuid4())
+        new = self._start_driver(n, extra, uid)
         try:
             self._wait_driver_registered(n, before)
         except NodeError as e:
@@ -343,6 +349,7 @@ class LocalCluster(LocalClusterBase):
             n.driver = old
             new.stop()
             raise NodeError(f"node {node}: the driver registered though it was given {FAILED_UPDATE_FLAG}")
+        n.pod_uid = uid
         old.stop()
 
     def restart_kubelet(self, node: str, *, crash: bool = False) -> None:
@@ -572,11 +579,12 @@ class LocalCluster(LocalClusterBase):
         # its working directory is the node root: nothing it does with a relative path reaches elsewhere
         n.agent = ManagedProcess(f"kubelet-{n.name}", argv, n.log_files["kubelet"], cwd=n.root).start()
 
-    def _start_driver(self, n: LocalNode, extra: Sequence[str] = ()) -> ManagedProcess:
-        """Start the node's driver command (and ``extra`` arguments), ``{pod_uid}`` a new UID (as a
-        new pod would have)."""
+    def _start_driver(self, n: LocalNode, extra: Sequence[str] = (), pod_uid: str = "") -> ManagedProcess:
+        """Start the node's driver command (and ``extra`` arguments), ``{pod_uid}`` the node's
+        (or ``pod_uid``: a new pod's)."""
         log_path = n.log_files["driver"]
-        argv = [arg.replace(POD_UID_PLACEHOLDER, str(uuid.uuid4())) for arg in (*n.driver_command, *extra)]
+        uid = pod_uid or n.pod_uid
+        argv = [arg.replace(POD_UID_PLACEHOLDER, uid) for arg in (*n.driver_command, *extra)]
         n.driver = ManagedProcess(f"driver-{n.name}", argv, log_path, env=n.driver_env).start()
         return n.driver
 
