@@ -40,6 +40,7 @@ from driver.errors import DeviceError
 from driver.inventory import (
     DEVICE_KINDS,
     MIB,
+    NUMA_NODE,
     AttributeValue,
     DeviceInfo,
     Inventory,
@@ -227,6 +228,9 @@ def _gpus(common: Mapping[str, AttributeValue]) -> Iterator[_Gpu]:
         pci = optional(pynvml.nvmlDeviceGetPciInfo, handle)
         if pci is not None:
             attributes["resource.kubernetes.io/pciBusID"] = _pci_bus_id(pci)
+        numa = optional(pynvml.nvmlDeviceGetNumaNodeId, handle)
+        if numa is not None and numa >= 0:  # -1: the system has no NUMA
+            attributes[NUMA_NODE] = int(numa)
         memory = optional(pynvml.nvmlDeviceGetMemoryInfo, handle)
         mig = optional(pynvml.nvmlDeviceGetMigMode, handle)
         yield _Gpu(

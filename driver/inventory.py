@@ -16,6 +16,7 @@ __all__ = [
     "DEVICE_KINDS",
     "GIB",
     "MIB",
+    "NUMA_NODE",
     "AttributeValue",
     "DeviceInfo",
     "DeviceKind",
@@ -25,6 +26,10 @@ __all__ = [
     "RequestPolicy",
     "Version",
 ]
+
+NUMA_NODE = "resource.kubernetes.io/numaNode"
+"""The standard attribute of the NUMA node a device is closest to (KEP-6072): devices of several
+drivers (a GPU and a NIC) are placed together by matching it."""
 
 DEVICE_KINDS = ("gpu", "mig", "partitionable-mig")
 """The values ``--device-kinds`` accepts, in the order they are documented."""

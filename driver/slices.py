@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from driver.errors import StoreConflict
-from driver.inventory import Inventory
+from driver.inventory import NUMA_NODE, Inventory
 from driver.slicing import Body, DeviceTaint, build_slices
 
 __all__ = ["SlicePublisher", "SliceStore"]
@@ -175,6 +175,10 @@ class SlicePublisher:
                     memory = counter_set["counters"].get("memory")
                     if memory is not None:
                         memory["value"] = str(int(memory["value"]) // 2)
+        if self._breaks("numa-node-missing"):
+            for devices in with_devices:
+                for device in devices:
+                    device.get("attributes", {}).pop(NUMA_NODE, None)
         if self._breaks("compat-groups-missing"):
             for devices in with_devices:
                 for device in devices:

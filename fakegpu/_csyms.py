@@ -56,6 +56,7 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "nvmlDeviceGetVbiosVersion": ("h", "b", "u"),
     "nvmlDeviceGetIndex": ("h", "o:u32"),
     "nvmlDeviceGetMinorNumber": ("h", "o:u32"),
+    "nvmlDeviceGetNumaNodeId": ("h", "o:i32"),
     "nvmlDeviceGetCudaComputeCapability": ("h", "o:i32", "o:i32"),
     "nvmlDeviceGetArchitecture": ("h", "o:u32"),
     "nvmlDeviceGetBrand": ("h", "o:u32"),

@@ -173,6 +173,12 @@ class DeviceSymbols(SymbolBase):
         put(out, self.full(handle).gpu.minor)
         return c.SUCCESS
 
+    def nvmlDeviceGetNumaNodeId(self, handle: Any, out: Any) -> int:
+        # two sockets: the PCI buses of the first below 0x80, as on a DGX (x86 root complexes)
+        g = self.full(handle).gpu
+        put(out, 2 * g.pci_domain + (1 if g.pci_bus >= 0x80 else 0))
+        return c.SUCCESS
+
     def nvmlDeviceGetCudaComputeCapability(self, handle: Any, major: Any, minor: Any) -> int:
         r = self.dev(handle)
         put(major, r.model.compute_capability[0])

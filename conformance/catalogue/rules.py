@@ -432,6 +432,15 @@ RULES: tuple[Rule, ...] = (
         "e2e",
     ),
     Rule(
+        "ALLOC-NUMA",
+        "ALLOC",
+        "devices carry the standard `resource.kubernetes.io/numaNode` attribute (an int, KEP-6072), and two "
+        "requests that must match it get devices of the NUMA node the first one asks for",
+        ("numa",),
+        "1.34",
+        "KEP-6072 (standard attribute, GA 1.37)",
+    ),
+    Rule(
         "ALLOC-DISTINCT-ATTR",
         "ALLOC",
         "`distinctAttribute` picks devices that differ on it",

@@ -59,6 +59,7 @@ PROFILE_CAPABILITIES: Mapping[str, str] = {
     "partitionable": "publishes partitionable devices that consume shared counters",
     "consumable-capacity": "publishes devices that several claims can share by capacity",
     "binding-conditions": "publishes devices with bindingConditions and sets them in status.devices",
+    "numa": "its devices carry the standard resource.kubernetes.io/numaNode attribute (KEP-6072)",
     "rolling-update": "two instances of its plugin can run on a node at once (sockets named by pod UID)",
     "compatibility-groups": "declares compatibility groups that keep devices of a counter set apart",
     "device-metadata": "mounts a device metadata file per request into the containers that use it (KEP-5304)",

@@ -69,7 +69,7 @@ class Verdict:
     """The rules judged (the catalogue's, in a report)."""
 
     def headline(self) -> str:
-        """The verdict in one line: ``CONFORMANT: core + grpc + view``, ``INCOMPLETE: 42 of 112 rules
+        """The verdict in one line: ``CONFORMANT: core + grpc + view``, ``INCOMPLETE: 42 of 113 rules
         not checked (passed in full: core)``, ``NOT CONFORMANT: 2 rules failed (REG-BATCH, ...)``."""
         levels = " + ".join(self.levels) or "none"
         if self.state == "NOT CONFORMANT":

@@ -10,6 +10,7 @@ they hold or taint them for a while), or single out by its attributes a device t
 from __future__ import annotations
 
 import ipaddress
+from collections import Counter
 from decimal import Decimal
 from typing import Any
 
@@ -241,6 +242,37 @@ def test_match_attribute(dra: Harness) -> None:
     values = {d: dra.attr(dra.devices()[d], attribute) for d in devices}
     assert None not in values.values(), f"an allocated device lacks {attribute}: {values}"
     assert len(set(values.values())) == 1, f"matchAttribute {attribute} picked devices that differ: {values}"
+
+
+NUMA_NODE = "resource.kubernetes.io/numaNode"
+"""The standard attribute of the NUMA node a device is closest to (KEP-6072)."""
+
+
+@rule("ALLOC-NUMA")
+def test_numa_node(dra: Harness) -> None:
+    """devices carry the standard `resource.kubernetes.io/numaNode` attribute (an int, KEP-6072), and two
+    requests that must match it get devices of the NUMA node the first one asks for"""
+    published = dra.devices()
+    numa = {name: dra.attr(d, NUMA_NODE) for name, d in published.items()}
+    lacking = sorted(n for n, v in numa.items() if v is None)
+    assert not lacking, f"the profile claims numa, yet devices of {dra.node} lack {NUMA_NODE}: {lacking[:5]}"
+    wrong = sorted(f"{n}={v!r}" for n, v in numa.items() if type(v) is not int)
+    assert not wrong, f"{NUMA_NODE} is an int; devices of {dra.node} say {wrong[:5]}"
+    # the highest NUMA node with two free devices: not where a scheduler starts by itself
+    counts = Counter(numa[n] for n in dra.free_devices() if n in numa)
+    nodes = sorted(v for v, k in counts.items() if k >= 2)
+    if not nodes:
+        pytest.skip(f"no NUMA node of {dra.node} has two free devices: {dict(counts)}")
+    wanted = nodes[-1]
+    every = _every_device_class(dra)
+    picked = manifests.cel(f'device.attributes["resource.kubernetes.io"].numaNode == {wanted}')
+    requests = [manifests.request("a", every, selectors=[picked]), manifests.request("b", every)]
+    constraint = {"requests": ["a", "b"], "matchAttribute": NUMA_NODE}
+    _pod, claim = dra.run_pod({"requests": requests, "constraints": [constraint]})
+    got = {r.device: numa.get(r.device) for r in allocated_devices(_current(dra, claim))}
+    assert len(got) == 2 and set(got.values()) == {wanted}, (
+        f"requests a ({NUMA_NODE} {wanted}) and b, which must match it, were allocated {got}"
+    )
 
 
 @rule("ALLOC-DISTINCT-ATTR")

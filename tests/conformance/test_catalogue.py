@@ -17,14 +17,14 @@ COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES
 
 
 def test_catalogue_shape() -> None:
-    assert len(RULES) == 112
-    assert len({r.id for r in RULES}) == 112
+    assert len(RULES) == 113
+    assert len({r.id for r in RULES}) == 113
     counts = {a: sum(r.area == a for r in RULES) for a in AREAS}
     assert counts == {
         "PRE": 5,
         "REG": 19,
         "SLICE": 13,
-        "ALLOC": 25,
+        "ALLOC": 26,
         "SHARE": 8,
         "PREP": 20,
         "HEALTH": 11,

@@ -42,6 +42,8 @@ EXAMPLE_GPU_SKIPS = area_rules("health") | frozenset(
         "SLICE-OWN-NODE",
         # its local command gives no pod UID (--pod-uid is how two instances could share a node)
         "RES-ROLLING-UPDATE",
+        # its GPUs carry no resource.kubernetes.io/numaNode
+        "ALLOC-NUMA",
         # its checkpoint carries no checksum and nothing reports a corrupt one: the profile names
         # none (checkpoint.path)
         "RES-CHECKPOINT-CORRUPT",

@@ -256,6 +256,7 @@ CASES: dict[str, Case] = {
     "drop-slices-on-update": case(
         "reference-gpu", "resilience", "RES-ROLLING-UPDATE", rules=("RES-ROLLING-UPDATE",)
     ),
+    "numa-node-missing": case("reference-gpu", "allocation", "ALLOC-NUMA", rules=("ALLOC-NUMA",)),
     "slices-any-node": case("reference-gpu", "slices", "SLICE-OWN-NODE", rules=("SLICE-OWN-NODE",)),
     "compat-groups-missing": case(
         "reference-gpu", "allocation", "ALLOC-COMPAT-GROUPS", rules=("ALLOC-COMPAT-GROUPS",)
@@ -275,9 +276,10 @@ REFERENCE_GPU_ONLY = BINDING | {
     "ALLOC-COMPAT-GROUPS",
     "SLICE-OWN-NODE",
     "RES-ROLLING-UPDATE",
+    "ALLOC-NUMA",
 }
 """Rules only reference-gpu's settings meet (binding-conditions, device-metadata, a metrics URL,
-compatibility-groups, a service account, rolling-update)."""
+compatibility-groups, a service account, rolling-update, numa)."""
 
 NOT_CLAIMED = frozenset({"ALLOC-CONSUMABLE", "PREP-NETDEV"}) | REFERENCE_GPU_ONLY
 """Rules of capabilities the reference profiles do not claim (consumable-capacity, net,

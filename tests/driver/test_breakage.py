@@ -42,7 +42,7 @@ from driver.consumable import make_consumable
 from driver.errors import CDIError, DeviceConflict, PrepareError, SettingsError, StoreConflict
 from driver.health import HealthMonitor
 from driver.healthstream import UNHEALTHY
-from driver.inventory import Inventory
+from driver.inventory import NUMA_NODE, Inventory
 from driver.metrics import MetricsServer
 from driver.plugin import slices_left_to
 from driver.settings import BREAK_RULES_ENV, access_options, from_args
@@ -102,7 +102,7 @@ def test_every_rule_is_documented() -> None:
         "keep-deleted-claims", "trust-corrupt-checkpoint", "config-to-whole-request", "claims-by-name",
         "exceed-consumable-share", "never-attach", "ignore-attach-failure",
         "metadata-to-every-container", "metadata-of-whole-claim", "metrics-broken",
-        "compat-groups-missing", "slices-any-node", "drop-slices-on-update",
+        "compat-groups-missing", "slices-any-node", "drop-slices-on-update", "numa-node-missing",
     }  # fmt: skip
 
 
@@ -312,6 +312,15 @@ def _slices_left_to_the_new_instance(node: Node) -> tuple[bool, ...]:
         return (slices_left_to(old) == [new.registration_socket.name],)
     finally:
         new.registration_socket.unlink()
+
+
+def _numa_node_published(node: Node) -> tuple[bool, ...]:
+    placed = replace(gpu(0), attributes={"type": "gpu", NUMA_NODE: 1})
+    _, store = _published(node, inventory=Inventory(devices={placed.name: placed}))
+    found = [
+        d["attributes"].get(NUMA_NODE) for s in store.objects.values() for d in s["spec"].get("devices") or []
+    ]
+    return (found == [{"int": 1}],)
 
 
 def _allocated_pool_answered(node: Node) -> tuple[bool, ...]:
@@ -778,6 +787,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "compat-groups-missing": _groups_published,
     "slices-any-node": _slice_policy_enforced,
     "drop-slices-on-update": _slices_left_to_the_new_instance,
+    "numa-node-missing": _numa_node_published,
     "never-attach": _attached_for_the_claim,
     "ignore-attach-failure": _attach_failure_reported,
 }

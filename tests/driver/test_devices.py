@@ -238,3 +238,11 @@ def test_partitions_whose_labels_collide_get_the_profile_id(h100_mig: fakegpu.Fa
     devices._add(found, part)
     devices._add(found, part)
     assert list(found) == ["gpu-0-part-3g40gb-0", "gpu-0-part-3g40gb-0-p9"]
+
+
+def test_gpus_carry_their_numa_node(h100: fakegpu.FakeMachine) -> None:
+    inv = discover(["gpu"])
+    # a DGX: GPUs 0-3 on the first socket, 4-7 on the second
+    assert [inv[f"gpu-{i}"].attributes["resource.kubernetes.io/numaNode"] for i in range(8)] == [0] * 4 + [
+        1
+    ] * 4

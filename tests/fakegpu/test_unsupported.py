@@ -111,3 +111,14 @@ def test_an_unreadable_state_dir_is_an_nvml_error_not_a_crash(
     with pytest.raises(pynvml.NVMLError_Unknown):
         pynvml.nvmlDeviceGetName(h)
     assert "cannot read fake machine state" in caplog.text
+
+
+def test_numa_node_of_a_dgx_and_none_of_a_jetson() -> None:
+    with fakegpu.installed("dgx-h100"):
+        pynvml.nvmlInit()
+        nodes = [pynvml.nvmlDeviceGetNumaNodeId(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(8)]
+    assert nodes == [0, 0, 0, 0, 1, 1, 1, 1]  # the PCI buses of the second socket start at 0x80
+    with fakegpu.installed("jetson-orin"):
+        pynvml.nvmlInit()
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            pynvml.nvmlDeviceGetNumaNodeId(pynvml.nvmlDeviceGetHandleByIndex(0))
