@@ -10,6 +10,7 @@ edit or stop things hold their node alone and leave it as they found it: the dri
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -607,9 +608,21 @@ def test_slices_of_its_own_node_only(dra: Harness) -> None:
     if not theirs:
         dra.partial("the driver has no ResourceSlice on another node: replacing and deleting one not tried")
         return
-    victim = {**theirs[0], "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice"}  # a list's item
-    name = meta(victim)["name"]
-    replaced = _refused(lambda: driver.replace(victim, dry_run=True))
+    name = meta(theirs[0])["name"]
+
+    def replace_theirs() -> ApiError | None:
+        """A dry-run replace of the slice as it is now; a write of the driver there in between (409)
+        is tried again."""
+        for _ in range(5):
+            current = dra.kube.get("ResourceSlice", name)
+            if current is None:
+                break
+            answer = _refused(functools.partial(driver.replace, current, dry_run=True))
+            if answer is None or answer.status != 409:
+                return answer
+        raise AssertionError(f"ResourceSlice {name} of node {other} changed under five dry-run replaces")
+
+    replaced = replace_theirs()
     assert replaced is not None, f"{as_user} was allowed to replace ResourceSlice {name} of node {other}"
     deleted = _refused(lambda: driver.delete("ResourceSlice", name, dry_run=True))
     assert deleted is not None, f"{as_user} was allowed to delete ResourceSlice {name} of node {other}"

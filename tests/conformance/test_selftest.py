@@ -204,7 +204,10 @@ CASES: dict[str, Case] = {
         "RES-POD-DURING-KUBELET-DOWN",
         rules=("RES-KUBELET-RESTART", "RES-POD-DURING-KUBELET-DOWN"),
     ),
-    "recreate-slices-on-start": case("reference-gpu", "resilience", "RES-SLICES-SURVIVE-QUICK-RESTART"),
+    # a new instance of a rolling update starts too: it recreates the slices as well
+    "recreate-slices-on-start": case(
+        "reference-gpu", "resilience", "RES-SLICES-SURVIVE-QUICK-RESTART", "RES-ROLLING-UPDATE"
+    ),
     "no-rewatch": case("reference-gpu", "resilience", "RES-APISERVER"),
     # a whole GPU that overdraws its set cannot be allocated either: shown on the slice rule alone
     "short-counter-set": case("reference-gpu", "slices", "SLICE-COUNTERS", rules=("SLICE-COUNTERS",)),
