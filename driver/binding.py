@@ -25,8 +25,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
+from http import HTTPStatus
 from typing import Any
 
 from draproto.rest import Rest, RestError
@@ -190,30 +191,40 @@ class Attacher:
 
     def _run(self) -> None:
         backoff = 1.0
+        version = ""
         while not self._stop.is_set():
             try:
-                for claim in self._events():
-                    self.handle(claim)
+                version = self.follow(version)
                 backoff = 1.0
             except (RestError, DriverError) as e:
+                version = ""
                 log.warning("claim watch failed; listing again", extra={"error": str(e), "retry_s": backoff})
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
 
-    def _events(self) -> Iterator[Claim]:
-        """Every claim now, then each one that changes, until the watch ends."""
+    def follow(self, version: str) -> str:
+        """Handle every claim (listed first when ``version`` is empty), then each one that changes
+        until the watch ends; the resourceVersion to watch on from (empty: the server has forgotten
+        it, list again). A watch that ends after its timeout goes on where it was, without a list."""
         assert self._rest is not None
-        listed = self._rest.send("GET", CLAIMS, timeout=30.0)
-        yield from listed.get("items") or []
-        version = str((listed.get("metadata") or {}).get("resourceVersion", ""))
-        query = {"resourceVersion": version}
-        for kind, obj in self._rest.watch(CLAIMS, query, self._watch_timeout):
+        if not version:
+            listed = self._rest.send("GET", CLAIMS, timeout=30.0)
+            for claim in listed.get("items") or []:
+                self.handle(claim)
+            version = str((listed.get("metadata") or {}).get("resourceVersion", ""))
+        for kind, obj in self._rest.watch(
+            CLAIMS, {"resourceVersion": version}, self._watch_timeout, bookmarks=True
+        ):
             if self._stop.is_set():
-                return
+                break
             if kind == "ERROR":
+                if obj.get("code") == HTTPStatus.GONE:
+                    return ""
                 raise DriverError(f"claim watch: {obj.get('message', obj)}")
+            version = str((obj.get("metadata") or {}).get("resourceVersion", "")) or version
             if kind in ("ADDED", "MODIFIED"):
-                yield obj
+                self.handle(obj)
+        return version
 
     def _pending(self, claim: Claim) -> list[tuple[DeviceInfo, str]]:
         """Devices of this claim's allocation to attach: the driver's, of its pool, with binding

@@ -131,3 +131,41 @@ def test_fabric_problem_reads_the_fabric_registration_through_nvml() -> None:
         assert fabric_problem(gpu2) is None
     with fakegpu.installed("l4x4", node_name=NODE):  # no NVSwitch: nothing to attach through
         assert fabric_problem(discover({"gpu"})["gpu-0"]) is None
+
+
+class _ScriptedRest:
+    """A Rest that answers the claim list and plays one scripted watch per call, recording queries."""
+
+    def __init__(self, watches: list[list[tuple[str, dict[str, Any]]]]) -> None:
+        self.watches = watches
+        self.lists = 0
+        self.queries: list[dict[str, str]] = []
+
+    def send(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        self.lists += 1
+        return {"metadata": {"resourceVersion": "10"}, "items": [{"metadata": {"name": "listed"}}]}
+
+    def watch(self, path: str, query: dict[str, str], timeout: int, **_: Any) -> Any:
+        self.queries.append(dict(query))
+        yield from self.watches.pop(0)
+
+
+def _claim_event(name: str, version: str) -> tuple[str, dict[str, Any]]:
+    return "MODIFIED", {"metadata": {"name": name, "resourceVersion": version}}
+
+
+def test_the_claim_watch_goes_on_where_it_ended_and_lists_again_only_when_told(node: Node) -> None:
+    rest = _ScriptedRest([
+        [_claim_event("a", "11"), ("BOOKMARK", {"metadata": {"resourceVersion": "15"}})],
+        [_claim_event("b", "16")],
+        [("ERROR", {"code": 410, "message": "too old resource version"})],
+    ])  # fmt: skip
+    attacher = Attacher(rest, node.claims, node.settings, node.inventory)  # type: ignore[arg-type]
+    seen: list[str] = []
+    attacher.handle = lambda claim: seen.append(claim["metadata"]["name"])  # type: ignore[method-assign]
+    version = attacher.follow("")
+    assert (version, seen, rest.lists) == ("15", ["listed", "a"], 1)
+    version = attacher.follow(version)  # the watch ended after its timeout: no list again
+    assert (version, seen, rest.lists) == ("16", ["listed", "a", "b"], 1)
+    assert attacher.follow(version) == ""  # the server forgot the version: the next pass lists
+    assert [q["resourceVersion"] for q in rest.queries] == ["10", "15", "16"]
