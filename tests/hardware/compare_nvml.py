@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import pynvml
 
 INFORMATIONAL = (
-    "uuid", "serial", "pci.bus", "pci.busId", "pci.subsystem", "minor", "driver_version", "nvml_version",
+    "uuid", "serial", "pci.bus", "pci.busId", "pci.subsystem", "minor", "numa_node", "driver_version",
+    "nvml_version",
     "cuda_driver_version", "temperature", "power_usage", "memory.used", "memory.free", "memory_v2.used",
     "memory_v2.free", "memory_v2.reserved", "vbios", "board_part_number",
 )  # fmt: skip
@@ -60,6 +61,7 @@ def query(gpu: int, mig: bool) -> dict[str, Any]:
     r["uuid"] = _try(lambda: pynvml.nvmlDeviceGetUUID(h))
     r["serial"] = _try(lambda: pynvml.nvmlDeviceGetSerial(h))
     r["minor"] = _try(lambda: pynvml.nvmlDeviceGetMinorNumber(h))
+    r["numa_node"] = _try(lambda: pynvml.nvmlDeviceGetNumaNodeId(h))
     r["brand"] = _try(lambda: pynvml.nvmlDeviceGetBrand(h))
     r["architecture"] = _try(lambda: pynvml.nvmlDeviceGetArchitecture(h))
     r["compute_capability"] = _try(lambda: list(pynvml.nvmlDeviceGetCudaComputeCapability(h)))
