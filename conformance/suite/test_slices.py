@@ -519,8 +519,10 @@ def test_counters(dra: Harness) -> None:
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 """The user extra in which the API server names the node a service-account token is bound to."""
 
-POLICY_SETTLE = 15.0
+POLICY_SETTLE = 20.0
 """Seconds an admission policy the test just installed has to take effect."""
+POLICY_STABLE = 3.0
+"""Seconds the answer to a write must stay the same after an install before it counts."""
 
 OTHER_NODE = "dra-conformance-other-node"
 """The node named in a slice of "another node" when the cluster has only the test's."""
@@ -597,12 +599,17 @@ def test_slices_of_its_own_node_only(dra: Harness) -> None:
     def create_other() -> ApiError | None:
         return _refused(lambda: driver.create(_probe_slice(dra, other), dry_run=True))
 
+    # a policy (or binding) just written takes the API server a moment (its informer) to enforce, the
+    # one it replaces holding till then: the answer counts once it held for POLICY_STABLE seconds
     created = create_other()
-    # a policy just made takes the API server a moment (its informer) to enforce
-    deadline = time.monotonic() + (POLICY_SETTLE if installed else 0)
-    while created is None and time.monotonic() < deadline:
-        time.sleep(0.5)
-        created = create_other()
+    if installed:
+        deadline = time.monotonic() + POLICY_SETTLE
+        held_since = time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - held_since < POLICY_STABLE:
+            time.sleep(0.5)
+            again = create_other()
+            if (again is None) != (created is None):
+                created, held_since = again, time.monotonic()
     assert created is not None, f"{as_user} was allowed to create a ResourceSlice of node {other}"
     theirs = dra.slices(other) if others else []
     if not theirs:
