@@ -520,12 +520,21 @@ def device_classes_driver_name(argv: Sequence[str], environ: Mapping[str, str] |
         prog="dra-gpu-driver device-classes",
         description="Print the driver's DeviceClass manifests (YAML, one document each) and exit.",
     )
+    _add_driver_name(parser)
+    return _driver_name(parser.parse_args(argv), env)
+
+
+def _add_driver_name(parser: argparse.ArgumentParser) -> None:
+    """``--driver-name`` of a subcommand, read as the driver reads it."""
     parser.add_argument(
         "--driver-name",
         metavar="NAME",
         help=f"DRA driver name (default {DEFAULT_DRIVER_NAME}) (env {_env_name('--driver-name')})",
     )
-    args = parser.parse_args(argv)
+
+
+def _driver_name(args: argparse.Namespace, env: Mapping[str, str]) -> str:
+    """The flag, then ``DRA_GPU_DRIVER_NAME``, then the default."""
     return str(args.driver_name or env.get(_env_name("--driver-name")) or DEFAULT_DRIVER_NAME)
 
 
@@ -551,11 +560,7 @@ def access_options(argv: Sequence[str], environ: Mapping[str, str] | None = None
         description="Print the driver's identity as the Helm chart installs it (namespace, service "
         "account, RBAC, the admission policy that keeps it to its node's ResourceSlices) and exit.",
     )
-    parser.add_argument(
-        "--driver-name",
-        metavar="NAME",
-        help=f"DRA driver name (default {DEFAULT_DRIVER_NAME}) (env {_env_name('--driver-name')})",
-    )
+    _add_driver_name(parser)
     parser.add_argument("--namespace", default="dra-system", help="the namespace (default dra-system)")
     parser.add_argument(
         "--service-account", default="dra-gpu-driver", help="the service account (default dra-gpu-driver)"
@@ -567,7 +572,7 @@ def access_options(argv: Sequence[str], environ: Mapping[str, str] | None = None
     )
     args = parser.parse_args(argv)
     return AccessOptions(
-        driver_name=str(args.driver_name or env.get(_env_name("--driver-name")) or DEFAULT_DRIVER_NAME),
+        driver_name=_driver_name(args, env),
         namespace=args.namespace,
         service_account=args.service_account,
         attach_on_demand=args.attach_on_demand,
