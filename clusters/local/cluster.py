@@ -109,7 +109,8 @@ def _short_temp_dir(parent: Path) -> Path:
 
 
 POD_UID_PLACEHOLDER = "{pod_uid}"
-"""In a driver command: a new pod UID at each start (``--pod-uid``: sockets named for a rolling update)."""
+"""In a driver command: the driver pod's UID (:attr:`LocalNode.pod_uid`: kept across restarts, new for
+an update's instance); ``--pod-uid`` names the sockets for a rolling update."""
 
 FAILED_UPDATE_FLAG = "--dra-conformance-failed-update"
 """What a failed update's new driver instance is given: a flag no driver knows, so it exits."""

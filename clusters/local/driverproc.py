@@ -63,9 +63,9 @@ def default_driver_command(driver_name: str) -> list[str]:
 
 
 COMMAND_PLACEHOLDERS = (
-    "{node} {root} {kubeconfig} {driver} {python} {metrics_port}, {pod_uid} (new at each start), "
-    "{bin:dra-example-kubeletplugin} for "
-    "a driver built from Go modules, {nvml_lib} {driver_root} on fake NVML"
+    "{node} {root} {kubeconfig} {driver} {python} {metrics_port}, {pod_uid} (the driver pod's: new "
+    "for an update), {bin:dra-example-kubeletplugin} for a driver built from Go modules, {nvml_lib} "
+    "{driver_root} on fake NVML"
 )
 """The placeholders of a local driver command, for every ``--help`` that takes one."""
 
