@@ -78,6 +78,7 @@ class NodeLeases:
         ordered = sorted(nodes)
         wants = [self._path(n, f".want-{os.getpid()}") for n in ordered]
         fds: list[int] = []
+        self.directory.mkdir(parents=True, exist_ok=True)
         try:
             for want in wants:
                 want.touch()

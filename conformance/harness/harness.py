@@ -432,31 +432,56 @@ class Harness:
         """Add labels to the test's namespace."""
         self.kube.patch("Namespace", self.namespace, {"metadata": {"labels": dict(labels)}})
 
-    def allocated(self, node: str | None = None, *, session_only: bool = False) -> set[str]:
-        """Devices of ``node``'s pool allocated to a claim (only to this session's tests' claims when
-        ``session_only``; any claim in the cluster otherwise)."""
-        return set(self.holders(node, session_only=session_only))
+    def allocated(self, node: str | None = None, *, waitable: bool = False) -> set[str]:
+        """Devices of ``node``'s pool allocated to a claim (with ``waitable``, only to claims worth
+        waiting for: see :meth:`holders`; any claim in the cluster otherwise)."""
+        return set(self.holders(node, waitable=waitable))
 
-    def holders(self, node: str | None = None, *, session_only: bool = False) -> dict[str, str]:
+    def holders(self, node: str | None = None, *, waitable: bool = False) -> dict[str, str]:
         """:meth:`allocated`, each device with the claim that holds it (``namespace/name``, and
-        ``(deleting)`` when the claim is being deleted)."""
+        ``(deleting)`` when the claim is being deleted). With ``waitable``, only the claims that will
+        let go: this session's tests', those being deleted, and those in a terminating namespace of
+        an earlier session (a run before this one on the same cluster); a claim of someone else's
+        that lives on is not waited for."""
         pools = {((s.get("spec") or {}).get("pool") or {}).get("name") for s in self.slices(node)}
-        namespaces: set[str] | None = None
-        if session_only:
-            mine = self.kube.objects("Namespace", labels=f"{SESSION_LABEL}={self.session}")
-            namespaces = {meta(n)["name"] for n in mine}
+        waited: set[str] | None = None
+        if waitable:
+            waited = {
+                meta(n)["name"]
+                for n in self.kube.objects("Namespace", labels=SESSION_LABEL)
+                if (meta(n).get("labels") or {}).get(SESSION_LABEL) == self.session
+                or meta(n).get("deletionTimestamp")
+            }
         found = {}
         for c in self.kube.objects("ResourceClaim"):
             m = meta(c)
-            if namespaces is not None and m.get("namespace") not in namespaces:
+            deleting = bool(m.get("deletionTimestamp"))
+            if waited is not None and not deleting and m.get("namespace") not in waited:
                 continue
-            holder = f"{m.get('namespace')}/{m.get('name')}" + (
-                " (deleting)" if m.get("deletionTimestamp") else ""
-            )
+            holder = f"{m.get('namespace')}/{m.get('name')}"
+            if deleting:
+                holder += f" (deleting{self._consumers(m.get('namespace'), reserved_for(c))})"
             for d in allocated_devices(c):
                 if d.driver == self.driver and d.pool in pools:
                     found[d.device] = holder
         return found
+
+    def _consumers(self, namespace: str | None, pods: Sequence[str]) -> str:
+        """Why a claim being deleted is still allocated: the pods it is still reserved for, each with
+        its state (gone: the claim controller has yet to notice; terminating: the node has yet to
+        stop it)."""
+        states = []
+        for name in pods:
+            pod = self.kube.get("Pod", name, namespace)
+            state = (
+                "gone"
+                if pod is None
+                else "terminating"
+                if meta(pod).get("deletionTimestamp")
+                else pod_phase(pod)
+            )
+            states.append(f"pod {name} {state}")
+        return f"; reserved for {', '.join(states)}" if states else ""
 
     def free_devices(self, node: str | None = None) -> list[str]:
         """Devices of ``node`` that no claim holds and that can be allocated together, sorted by name:

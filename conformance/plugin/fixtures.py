@@ -136,10 +136,10 @@ def dra(request: pytest.FixtureRequest) -> Iterator[Harness]:
         if exclusive:
             until(
                 f"the devices of {node} to be free of other tests' claims",
-                lambda: not harness.allocated(node, session_only=True),
+                lambda: not harness.allocated(node, waitable=True),
                 max(run.suite.profile.timeouts.unprepare, FREE_SECONDS),
                 interval=0.25,
-                describe=lambda: f"still allocated: {harness.holders(node, session_only=True)}",
+                describe=lambda: f"still allocated: {harness.holders(node, waitable=True)}",
             )
         try:
             yield harness

@@ -63,3 +63,10 @@ def test_others_wait_while_every_holds(tmp_path: Path) -> None:
     for t in others:
         t.join(5)
     assert len(held) == 2 and all(start >= released for _, _, start, _ in held)
+
+
+def test_every_first_in_a_fresh_session_makes_the_directory(tmp_path: Path) -> None:
+    leases = NodeLeases(tmp_path / "leases", poll=0.01)
+    with leases.every(NODES, "k") as node:  # the session's first lease: no directory yet
+        assert node in NODES
+    assert not list((tmp_path / "leases").glob("*.want-*")), "want marks left behind"
