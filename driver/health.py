@@ -99,6 +99,7 @@ class HealthMonitor:
         self._view: dict[str, Fault | None] = {}
         self._subscribers = Subscribers()
         self._stopping = threading.Event()
+        self._watching = threading.Event()
         self._thread: threading.Thread | None = None
         self._event_set: Any = None
         self._handles: dict[int, str] = {}
@@ -377,6 +378,7 @@ class HealthMonitor:
         with nvml():
             self._event_set = None
             self._renew_event_set()
+            self._watching.set()
             next_check = 0.0
             try:
                 while not self._stopping.is_set():
@@ -449,9 +451,15 @@ class HealthMonitor:
         self._thread = threading.Thread(target=self._loop, name="health-monitor", daemon=True)
         self._thread.start()
 
+    def wait_watching(self, timeout: float) -> bool:
+        """Wait until the event thread has registered for the GPUs' events (an event NVML raises
+        before that reaches no one, as on real hardware); whether it has."""
+        return self._watching.wait(timeout)
+
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the event thread; returns after at most about ``timeout`` seconds."""
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        self._watching.clear()

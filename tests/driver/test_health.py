@@ -214,6 +214,8 @@ def test_settings_and_the_no_health_switch(enabled: bool, rules: frozenset[str],
 def running(inv: Inventory, **kwargs: Any) -> Iterator[HealthMonitor]:
     mon = HealthMonitor(inv, wait_ms=50, recheck_seconds=0.1, **kwargs)
     mon.start()
+    # a fault injected before the monitor registered for events would be missed (as on real NVML)
+    assert mon.enabled is False or mon.wait_watching(10), "the health monitor never registered for events"
     try:
         yield mon
     finally:
