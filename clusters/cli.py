@@ -70,6 +70,13 @@ def add_commands(top: Any) -> None:
         "machine PROFILE (e.g. dgx-h100) in {root}/gpus, a fake driver root {driver_root} and fakegpu's "
         "libnvidia-ml.so.1 ({nvml_lib}) on the driver's LD_LIBRARY_PATH",
     )
+    up.add_argument(
+        "--nic-driver",
+        action="store_true",
+        default=None,
+        help="also run the companion NIC driver (nic.dra-conformance.io: 2 NICs per node, each with "
+        "resource.kubernetes.io/numaNode) on every node, for the rules that need a second driver",
+    )
     up.add_argument("--bin-dir", type=Path, help="directory with etcd and the kube-* binaries")
     up.add_argument(
         "--timeout", type=float, default=None, help="seconds to wait for the cluster (default: no limit)"
@@ -117,6 +124,7 @@ def _settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettings:
         example_driver_bin=getattr(args, "example_driver_bin", None),
         example_driver_version=getattr(args, "example_driver_version", None),
         fake_nvml=getattr(args, "fake_nvml", None),
+        nic_driver=getattr(args, "nic_driver", None),
     )
 
 

@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-OURS = {"fakegpu", "driver", "clusters", "conformance", "draproto", "nodeagent"}
+OURS = {"fakegpu", "driver", "clusters", "conformance", "draproto", "nodeagent", "nicdriver"}
 ALLOWED = {
     "fakegpu": set(),
     "draproto": set(),
     "driver": {"fakegpu", "draproto"},
     "nodeagent": {"draproto"},
+    "nicdriver": {"draproto"},
     "clusters": {"draproto", "nodeagent"},
     "conformance": {"clusters", "draproto"},
 }

@@ -72,6 +72,9 @@ LOCAL_CAPABILITIES = frozenset(
 )
 """Everything: the local tier owns every process and file of its nodes."""
 
+NIC_DRIVER = "nic.dra-conformance.io"
+"""The companion NIC driver's name (``python -m nicdriver``'s default)."""
+
 _SOCKET_PATH_MAX = 107
 """Longest unix socket path Linux accepts (``sun_path`` is 108 bytes with the NUL)."""
 
@@ -141,6 +144,8 @@ class LocalNode:
     pod_uid: str = field(default_factory=lambda: str(uuid.uuid4()))
     """The driver "pod"'s UID (``{pod_uid}``): kept across restarts of its driver (a container restart
     keeps its pod), new for the new instance of an update (a new pod)."""
+    nic: ManagedProcess | None = None
+    """The companion NIC driver on this node (``LocalSettings.nic_driver``)."""
     driver_env: dict[str, str] | None = None
     """The driver's environment when it differs from ours (fake NVML: :mod:`clusters.local.fakenvml`)."""
 
@@ -431,6 +436,9 @@ class LocalCluster(LocalClusterBase):
             if s.agent and self.local_nodes:
                 self._wait_nodes_ready(list(self.local_nodes.values()))
                 self.timings["agents"] = time.monotonic() - t_agents
+            if s.nic_driver:
+                for n in self.local_nodes.values():
+                    self._start_nic(n)
             drivers = [n for n in self.local_nodes.values() if n.driver_command]
             if drivers:
                 t = time.monotonic()
@@ -454,7 +462,10 @@ class LocalCluster(LocalClusterBase):
         """Stop drivers, agents and the control plane; remove the temp root. Idempotent."""
         self.close_client()
         procs = [
-            p for n in self.local_nodes.values() for p in (n.driver, n.agent, n.runtime) if p is not None
+            p
+            for n in self.local_nodes.values()
+            for p in (n.driver, n.nic, n.agent, n.runtime)
+            if p is not None
         ]
         for proc in procs:  # all at once: with many nodes, one by one takes long
             proc.terminate()
@@ -588,6 +599,26 @@ class LocalCluster(LocalClusterBase):
         argv = [arg.replace(POD_UID_PLACEHOLDER, uid) for arg in (*n.driver_command, *extra)]
         n.driver = ManagedProcess(f"driver-{n.name}", argv, log_path, env=n.driver_env).start()
         return n.driver
+
+    def _start_nic(self, n: LocalNode) -> None:
+        """Start the companion NIC driver on the node (it is not waited for: the rules that need it
+        look for its slice and skip, saying so, without one)."""
+        argv = [
+            sys.executable,
+            "-m",
+            "nicdriver",
+            "--node-name",
+            n.name,
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--registry-dir",
+            str(n.layout.registry_dir),
+            "--plugin-dir",
+            str(n.layout.plugin_dir(NIC_DRIVER)),
+            "--cdi-dir",
+            str(n.layout.cdi_dir),
+        ]
+        n.nic = ManagedProcess(f"nic-{n.name}", argv, n.root / "logs" / "nic-driver.log").start()
 
     def _driver_sockets(self, n: LocalNode) -> dict[Path, tuple[int, int]]:
         return driver_sockets(n.layout.registry_dir, self.settings.driver_name)

@@ -183,6 +183,9 @@ class LocalSettings:
     node gets that machine, a fake driver root and fakegpu's ``libnvidia-ml.so.1`` in the driver's
     ``LD_LIBRARY_PATH`` (:mod:`clusters.local.fakenvml`; flag ``--fake-nvml``, a profile's
     ``local.nvml: fake``). None: the driver brings its own GPUs (the reference driver's fake backend)."""
+    nic_driver: bool = False
+    """Run the companion NIC driver (``python -m nicdriver``) beside the driver on every node (flag
+    ``--nic-driver``, a profile's ``local.companions: [nic]``): the second driver some rules need."""
 
     @property
     def drivers_cache_root(self) -> Path:
@@ -261,6 +264,7 @@ class LocalSettings:
         example_driver_version: str | None = None,
         node_kind: str | None = None,
         fake_nvml: str | None = None,
+        nic_driver: bool | None = None,
     ) -> LocalSettings:
         """A copy with the command-line options that were given (None: keep the current value).
 
@@ -293,6 +297,8 @@ class LocalSettings:
             changes["node_kinds"] = parse_node_kinds(node_kind)
         if fake_nvml:
             changes["fake_nvml"] = fake_nvml
+        if nic_driver is not None:
+            changes["nic_driver"] = nic_driver
         if example_driver_version:
             v = example_driver_version.strip()
             changes["example_driver_version"] = v if v.startswith("v") else f"v{v}"
