@@ -148,6 +148,12 @@ class SuiteConfig:
         return local.fake_profile if local is not None and local.nvml == "fake" else None
 
     @property
+    def nic_driver(self) -> bool:
+        """Whether the local tier runs the companion NIC driver (the profile's ``local.companions``)."""
+        local = self.profile.local
+        return local is not None and "nic" in local.companions
+
+    @property
     def runs_reference(self) -> bool:
         """Whether the driver is the reference driver (its local command runs ``-m driver`` or
         ``dra-gpu-driver``): kind and k3s then install its own chart."""

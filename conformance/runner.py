@@ -114,6 +114,7 @@ def _local_settings(config: SuiteConfig) -> LocalSettings:
         driver_command=config.start_command,
         example_driver_bin=config.example_driver_bin,
         fake_nvml=config.fake_nvml,
+        nic_driver=config.nic_driver,
         node_kind=config.node_kind,
     )
     # whether the driver registers and publishes slices is for preflight to judge (PRE-REGISTERED,

@@ -66,6 +66,7 @@ RULES: dict[str, str] = {
     "slices-any-node": "access-manifests binds the own-node slice policy in Audit mode: it denies nothing",
     "drop-slices-on-update": "on shutdown the slices are deleted though another instance serves the node",
     "numa-node-missing": "devices are published without the standard resource.kubernetes.io/numaNode",
+    "prepare-foreign-results": "a claim's results of other drivers are prepared too, as if they were ours",
     "compat-groups-missing": "partitions and the shared whole GPU are published without compatibility groups",
     "never-attach": "GPUs attached on demand are never attached: pods of their claims are never bound",
     "ignore-attach-failure": "a GPU whose attach failed is reported attached: the pod is bound to it",

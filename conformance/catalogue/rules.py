@@ -441,6 +441,16 @@ RULES: tuple[Rule, ...] = (
         "KEP-6072 (standard attribute, GA 1.37)",
     ),
     Rule(
+        "ALLOC-TWO-DRIVERS",
+        "ALLOC",
+        "a claim for one of the driver's devices and a NIC of another driver on the same NUMA node "
+        "(`matchAttribute: resource.kubernetes.io/numaNode`) runs its pod with both: the driver prepares "
+        "its own device and leaves the other driver's to it",
+        ("numa",),
+        "1.34",
+        'KEP-6072 (standard attribute, GA 1.37); e2e dra "multiple drivers"',
+    ),
+    Rule(
         "ALLOC-DISTINCT-ATTR",
         "ALLOC",
         "`distinctAttribute` picks devices that differ on it",

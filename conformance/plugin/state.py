@@ -124,6 +124,7 @@ class ConformanceRun:
                 driver_command=suite.start_command,
                 nodes=suite.local_nodes,
                 fake_nvml=suite.fake_nvml,
+                nic_driver=suite.nic_driver,
             )
             # whether the driver registers and publishes slices is for preflight to judge
             # (PRE-REGISTERED, PRE-SLICES): a verdict in the report, not a failed start

@@ -52,6 +52,9 @@ __all__ = [
     "valid_image",
 ]
 
+COMPANIONS = ("nic",)
+"""The drivers of ours a profile's ``local.companions`` may name."""
+
 PROFILE_CAPABILITIES: Mapping[str, str] = {
     "v1beta1": "serves the v1beta1 DRAPlugin service besides v1",
     "health": "serves a DRAResourceHealth service (device health stream)",
@@ -110,6 +113,9 @@ class LocalDriver:
     ``none`` (default): the driver brings its own devices."""
     fake_profile: str = "dgx-h100"
     """The fakegpu machine profile of each node when :attr:`nvml` is ``fake`` (``fakeProfile``)."""
+    companions: tuple[str, ...] = ()
+    """Drivers of ours the local tier runs beside this one on every node (``companions``): ``nic``,
+    the companion NIC driver (``python -m nicdriver``), for the rules that need a second driver."""
 
 
 @dataclass(frozen=True)
@@ -1134,7 +1140,7 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
     local = None
     lr = r.sub("local")
     if lr is not None:
-        lr.known(["command", "nodes", "nvml", "fakeProfile"])
+        lr.known(["command", "nodes", "nvml", "fakeProfile", "companions"])
         nodes = lr.get("nodes", int, 2)
         if nodes < 1:
             lr.fail(nodes, "at least 1 node", "nodes")
@@ -1142,7 +1148,12 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
         if nvml not in ("none", "fake"):
             lr.fail(nvml, "fake (the driver runs on fakegpu's libnvidia-ml.so.1) or none", "nvml")
         fake_profile = lr.get("fakeProfile", str, "dgx-h100")
-        local = LocalDriver(lr.get("command", str, required=True), nodes, nvml, fake_profile)
+        companions = lr.strings("companions")
+        for companion in companions:
+            if companion not in COMPANIONS:
+                lr.fail(companion, f"one of {', '.join(COMPANIONS)}", "companions")
+        command = lr.get("command", str, required=True)
+        local = LocalDriver(command, nodes, nvml, fake_profile, tuple(companions))
     timeouts = Timeouts()
     tr = r.sub("timeouts")
     if tr is not None:

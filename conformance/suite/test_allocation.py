@@ -275,6 +275,74 @@ def test_numa_node(dra: Harness) -> None:
     )
 
 
+COMPANION_NIC_DRIVER = "nic.dra-conformance.io"
+"""The companion NIC driver the local tier runs beside the driver (``python -m nicdriver``; a
+profile's ``local.companions: [nic]``), or any driver of that name a cluster has installed."""
+
+
+@rule("ALLOC-TWO-DRIVERS")
+def test_two_drivers(dra: Harness) -> None:
+    """a claim for one of the driver's devices and a NIC of another driver on the same NUMA node
+    (`matchAttribute: resource.kubernetes.io/numaNode`) runs its pod with both: the driver prepares
+    its own device and leaves the other driver's to it"""
+    nic_slices = dra.kube.objects(
+        "ResourceSlice", fields=f"spec.driver={COMPANION_NIC_DRIVER},spec.nodeName={dra.node}"
+    )
+    nics = {d["name"]: d for s in nic_slices for d in (s.get("spec") or {}).get("devices") or []}
+    if not nics:
+        pytest.skip(
+            f"no second driver on {dra.node}: no ResourceSlice of {COMPANION_NIC_DRIVER} there (the local "
+            "tier runs that companion for a profile with local.companions: [nic], cluster up --nic-driver)"
+        )
+    held = {
+        r.device
+        for c in dra.kube.objects("ResourceClaim")
+        for r in allocated_devices(c)
+        if r.driver == COMPANION_NIC_DRIVER and r.pool == dra.node
+    }
+    nic_numa = {dra.attr(d, NUMA_NODE) for n, d in nics.items() if n not in held}
+    published = dra.devices()
+    gpu_numa = {dra.attr(published[n], NUMA_NODE) for n in dra.free_devices() if n in published}
+    together = sorted(v for v in nic_numa & gpu_numa if type(v) is int)
+    if not together:
+        pytest.skip(
+            f"no NUMA node of {dra.node} has both a free device of {dra.driver} (on "
+            f"{sorted(map(str, gpu_numa))}) and a free NIC (on {sorted(map(str, nic_numa))})"
+        )
+    wanted = together[-1]  # the highest: not where a scheduler starts by itself
+    picked = manifests.cel(f'device.attributes["resource.kubernetes.io"].numaNode == {wanted}')
+    nic_class = dra.make_class([manifests.cel(f"device.driver == {cel_literal(COMPANION_NIC_DRIVER)}")])
+    requests = [
+        manifests.request("gpu", _every_device_class(dra), selectors=[picked]),
+        manifests.request("nic", nic_class),
+    ]
+    constraint = {"requests": ["gpu", "nic"], "matchAttribute": NUMA_NODE}
+    pod, claim = dra.run_pod({"requests": requests, "constraints": [constraint]})
+    results = allocated_devices(_current(dra, claim))
+    by_driver = {r.driver: r.device for r in results}
+    pairs = [(r.driver, r.device) for r in results]
+    assert set(by_driver) == {dra.driver, COMPANION_NIC_DRIVER} and len(results) == 2, (
+        f"a claim for a device of {dra.driver} and a NIC was allocated {pairs}"
+    )
+    gpu, nic = by_driver[dra.driver], by_driver[COMPANION_NIC_DRIVER]
+    numa = {gpu: dra.attr(published[gpu], NUMA_NODE), nic: dra.attr(nics[nic], NUMA_NODE)}
+    assert set(numa.values()) == {wanted}, (
+        f"matchAttribute {NUMA_NODE} (wanted {wanted}) was allocated {numa}"
+    )
+    if "view" in dra.env.cluster_capabilities and not dra.devices_untold():
+        view = dra.view(_name(pod))
+        seen = dra.seen_devices(view)
+        assert seen == {dra.identity(gpu)}, (
+            f"the pod's container sees {sorted(seen)} of {dra.driver}, not its {gpu}: the driver did not "
+            "prepare its own device of a claim that holds another driver's too"
+        )
+        nic_env = f"DRA_NIC_{nic.upper().replace('-', '_')}"
+        assert view.env.get(nic_env) == nic, (
+            f"the pod's container lacks {nic_env}={nic}: the NIC of {COMPANION_NIC_DRIVER} was not prepared "
+            f"beside {gpu} (its env: {sorted(view.env)})"
+        )
+
+
 @rule("ALLOC-DISTINCT-ATTR")
 def test_distinct_attribute(dra: Harness) -> None:
     """`distinctAttribute` picks devices that differ on it"""

@@ -129,7 +129,7 @@ class ClusterPool:
         local = profile.local
         assert local is not None, f"profile {profile.name} cannot run locally"
         fake = local.fake_profile if local.nvml == "fake" else None
-        key = (profile.driver, local.nodes, fake)
+        key = (profile.driver, local.nodes, fake, "nic" in local.companions)
         words = shlex.split(command)
         if self._state_dir is not None and key == self._key and daemon.read_state(self._state_dir):
             cluster = AttachedLocalCluster(self._state_dir)
@@ -143,7 +143,11 @@ class ClusterPool:
                 cluster.stop()
         self.close()
         settings = LocalSettings(
-            nodes=local.nodes, driver_name=profile.driver, driver_command=tuple(words), fake_nvml=fake
+            nodes=local.nodes,
+            driver_name=profile.driver,
+            driver_command=tuple(words),
+            fake_nvml=fake,
+            nic_driver="nic" in local.companions,
         )
         settings = settings.with_bin_dir(self.binaries.directory).with_version(self.binaries.version)
         # as the suite's own local cluster: registration and slices are for preflight to judge

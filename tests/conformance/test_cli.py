@@ -93,7 +93,7 @@ def test_a_profile_without_local_command_cannot_run_locally(tmp_path: Path) -> N
 def test_rules_lists_the_catalogue(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rules"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == len(RULES) == 113
+    assert len(lines) == len(RULES) == 114
     assert lines[0].split()[:2] == ["PRE-API", "PRE"]
     assert lines[0].endswith("[needs: -; since: 1.34]")
     getinfo = next(line for line in lines if line.startswith("REG-GETINFO "))
@@ -277,7 +277,7 @@ def test_profiles_check_plans_the_run_and_flags_configs_that_show_nothing(
 ) -> None:
     assert main(["profiles", "--check", "nvidia-gpu"]) == 0  # its time-slicing config gives no env
     out = capsys.readouterr().out
-    assert "  on cluster backend external:\n  plan: 57 of 113 rule(s) run, 56 skip\n" in out
+    assert "  on cluster backend external:\n  plan: 57 of 114 rule(s) run, 57 skip\n" in out
     assert "skip (31): cluster backend 'external' cannot reach the driver's sockets on a node (grpc): " in out
     flagged = (
         "PREP-CONFIG-CLASS, PREP-CONFIG-PRECEDENCE, PREP-CONFIG-SCOPE, PREP-CONFIG-SUBREQUEST, SHARE-STRATEGY"
@@ -316,14 +316,14 @@ def test_run_says_its_plan_first_unless_quiet(tmp_path: Path, quiet: bool) -> No
         assert "plan:" not in done.stderr
     else:
         lines = done.stderr.splitlines()
-        assert lines[1] == "plan: 57 of 113 rule(s) run, 56 skip"
+        assert lines[1] == "plan: 57 of 114 rule(s) run, 57 skip"
         assert any(line.startswith("  partial (5): ") for line in lines)
 
 
 @pytest.mark.parametrize(
     ("records", "code", "result"),
     [
-        ([], 0, "Result: INCOMPLETE: 112 of 113 rules not checked (passed in full: none)"),
+        ([], 0, "Result: INCOMPLETE: 113 of 114 rules not checked (passed in full: none)"),
         ([("REG-BATCH", "failed")], 1, "Result: NOT CONFORMANT: 1 rule(s) failed (REG-BATCH)"),
     ],
 )

@@ -44,6 +44,7 @@ EXAMPLE_GPU_SKIPS = area_rules("health") | frozenset(
         "RES-ROLLING-UPDATE",
         # its GPUs carry no resource.kubernetes.io/numaNode
         "ALLOC-NUMA",
+        "ALLOC-TWO-DRIVERS",
         # its checkpoint carries no checksum and nothing reports a corrupt one: the profile names
         # none (checkpoint.path)
         "RES-CHECKPOINT-CORRUPT",

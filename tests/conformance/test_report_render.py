@@ -46,7 +46,7 @@ def test_markdown_matrix_counts(mixed: Report) -> None:
         "| total |" in md
     )
     assert "| REG | registration and the gRPC contract | 1 | 0 | 2 | 0 | 1 | 0 | 15 | 19 |" in md
-    assert "| **total** | | **4** | **0** | **2** | **1** | **1** | **1** | **104** | **113** |" in md
+    assert "| **total** | | **4** | **0** | **2** | **1** | **1** | **1** | **105** | **114** |" in md
 
 
 def test_markdown_table_per_area(mixed: Report) -> None:
@@ -95,15 +95,15 @@ def test_a_run_with_no_failure_that_left_rules_alone_is_incomplete_not_a_pass(tm
     built = build(write_run(tmp_path, [record("PRE-API", "passed")]))
     md = markdown.render(built)
     assert (
-        "**Result: INCOMPLETE: 112 of 113 rules not checked (passed in full: none)** (1 passed, 112 not-run)."
+        "**Result: INCOMPLETE: 113 of 114 rules not checked (passed in full: none)** (1 passed, 113 not-run)."
         in md
     )
     assert "PASS" not in md and "## Failures" not in md
-    assert "## Not checked (112)" in md
+    assert "## Not checked (113)" in md
     assert "| PRE-CLASSES | not-run | no test ran |" in md
     page = htmlpage.render(built)
-    assert '<p class="verdict incomplete">INCOMPLETE: 112 of 113 rules not checked' in page
-    assert "<summary>112 not checked</summary>" in page and "PASS" not in page
+    assert '<p class="verdict incomplete">INCOMPLETE: 113 of 114 rules not checked' in page
+    assert "<summary>113 not checked</summary>" in page and "PASS" not in page
 
 
 def test_a_run_that_checked_every_rule_in_scope_says_conformant_with_its_levels(tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_a_run_that_checked_every_rule_in_scope_says_conformant_with_its_levels(
     built = build(write_run(tmp_path, records, capabilities=("health",)))
     md = markdown.render(built)
     assert "**Result: CONFORMANT: core + grpc + " in md
-    assert "(2 rules not claimed by the profile)** (111 passed, 2 skipped)." in md
+    assert "(2 rules not claimed by the profile)** (112 passed, 2 skipped)." in md
     assert "## Not claimed by the profile (2)" in md and "## Not checked" not in md
     assert "- SLICE-COUNTERS: profile dgx-h100 does not claim partitionable" in md
     page = htmlpage.render(built)
@@ -193,7 +193,7 @@ def test_html_is_self_contained(mixed: Report) -> None:
 def test_html_rule_rows_and_details(mixed: Report) -> None:
     page = htmlpage.render(mixed)
     rows = re.findall(r'<details class="rule" id="rule-([\w-]+)" data-outcome="([\w-]+)">', page)
-    assert len(rows) == 113
+    assert len(rows) == 114
     assert dict(rows)["REG-BATCH"] == "failed"
     assert dict(rows)["SLICE-EDIT"] == "unexpected-pass"
     batch = page.split('id="rule-REG-BATCH"')[1].split('<details class="rule"')[0]

@@ -260,6 +260,9 @@ CASES: dict[str, Case] = {
         "reference-gpu", "resilience", "RES-ROLLING-UPDATE", rules=("RES-ROLLING-UPDATE",)
     ),
     "numa-node-missing": case("reference-gpu", "allocation", "ALLOC-NUMA", rules=("ALLOC-NUMA",)),
+    "prepare-foreign-results": case(
+        "reference-gpu", "allocation", "ALLOC-TWO-DRIVERS", rules=("ALLOC-TWO-DRIVERS",)
+    ),
     "slices-any-node": case("reference-gpu", "slices", "SLICE-OWN-NODE", rules=("SLICE-OWN-NODE",)),
     "compat-groups-missing": case(
         "reference-gpu", "allocation", "ALLOC-COMPAT-GROUPS", rules=("ALLOC-COMPAT-GROUPS",)
@@ -280,9 +283,10 @@ REFERENCE_GPU_ONLY = BINDING | {
     "SLICE-OWN-NODE",
     "RES-ROLLING-UPDATE",
     "ALLOC-NUMA",
+    "ALLOC-TWO-DRIVERS",
 }
 """Rules only reference-gpu's settings meet (binding-conditions, device-metadata, a metrics URL,
-compatibility-groups, a service account, rolling-update, numa)."""
+compatibility-groups, a service account, rolling-update, numa, the companion NIC driver)."""
 
 NOT_CLAIMED = frozenset({"ALLOC-CONSUMABLE", "PREP-NETDEV"}) | REFERENCE_GPU_ONLY
 """Rules of capabilities the reference profiles do not claim (consumable-capacity, net,

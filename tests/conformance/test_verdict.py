@@ -78,7 +78,7 @@ def test_a_rule_a_cluster_cannot_check_leaves_the_run_incomplete_with_why(tmp_pa
     ]
     assert "grpc" not in verdict.levels and "core" in verdict.levels
     assert verdict_lines(report) == [
-        f"Result: INCOMPLETE: 1 of 113 rules not checked (passed in full: {' + '.join(verdict.levels)})",
+        f"Result: INCOMPLETE: 1 of 114 rules not checked (passed in full: {' + '.join(verdict.levels)})",
         f"  skipped (1): {GRPC_SKIP}: REG-GETINFO",
     ]
 
@@ -93,9 +93,9 @@ def test_a_narrowed_run_is_incomplete_by_definition(tmp_path: Path) -> None:
     report = built(tmp_path, [record("REG-GETINFO", "passed")], selection=("REG-GETINFO",))
     verdict = report.verdict
     assert verdict.state == "INCOMPLETE" and verdict.narrowed
-    assert len(verdict.not_checked) == 112
+    assert len(verdict.not_checked) == 113
     assert {u.reason for u in verdict.not_checked} == {"not selected"}
-    assert verdict.headline().startswith("INCOMPLETE: 112 of 113 rules not checked, the run was narrowed")
+    assert verdict.headline().startswith("INCOMPLETE: 113 of 114 rules not checked, the run was narrowed")
     # even a selection of every rule that all passed: a narrowed run vouches for what it chose only
     everything = built(tmp_path, everything_passes(), selection=tuple(r.id for r in RULES)).verdict
     assert everything.state == "INCOMPLETE" and everything.not_checked == ()
@@ -106,8 +106,8 @@ def test_four_passed_and_the_rest_not_run_is_no_pass(tmp_path: Path) -> None:
     report = built(tmp_path, [record(i, "passed") for i in ids])
     assert report.ok  # no rule failed: the exit status stays 0
     lines = verdict_lines(report, limit=3)
-    assert lines[0] == "Result: INCOMPLETE: 109 of 113 rules not checked (passed in full: none)"
-    assert lines[1].startswith("  not-run (109): no test ran: PRE-REGISTERED, REG-GETINFO, ")
+    assert lines[0] == "Result: INCOMPLETE: 110 of 114 rules not checked (passed in full: none)"
+    assert lines[1].startswith("  not-run (110): no test ran: PRE-REGISTERED, REG-GETINFO, ")
     assert len(lines) == 2
 
 
@@ -214,7 +214,7 @@ def test_a_partial_pass_is_never_a_plain_pass(tmp_path: Path) -> None:
     report = built(tmp_path, records, capabilities=tuple(PROFILE_CAPABILITIES))
     result = next(r for r in report.rules if r.rule.id == "SHARE-MIXED")
     assert (result.outcome, result.reason) == ("partial", PARTIAL)
-    assert report.totals["partial"] == 1 and report.totals["passed"] == 112
+    assert report.totals["partial"] == 1 and report.totals["passed"] == 113
     verdict = report.verdict
     assert verdict.state == "INCOMPLETE" and "Kubernetes 1.35" not in verdict.levels
     assert verdict_lines(report)[1] == f"  partial (1): {PARTIAL}: SHARE-MIXED"
