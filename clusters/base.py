@@ -132,6 +132,11 @@ class Cluster(abc.ABC):
         leaves out cannot run there."""
         return {"node": node, "kubeconfig": str(self.kubeconfig)}
 
+    def companion_drivers(self) -> frozenset[str]:
+        """Names of the DRA drivers this fixture runs on the nodes beside the one under test (the
+        local tier's NIC driver): their registration sockets and slices are not the driver's."""
+        return frozenset()
+
     def on_node(self, node: str, argv: Sequence[str]) -> list[str]:
         """The argv that runs ``argv`` where ``node``'s commands run: here (the default, for nodes
         on this machine or commands that reach the node themselves), or inside the node (kind and

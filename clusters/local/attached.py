@@ -8,7 +8,7 @@ from typing import Any
 
 from clusters.errors import ClusterError, ClusterStateError, UpdateFailed
 from clusters.local import daemon
-from clusters.local.cluster import LocalClusterBase, LocalNode
+from clusters.local.cluster import NIC_DRIVER, LocalClusterBase, LocalNode
 
 __all__ = ["AttachedLocalCluster"]
 
@@ -52,6 +52,10 @@ class AttachedLocalCluster(LocalClusterBase):
             return Path(self.state["nodes"][node]["root"])
         except KeyError:
             raise ClusterError(f"unknown node {node!r}; nodes: {self.nodes()}") from None
+
+    def companion_drivers(self) -> frozenset[str]:
+        """The NIC driver when the daemon's settings run it."""
+        return frozenset({NIC_DRIVER}) if self.state.get("settings", {}).get("nic_driver") else frozenset()
 
     def _local_node(self, name: str) -> LocalNode:
         return LocalNode(name, self.node_root(name))

@@ -242,6 +242,10 @@ class LocalCluster(LocalClusterBase):
         """Names of the fake nodes."""
         return list(self.local_nodes)
 
+    def companion_drivers(self) -> frozenset[str]:
+        """The NIC driver when ``settings.nic_driver`` runs it."""
+        return frozenset({NIC_DRIVER}) if self.settings.nic_driver else frozenset()
+
     def start_driver(self, node: str, command: Sequence[str]) -> None:
         """Replace the driver on ``node`` with ``command`` (placeholders allowed) and wait for it."""
         n = self._local_node(node)

@@ -164,17 +164,21 @@ def _driver_log(cluster: Cluster | None, node: str) -> str:
     return f"\n  the driver's last log lines on {node} ({path}):\n{shown}"
 
 
-def _answers(registry: Path) -> dict[str, str]:
+def _answers(registry: Path, companions: frozenset[str] = frozenset()) -> dict[str, str]:
     """Each registration socket in ``registry`` by file name: the driver name its ``GetInfo`` answers,
-    or why it did not answer (in parentheses)."""
+    or why it did not answer (in parentheses); sockets that answer a companion driver's name (one the
+    cluster runs beside the driver under test) are left out."""
     found: dict[str, str] = {}
     for path in sorted(registry.iterdir()) if registry.is_dir() else []:
         if not is_socket(path):
             continue
         try:
-            found[path.name] = get_info(path, SOCKET_TIMEOUT).name
+            name = get_info(path, SOCKET_TIMEOUT).name
         except (grpc.RpcError, grpc.FutureTimeoutError) as e:
             found[path.name] = f"(no answer: {type(e).__name__})"
+            continue
+        if name not in companions:
+            found[path.name] = name
     return found
 
 
@@ -187,12 +191,13 @@ def _check_registered(
             f"{NOT_CHECKED}: cluster backend {backend!r} cannot reach the driver's sockets on a node (grpc)"
         )
     driver = profile.driver
+    companions = cluster.companion_drivers() - {driver}
     started = time.monotonic()
     deadline = started + profile.timeouts.slices
     settled: tuple[float, object] = (started, None)
     early = ""
     while True:
-        seen = {n: _answers(cluster.registry_dir(n)) for n in nodes}
+        seen = {n: _answers(cluster.registry_dir(n), companions) for n in nodes}
         lacking = [n for n in nodes if driver not in seen[n].values()]
         if not lacking or time.monotonic() >= deadline:
             break

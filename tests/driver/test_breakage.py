@@ -103,6 +103,7 @@ def test_every_rule_is_documented() -> None:
         "exceed-consumable-share", "never-attach", "ignore-attach-failure",
         "metadata-to-every-container", "metadata-of-whole-claim", "metrics-broken",
         "compat-groups-missing", "slices-any-node", "drop-slices-on-update", "numa-node-missing",
+        "prepare-foreign-results",
     }  # fmt: skip
 
 
@@ -736,6 +737,16 @@ def _attach_failure_reported(node: Node) -> tuple[bool, ...]:
     return (_attach_conditions(node, "fabric down") == {ATTACHED: "False", ATTACH_FAILED: "True"},)
 
 
+def _only_own_results_prepared(node: Node) -> tuple[bool, ...]:
+    """A claim of a GPU and a NIC of another driver: this driver prepares its GPU and leaves the NIC
+    to its driver (the kubelet sends the whole claim to every driver it names)."""
+    node.serve()
+    nic = {"request": "nic", "driver": "nic.dra-conformance.io", "pool": NODE, "device": "nic-0"}
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0"), nic]))
+    answer = prepare(node, claim).claims[claim["metadata"]["uid"]]
+    return (answer.error == "" and [d.device_name for d in answer.devices] == ["gpu-0"],)
+
+
 KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "non-idempotent-prepare": _idempotent_prepare,
     "drop-claim-from-batch": _whole_batch_answered,
@@ -790,6 +801,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "numa-node-missing": _numa_node_published,
     "never-attach": _attached_for_the_claim,
     "ignore-attach-failure": _attach_failure_reported,
+    "prepare-foreign-results": _only_own_results_prepared,
 }
 """Per switch: the checks of the rule it breaks."""
 
