@@ -8,7 +8,7 @@ from typing import Any
 
 from clusters.errors import ClusterError, ClusterStateError, UpdateFailed
 from clusters.local import daemon
-from clusters.local.cluster import NIC_DRIVER, LocalClusterBase, LocalNode
+from clusters.local.cluster import LocalClusterBase, LocalNode, companions_of
 
 __all__ = ["AttachedLocalCluster"]
 
@@ -55,7 +55,7 @@ class AttachedLocalCluster(LocalClusterBase):
 
     def companion_drivers(self) -> frozenset[str]:
         """The NIC driver when the daemon's settings run it."""
-        return frozenset({NIC_DRIVER}) if self.state.get("settings", {}).get("nic_driver") else frozenset()
+        return companions_of(bool(self.state.get("settings", {}).get("nic_driver")))
 
     def _local_node(self, name: str) -> LocalNode:
         return LocalNode(name, self.node_root(name))

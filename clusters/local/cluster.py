@@ -75,6 +75,12 @@ LOCAL_CAPABILITIES = frozenset(
 NIC_DRIVER = "nic.dra-conformance.io"
 """The companion NIC driver's name (``python -m nicdriver``'s default)."""
 
+
+def companions_of(nic_driver: bool) -> frozenset[str]:
+    """The companion drivers a local cluster runs by its settings' ``nic_driver``."""
+    return frozenset({NIC_DRIVER}) if nic_driver else frozenset()
+
+
 _SOCKET_PATH_MAX = 107
 """Longest unix socket path Linux accepts (``sun_path`` is 108 bytes with the NUL)."""
 
@@ -244,7 +250,7 @@ class LocalCluster(LocalClusterBase):
 
     def companion_drivers(self) -> frozenset[str]:
         """The NIC driver when ``settings.nic_driver`` runs it."""
-        return frozenset({NIC_DRIVER}) if self.settings.nic_driver else frozenset()
+        return companions_of(self.settings.nic_driver)
 
     def start_driver(self, node: str, command: Sequence[str]) -> None:
         """Replace the driver on ``node`` with ``command`` (placeholders allowed) and wait for it."""
@@ -455,6 +461,9 @@ class LocalCluster(LocalClusterBase):
                 if s.wait_slices:
                     self._wait_slices(drivers)
                 self.timings["drivers"] = time.monotonic() - t
+            if s.nic_driver and (s.wait_registered or s.wait_slices):
+                for n in self.local_nodes.values():
+                    self._wait_nic_published(n)
         except BaseException:
             self.stop()
             raise
@@ -605,8 +614,8 @@ class LocalCluster(LocalClusterBase):
         return n.driver
 
     def _start_nic(self, n: LocalNode) -> None:
-        """Start the companion NIC driver on the node (it is not waited for: the rules that need it
-        look for its slice and skip, saying so, without one)."""
+        """Start the companion NIC driver on the node (waited for by :meth:`_wait_nic_published`, after
+        the driver under test has started beside it)."""
         argv = [
             sys.executable,
             "-m",
@@ -623,6 +632,18 @@ class LocalCluster(LocalClusterBase):
             str(n.layout.cdi_dir),
         ]
         n.nic = ManagedProcess(f"nic-{n.name}", argv, n.root / "logs" / "nic-driver.log").start()
+
+    def _wait_nic_published(self, n: LocalNode) -> None:
+        """Wait until the companion NIC driver has published the node's slice (a rule that needs it
+        would otherwise skip for want of a second driver)."""
+        assert n.nic is not None
+        query = {"fieldSelector": f"spec.driver={NIC_DRIVER},spec.nodeName={n.name}"}
+        self._wait(
+            f"the ResourceSlice of {NIC_DRIVER} on {n.name}",
+            lambda: bool(self.rest().send("GET", SLICES, query=query).get("items")),
+            [n.nic],
+            self.settings.ready_timeout,
+        )
 
     def _driver_sockets(self, n: LocalNode) -> dict[Path, tuple[int, int]]:
         return driver_sockets(n.layout.registry_dir, self.settings.driver_name)

@@ -164,7 +164,7 @@ def _driver_log(cluster: Cluster | None, node: str) -> str:
     return f"\n  the driver's last log lines on {node} ({path}):\n{shown}"
 
 
-def _answers(registry: Path, companions: frozenset[str] = frozenset()) -> dict[str, str]:
+def _answers(registry: Path, companions: frozenset[str]) -> dict[str, str]:
     """Each registration socket in ``registry`` by file name: the driver name its ``GetInfo`` answers,
     or why it did not answer (in parentheses); sockets that answer a companion driver's name (one the
     cluster runs beside the driver under test) are left out."""

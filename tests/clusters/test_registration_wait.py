@@ -1,18 +1,23 @@
 """The local cluster's wait for its drivers to register: when it gives up it says what the sockets
 answered instead; and with ``wait_registered`` off, a driver that never registers does not fail the
-start (a suite judges registration itself)."""
+start (a suite judges registration itself); a companion NIC driver has published its slice once
+the start returns."""
 
 from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
 from clusters.errors import NodeError
+from clusters.local import cluster as cluster_module
 from clusters.local.binaries import Binaries
-from clusters.local.cluster import LocalCluster
+from clusters.local.cluster import NIC_DRIVER, SLICES, LocalCluster
 from clusters.local.driverproc import default_driver_command
+from clusters.local.processes import ManagedProcess
 from clusters.local.settings import LocalSettings
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -45,3 +50,22 @@ def test_without_wait_registered_a_driver_that_never_registers_does_not_fail_the
     command = [sys.executable, "-c", "import time; time.sleep(600)"]
     with LocalCluster(_settings(local_binaries, command, wait_registered=False)).start() as cluster:
         assert cluster.nodes() == ["node-0"]
+
+
+class _LateNic(ManagedProcess):
+    """A ManagedProcess whose NIC driver starts 3 s late (later than the driver under test registers)."""
+
+    def __init__(self, name: str, argv: Sequence[str], *args: Any, **kwargs: Any) -> None:
+        late = ["sh", "-c", 'sleep 3; exec "$@"', "sh", *argv] if name.startswith("nic-") else argv
+        super().__init__(name, late, *args, **kwargs)
+
+
+def test_the_companion_nic_driver_has_published_its_slice_when_the_start_returns(
+    local_binaries: Binaries, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cluster_module, "ManagedProcess", _LateNic)
+    settings = _settings(local_binaries, default_driver_command(DRIVER), nic_driver=True)
+    with LocalCluster(settings).start() as cluster:
+        assert cluster.companion_drivers() == {NIC_DRIVER}
+        listed = cluster.rest().send("GET", SLICES, query={"fieldSelector": f"spec.driver={NIC_DRIVER}"})
+        assert [s["spec"]["nodeName"] for s in listed["items"]] == ["node-0"]
