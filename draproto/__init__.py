@@ -3,8 +3,9 @@
 This is the one place where the wire protocol lives, as generated Python stubs: the driver
 serves it, the node agent (``nodeagent``) calls it. It holds no logic of either side; what both
 sides check, the CDI spec rules, is :mod:`draproto.cdi`, the log line format every process
-of ours writes (its keys are part of each process's contract) is :mod:`draproto.logs`, and the
-plain-JSON requests both sides send the API server are :mod:`draproto.rest`.
+of ours writes (its keys are part of each process's contract) is :mod:`draproto.logs`, the
+plain-JSON requests both sides send the API server are :mod:`draproto.rest`, over the connection
+:mod:`draproto.apiconn` reads from a kubeconfig or a pod's service account.
 
 The ``.proto`` files beside this module are written from the field lists in
 DESIGN.md; ``python -m draproto.generate`` regenerates ``_gen`` and

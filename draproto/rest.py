@@ -1,10 +1,11 @@
-"""Requests to the API server as plain JSON, over the kubernetes client's configuration.
+"""Requests to the API server as plain JSON.
 
 Both sides of a node, the driver and the node agent, ask the API server about the same objects
 (claims, slices, pods, the node) and must see what the server sent: the client's generated models
 drop fields they do not know, and its API classes import every model they name, about a second
-of CPU per process that touches ``CoreV1Api``. :class:`Rest` takes an ``ApiClient`` for the
-server's address, TLS and credentials, and sends each request itself.
+of CPU per process that touches ``CoreV1Api``. :class:`Rest` sends each request itself over a
+:class:`~draproto.apiconn.Connection` (:func:`~draproto.apiconn.connect` reads a kubeconfig
+without the kubernetes client), or over a kubernetes client ``ApiClient``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 from urllib.parse import quote
 
 import urllib3
+
+from draproto.apiconn import ApiConnection, Connection, of_client
 
 __all__ = ["Rest", "RestError", "q"]
 
@@ -40,11 +43,15 @@ class RestError(Exception):
 
 
 class Rest:
-    """Plain-JSON requests through an ``ApiClient``'s connection pool and credentials."""
+    """Plain-JSON requests over one connection pool and its credentials."""
 
-    def __init__(self, api_client: Any, timeout: float = 30.0) -> None:
-        self.api = api_client
-        """The kubernetes client's ``ApiClient`` (address, TLS, auth)."""
+    def __init__(self, connection: Connection | Any, timeout: float = 30.0) -> None:
+        self.connection: Connection = (
+            connection
+            if isinstance(connection, ApiConnection) or not hasattr(connection, "param_serialize")
+            else of_client(connection)
+        )
+        """The server's address, TLS and credentials (a kubernetes client ``ApiClient`` is wrapped)."""
         self.timeout = timeout
         """Seconds a request may take when the call gives none."""
         self._streams: set[Any] = set()
@@ -52,7 +59,7 @@ class Rest:
 
     def close(self) -> None:
         """Release the connection pool."""
-        self.api.close()
+        self.connection.close()
 
     def _open(
         self,
@@ -65,13 +72,6 @@ class Rest:
         timeout: float | tuple[float, float] | None,
     ) -> Any:
         headers = {"Accept": "application/json", "Content-Type": content_type}
-        method, url, headers, _, _ = self.api.param_serialize(
-            method,
-            path,
-            query_params=list((query or {}).items()),
-            header_params=headers,
-            auth_settings=["BearerToken"],
-        )
         limit = self.timeout if timeout is None else timeout
         if isinstance(limit, tuple):
             t = urllib3.Timeout(connect=limit[0], read=limit[1])
@@ -79,8 +79,8 @@ class Rest:
             t = urllib3.Timeout(total=limit)
         data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
         try:
-            return self.api.rest_client.pool_manager.request(
-                method, url, body=data, headers=headers, timeout=t, preload_content=False
+            return self.connection.request(
+                method, path, query=query or {}, headers=headers, body=data, timeout=t
             )
         except urllib3.exceptions.HTTPError as e:
             raise RestError(f"{method} {path}: {e}") from e

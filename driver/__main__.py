@@ -17,8 +17,9 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any, NoReturn
+from typing import NoReturn
 
+from draproto.apiconn import Connection, KubeconfigError, connect
 from draproto.logs import configure_logging
 from driver.errors import DriverError, SettingsError
 from driver.settings import Settings, device_classes_driver_name, from_args
@@ -28,22 +29,13 @@ __all__ = ["main", "run"]
 log = logging.getLogger("driver")
 
 
-def _api_client(settings: Settings) -> Any:
-    from kubernetes import client
-    from kubernetes import config as kube_config
-
-    config: Any = kube_config  # untyped module
-    if settings.kubeconfig is not None:
-        try:
-            return config.new_client_from_config(config_file=str(settings.kubeconfig))
-        except (config.ConfigException, OSError) as e:
-            raise SettingsError(f"--kubeconfig {settings.kubeconfig}: {e}") from e
-    configuration = client.Configuration()
+def _connection(settings: Settings) -> Connection:
     try:
-        config.load_incluster_config(client_configuration=configuration)
-    except config.ConfigException as e:
+        return connect(settings.kubeconfig)
+    except KubeconfigError as e:
+        if settings.kubeconfig is not None:
+            raise SettingsError(f"--kubeconfig {settings.kubeconfig}: {e}") from e
         raise SettingsError(f"no --kubeconfig given and no in-cluster config ({e}); pass --kubeconfig") from e
-    return client.ApiClient(configuration)
 
 
 def run(settings: Settings, stop: threading.Event) -> int:
@@ -61,7 +53,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
     from driver.slicing import DeviceTaint, taints_from_faults
     from driver.state import DeviceState
 
-    api = Rest(_api_client(settings))
+    api = Rest(_connection(settings))
     if settings.backend.kind == "fake":
         import fakegpu
 
@@ -84,7 +76,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
     pods = ApiPodSource(api) if settings.break_rules & POD_SWITCHES else None
     state = DeviceState(settings, inventory, ApiClaimSource(api), pods=pods)
     # its own connection: the publisher's stop interrupts every watch of its Rest
-    watcher = Rest(_api_client(settings)) if settings.backend.attached_gpus else None
+    watcher = Rest(_connection(settings)) if settings.backend.attached_gpus else None
     attacher = Attacher(watcher, ApiClaimSource(api), settings, inventory)
     state.restore()
     monitor = HealthMonitor.from_settings(inventory, settings)

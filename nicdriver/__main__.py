@@ -9,8 +9,8 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from draproto.apiconn import connect
 from draproto.logs import LOG_FORMATS, configure_logging
 from draproto.rest import Rest, RestError
 from nicdriver.plugin import DEFAULT_DRIVER, NicDriver
@@ -39,13 +39,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _api_client(kubeconfig: str) -> Any:
-    from kubernetes import config
-
-    loader: Any = config  # untyped module
-    return loader.new_client_from_config(config_file=kubeconfig)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Publish, serve until a signal, stop; 1 with the reason when it cannot start."""
     ns = parser().parse_args(argv)
@@ -56,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     nic = NicDriver(
-        Rest(_api_client(ns.kubeconfig)),
+        Rest(connect(ns.kubeconfig)),
         driver=ns.driver_name,
         node=ns.node_name,
         registry_dir=ns.registry_dir,

@@ -15,9 +15,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-
+from draproto.apiconn import connect
 from draproto.rest import Rest, RestError, q
 from nodeagent.errors import KubeError
 
@@ -83,21 +81,14 @@ class RestKube:
     """:class:`Kube` against a real API server."""
 
     def __init__(self, kubeconfig: str | None = None, api_client: Any = None) -> None:
-        if api_client is None:
-            if kubeconfig:
-                api_client = k8s_config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-            else:
-                k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
-                api_client = k8s_client.ApiClient()
-        self.api = api_client
-        self.rest = Rest(api_client)
-        """Plain-JSON requests over :attr:`api`."""
+        self.rest = Rest(api_client if api_client is not None else connect(kubeconfig or None))
+        """Plain-JSON requests to the server (of ``kubeconfig``, of ``api_client``, or in-cluster)."""
         self._lock = threading.Lock()
         self._resource_group: str | None = None
 
     def close(self) -> None:
         """Release the connection pool."""
-        self.api.close()
+        self.rest.close()
 
     # -- plumbing
 
