@@ -250,3 +250,43 @@ def test_a_lease_written_by_someone_else_meanwhile_conflicts_and_the_next_beat_r
     before = (kube.get_lease("kube-node-lease", NODE) or {})["metadata"]["resourceVersion"]
     hb.beat()
     assert (kube.get_lease("kube-node-lease", NODE) or {})["metadata"]["resourceVersion"] != before
+
+
+def test_the_first_heartbeat_waits_for_an_api_server_that_is_starting(root: Path) -> None:
+    """Not listening yet (no status), 503, then the Lease's namespace not there yet (404): the agent
+    started with the control plane keeps trying, as a kubelet does, and registers its Node."""
+    kube = FakeKube()
+
+    def fail(status: int) -> Any:
+        def hook() -> None:
+            raise KubeError("the API server is starting", status)
+
+        return hook
+
+    for status in (0, 0, 503):
+        kube.before_next("get_node", fail(status))
+    kube.before_next("create_lease", fail(404))
+    hb = NodeHeartbeat(Settings(node_name=NODE, root=root), kube)
+    hb.start()
+    try:
+        assert kube.get_node(NODE) is not None
+        assert kube.get_lease("kube-node-lease", NODE) is not None
+    finally:
+        hb.stop()
+
+
+def test_the_first_heartbeat_gives_up_on_a_refusal_and_after_its_wait(root: Path) -> None:
+    kube = FakeKube()
+    kube.before_next("get_node", lambda: (_ for _ in ()).throw(KubeError("forbidden", 403)))
+    hb = NodeHeartbeat(Settings(node_name=NODE, root=root), kube)
+    with pytest.raises(KubeError, match="forbidden"):
+        hb.start()
+    assert kube.get_node(NODE) is None
+
+    class Down(FakeKube):
+        def get_node(self, name: str) -> Any:
+            raise KubeError("connection refused", 0)
+
+    hb = NodeHeartbeat(Settings(node_name=NODE, root=root, api_wait_seconds=0.3), Down())
+    with pytest.raises(KubeError, match="connection refused"):
+        hb.start()
