@@ -2,12 +2,9 @@
 
 ``run()`` starts a local cluster (2 nodes unless ``DRAC_NODES`` says otherwise: control plane, node
 agents, reference driver on a fake DGX H100) from the binaries cache, creates a claim template and
-a pod, and times each start step and each phase up to the pod Running (its claim allocated by the
-real scheduler and prepared by the driver). The steps (``steps_seconds``) overlap: ``agents`` runs
-from the node agents' start, with the control plane's, to the Nodes Ready; ``drivers`` from the
-drivers' start, once the Nodes are Ready, to their slices published (``drivers.registered``: to
-their registration sockets answering); ``control_plane`` ends when the scheduler and the controller
-manager, which start while the agents and the drivers do, are healthy. The cold build time comes from
+a pod, and times each start step (``steps_seconds``; ``agents`` runs from the agents' start,
+which overlaps ``control_plane.controllers``, to the Nodes Ready) and each phase up to the pod Running (its
+claim allocated by the real scheduler and prepared by the driver). The cold build time comes from
 the cache's stamp (what the build that filled it took). ``cpu_seconds_at_ready`` is the CPU each
 process of the cluster (and this one, which makes the certificates and waits) had used when the
 cluster was ready: on a machine whose cores the boot keeps busy, their sum over the cores

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import platform
 import threading
-import time
 from typing import Any
 
 from nodeagent.errors import KubeError
@@ -26,16 +25,6 @@ log = logging.getLogger(__name__)
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_SECONDS = 40
 HOST_IP = "127.0.0.1"
-
-
-API_RETRY_SECONDS = 0.1
-"""The pause between tries of the first heartbeat while the API server starts."""
-
-
-def _starting(e: KubeError) -> bool:
-    """Whether the error is what a starting API server answers: nothing (not listening yet), 429 or
-    5xx, or 404 for the Lease while its namespace, which the server creates as it starts, is missing."""
-    return e.status in (0, 404, 429) or e.status >= 500
 
 
 def _arch() -> str:
@@ -174,32 +163,8 @@ class NodeHeartbeat:
         self.renew_lease()
 
     def start(self) -> None:
-        """Beat once now, then on a thread. An API server that does not answer yet (not listening,
-        or an answer of one still starting) is waited for up to ``api_wait_seconds``; other errors
-        propagate."""
-        deadline = time.monotonic() + self.settings.api_wait_seconds
-        said = 0.0
-        # urllib3 warns at each of its own retries, three a try; this says it once each 10 s
-        pool_log = logging.getLogger("urllib3.connectionpool")
-        level = pool_log.level
-        pool_log.setLevel(logging.ERROR)
-        try:
-            while True:
-                try:
-                    self.beat()
-                    break
-                except KubeError as e:
-                    if not _starting(e) or time.monotonic() > deadline:
-                        raise
-                    if time.monotonic() - said >= 10.0:
-                        log.info(
-                            "waiting for the API server",
-                            extra={"node": self.settings.node_name, "error": str(e)},
-                        )
-                        said = time.monotonic()
-                    time.sleep(API_RETRY_SECONDS)
-        finally:
-            pool_log.setLevel(level)
+        """Beat once now (errors propagate), then on a thread."""
+        self.beat()
         self._thread.start()
 
     def stop(self) -> None:

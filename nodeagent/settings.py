@@ -41,9 +41,6 @@ class Settings:
     """How often the plugin registry dir is scanned."""
     resync_seconds: float = 5.0
     """How often every pod on the node is re-examined, besides watch events."""
-    api_wait_seconds: float = 120.0
-    """How long the first heartbeat waits for an API server that is not answering yet (a kubelet
-    keeps trying to register its Node while the control plane starts)."""
     heartbeat_seconds: float = 10.0
     """Node Lease renewal (and Ready condition refresh) period."""
     retry_initial_seconds: float = 1.0

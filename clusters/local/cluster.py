@@ -428,49 +428,39 @@ class LocalCluster(LocalClusterBase):
             self.root = _short_temp_dir(s.work_dir)
             t = time.monotonic()
             self.progress(f"starting the control plane (Kubernetes {s.k8s_version}) in {self.root}")
+            # the node agents need only the API server: they start while the scheduler and the
+            # controller manager do
             self.control_plane = ControlPlane(
                 self.binaries, self.root / "cp", ControlPlaneConfig(ready_timeout=s.ready_timeout)
-            ).prepare()
+            ).start(wait_controllers=False)
             self._make_nodes()
-            # Node agents start with the control plane: their start (Python, a second of CPU for
-            # two) runs on the cores the API server's own start leaves idle, and they register their
-            # Nodes as soon as it answers. Kubelets start once it is healthy (their configuration
-            # takes the feature gates it accepted). Drivers start once the Nodes are Ready (a slice
-            # names its Node as owner), while the scheduler and the controller manager still start.
             t_agents = time.monotonic()
-            early = {n.name for n in self.local_nodes.values() if s.agent and n.kind != "kubelet"}
-            for name in early:
-                self._start_agent(self.local_nodes[name])
-            self.control_plane.start(wait_controllers=False)
             if s.agent:
                 for n in self.local_nodes.values():
-                    if n.name not in early:
-                        self._start_agent(n)
-                if self.local_nodes:
-                    self._wait_nodes_ready(list(self.local_nodes.values()))
-                    self.timings["agents"] = time.monotonic() - t_agents
-            if s.nic_driver:
-                for n in self.local_nodes.values():
-                    self._start_nic(n)
-            drivers = [n for n in self.local_nodes.values() if n.driver_command]
-            t_drivers = time.monotonic()
-            if drivers:
-                self._create_device_classes()
-                for n in drivers:
-                    self._start_driver(n)
+                    self._start_agent(n)
             self.control_plane.wait_controllers()
             self.timings["control_plane"] = time.monotonic() - t
             for step, seconds in self.control_plane.timings.items():
                 if step != "total":
                     self.timings[f"control_plane.{step}"] = seconds
+            if s.agent and self.local_nodes:
+                self._wait_nodes_ready(list(self.local_nodes.values()))
+                self.timings["agents"] = time.monotonic() - t_agents
+            if s.nic_driver:
+                for n in self.local_nodes.values():
+                    self._start_nic(n)
+            drivers = [n for n in self.local_nodes.values() if n.driver_command]
             if drivers:
+                t = time.monotonic()
+                self._create_device_classes()
+                for n in drivers:
+                    self._start_driver(n)
                 if s.wait_registered:
                     for n in drivers:
                         self._wait_driver_registered(n)
-                    self.timings["drivers.registered"] = time.monotonic() - t_drivers
                 if s.wait_slices:
                     self._wait_slices(drivers)
-                self.timings["drivers"] = time.monotonic() - t_drivers
+                self.timings["drivers"] = time.monotonic() - t
             if s.nic_driver and (s.wait_registered or s.wait_slices):
                 for n in self.local_nodes.values():
                     self._wait_nic_published(n)

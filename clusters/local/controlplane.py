@@ -161,7 +161,9 @@ class ControlPlane:
         """
         self._started = time.monotonic()
         try:
-            self.prepare()
+            t = time.monotonic()
+            self._prepare()
+            self.timings["prepare"] = time.monotonic() - t
             for name in ("etcd", "kube-apiserver"):
                 t = time.monotonic()
                 self._start_component(name)
@@ -174,21 +176,6 @@ class ControlPlane:
             raise
         if wait_controllers:
             self.wait_controllers()
-        return self
-
-    def prepare(self) -> ControlPlane:
-        """Read the binaries' gates and controllers, make the certificates, the kubeconfigs and each
-        command line, start nothing; returns self. From here on :attr:`server` and
-        :attr:`kubeconfig` hold, so clients may start (and wait for the server) before :meth:`start`,
-        which prepares unless this ran."""
-        if not self._argv:
-            t = time.monotonic()
-            try:
-                self._prepare()
-            except BaseException:
-                self._argv.clear()
-                raise
-            self.timings["prepare"] = time.monotonic() - t
         return self
 
     def wait_controllers(self) -> None:
@@ -224,8 +211,7 @@ class ControlPlane:
     def _read_features(self) -> None:
         """Feature gates and controllers from the binaries' ``--help`` (or the config)."""
         b = self.binaries
-        names = features_binaries()
-        helps = dict(zip(names, features.read_helps(b.path(name) for name in names), strict=True))
+        helps = {name: features.read_help(b.path(name)) for name in features_binaries()}
         gates = [features.parse_feature_gates(text) for text in helps.values()]
         self._known_gates = gates
         if self.config.feature_gates is None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +25,6 @@ __all__ = [
     "parse_controllers",
     "parse_feature_gates",
     "read_help",
-    "read_helps",
 ]
 
 EXTRA_GATES = frozenset({"ResourceHealthStatus", "DynamicResourceAllocation"})
@@ -83,31 +81,10 @@ class FeatureGate:
     """Whether it is on by default."""
 
 
-_HELP_TEXTS: dict[tuple[str, int, int], str] = {}
-"""``--help`` texts read by this process, by binary path, size and modification time."""
-
-
 def read_help(binary: Path) -> str:
-    """The ``--help`` text of ``binary`` (run once per process while the file stays the same)."""
-    try:
-        st = binary.stat()
-        key: tuple[str, int, int] | None = (str(binary), st.st_size, st.st_mtime_ns)
-    except OSError:
-        key = None  # let the run say what is wrong with it
-    if key is not None and key in _HELP_TEXTS:
-        return _HELP_TEXTS[key]
+    """The ``--help`` text of ``binary``."""
     proc = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60, check=False)
-    text = proc.stdout + proc.stderr
-    if key is not None and proc.returncode == 0:
-        _HELP_TEXTS[key] = text
-    return text
-
-
-def read_helps(binaries: Iterable[Path]) -> list[str]:
-    """The ``--help`` texts of ``binaries``, in their order, the binaries run side by side."""
-    paths = list(binaries)
-    with ThreadPoolExecutor(max_workers=max(1, len(paths))) as pool:
-        return list(pool.map(read_help, paths))
+    return proc.stdout + proc.stderr
 
 
 def parse_feature_gates(help_text: str) -> dict[str, FeatureGate]:
