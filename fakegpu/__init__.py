@@ -26,7 +26,7 @@ from :class:`FakeGpuError`; the fake library itself never raises, it returns NVM
 
 from __future__ import annotations
 
-from ._driverroot import make_driver_root
+from ._driverroot import has_device_nodes, make_driver_root
 from ._errors import (
     FakeGpuError,
     FaultError,
@@ -69,6 +69,7 @@ __all__ = [
     "UnknownGpuError",
     "available_profiles",
     "current",
+    "has_device_nodes",
     "install",
     "installed",
     "library_dir",

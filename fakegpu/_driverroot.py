@@ -6,23 +6,63 @@ Drivers such as NVIDIA's DRA driver find the driver through a root directory
 ``usr/bin/nvidia-smi``, ``usr/lib/<triplet>/libnvidia-ml.so.<version>`` and its siblings, and
 ``proc/driver/nvidia/``. :func:`make_driver_root` writes such a root for a machine: the fake
 ``libnvidia-ml.so.1`` (``fakegpu lib``) as the NVML library, stand-ins for the other libraries,
-device files as plain files (no host device node is made, nothing is written outside the root)
-and an ``nvidia-smi`` that prints the machine (``fakegpu show``) with its state directory.
+the device files and an ``nvidia-smi`` that prints the machine (``fakegpu show``) with its state
+directory. Nothing is written outside the root.
+
+Device files are character device nodes with the numbers the real driver gives them where the
+process may make them (root, or CAP_MKNOD): NVIDIA's CDI generator (the container toolkit's
+``nvcdi``, in NVIDIA's DRA driver) keeps only paths that are character devices and reads their
+major and minor from them, so with plain files its device edits come out empty and it prepares
+nothing. Nothing ever opens these nodes (no kernel driver is behind them). Where ``mknod`` is
+refused they are plain files, and one warning says what that breaks and how to fix it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import shlex
 import shutil
+import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from . import _libbuild
 from ._errors import StateError
 from ._machine import FakeMachine
 from ._models import MODELS
+
+log = logging.getLogger(__name__)
+
+NVIDIA_MAJOR = 195
+"""The major of ``nvidia<N>`` (minor N), ``nvidiactl`` (255) and ``nvidia-modeset`` (254): fixed,
+registered for the NVIDIA driver in the kernel's devices.txt."""
+
+CTL_MINOR = 255
+MODESET_MINOR = 254
+
+UVM_MAJOR = 510
+"""The major of ``nvidia-uvm`` (minor 0) and ``nvidia-uvm-tools`` (minor 1). The real
+``nvidia-uvm`` module asks the kernel for a free major at load time (see ``/proc/devices``), so it
+differs between hosts; 510 is the one commonly seen on hosts with a recent driver. A driver reads
+it from the node it is given, never assumes it."""
+
+CAPS_MAJOR = 511
+"""The major of ``nvidia-caps/nvidia-cap<N>`` (MIG capabilities; N is the ``DeviceFileMinor`` of
+``proc/driver/nvidia/capabilities/mig/*``): dynamic as well (``nvidia-caps`` in
+``/proc/devices``); 511 as commonly seen beside a uvm major of 510."""
+
+NO_DEVICE_NODES = (
+    "fakegpu: cannot make character device nodes in {dev} ({error}): dev/nvidia* are plain files, so "
+    "a driver whose CDI generator needs device nodes (NVIDIA's gpu-kubelet-plugin) prepares nothing "
+    "(empty device edits); run as root or with CAP_MKNOD to get them"
+)
+"""The one line said when device nodes cannot be made (``{dev}``, ``{error}`` filled in)."""
+
+_mknod = os.mknod
+"""The seam where device nodes are made (tests replace it to see the fallback)."""
 
 STAND_IN_LIBRARIES = (
     "libcuda.so",
@@ -67,11 +107,66 @@ def _link(path: Path, target: str) -> None:
     os.symlink(target, path)
 
 
-def make_driver_root(root: Path, machine: FakeMachine, lib_dir: Path | None = None) -> Path:
+def _device_node(path: Path, major: int, minor: int, mode: int) -> OSError | None:
+    """Make ``path`` a character device ``major:minor`` (kept when it already is one); ``None``
+    when done, else why ``mknod`` was refused (the path is then left absent)."""
+    rdev = os.makedev(major, minor)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        pass
+    else:
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == rdev:
+            path.chmod(mode)
+            return None
+        path.unlink()
+    try:
+        _mknod(path, stat.S_IFCHR | mode, rdev)
+    except PermissionError as e:  # EPERM: no CAP_MKNOD (not root, a user namespace, a rootless container)
+        return e
+    path.chmod(mode)  # mknod applies the umask
+    return None
+
+
+def _device_nodes(machine: FakeMachine) -> list[tuple[str, int, int, int]]:
+    """``(path under dev/, major, minor, mode)`` of every device file the machine has."""
+    state = machine.state
+    nodes = [
+        (f"nvidia{g.minor}", NVIDIA_MAJOR, g.minor, 0o666)
+        for g in state.gpus
+        if not MODELS[g.model].identity_only
+    ]
+    nodes += [
+        ("nvidiactl", NVIDIA_MAJOR, CTL_MINOR, 0o666),
+        ("nvidia-modeset", NVIDIA_MAJOR, MODESET_MINOR, 0o666),
+        ("nvidia-uvm", UVM_MAJOR, 0, 0o666),
+        ("nvidia-uvm-tools", UVM_MAJOR, 1, 0o666),
+    ]
+    if any(MODELS[g.model].mig_capable for g in state.gpus):
+        nodes += [
+            (f"nvidia-caps/nvidia-cap{minor}", CAPS_MAJOR, minor, 0o444) for minor in _MIG_CAPS.values()
+        ]
+    return nodes
+
+
+def has_device_nodes(root: Path) -> bool:
+    """Whether the driver root at ``root`` has its device files as character device nodes."""
+    return (root / "dev" / "nvidiactl").is_char_device()
+
+
+def make_driver_root(
+    root: Path,
+    machine: FakeMachine,
+    lib_dir: Path | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> Path:
     """Write the fake driver root of ``machine`` at ``root`` (made if missing; our files in it are
     replaced); returns its absolute path. ``lib_dir``: a :func:`fakegpu._libbuild.library_dir`
     (built now when None). The machine must live in a state directory: the root's
-    ``nvidia-smi`` and the library find it there."""
+    ``nvidia-smi`` and the library find it there. Device files are character device nodes where
+    ``mknod`` is allowed, else plain files and one call of ``warn`` (default: a logged warning)
+    with :data:`NO_DEVICE_NODES`: see :func:`has_device_nodes`."""
     if machine.state_dir is None:
         raise StateError(
             "a driver root needs a machine kept in a state directory (--state-dir / FAKEGPU_STATE_DIR): "
@@ -108,11 +203,14 @@ def make_driver_root(root: Path, machine: FakeMachine, lib_dir: Path | None = No
     for binary in STAND_IN_BINARIES:
         _write(root / "usr" / "bin" / binary, "#!/bin/sh\n# fakegpu stand-in: does nothing\nexit 0\n", 0o755)
     dev = root / "dev"
-    for g in state.gpus:
-        if not MODELS[g.model].identity_only:
-            _write(dev / f"nvidia{g.minor}", "", 0o666)
-    for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"):
-        _write(dev / name, "", 0o666)
+    refused: OSError | None = None
+    for name, major, minor, mode in _device_nodes(machine):
+        if refused is None:
+            refused = _device_node(dev / name, major, minor, mode)
+        if refused is not None:
+            _write(dev / name, "", mode)
+    if refused is not None:
+        (warn or log.warning)(NO_DEVICE_NODES.format(dev=dev, error=refused.strerror or refused))
     proc = root / "proc" / "driver" / "nvidia"
     _write(
         proc / "version",
@@ -125,5 +223,4 @@ def make_driver_root(root: Path, machine: FakeMachine, lib_dir: Path | None = No
                 proc / "capabilities" / "mig" / name,
                 f"DeviceFileMinor: {minor}\nDeviceFileMode: 256\nDeviceFileModify: 1\n",
             )
-            _write(dev / "nvidia-caps" / f"nvidia-cap{minor}", "", 0o444)
     return root

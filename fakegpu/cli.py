@@ -43,6 +43,10 @@ _PENDING = {
 }
 
 
+def _say(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
 def _gpu(text: str) -> int | str:
     return int(text) if text.isdigit() else text
 
@@ -201,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                     profile or DEFAULT_PROFILE, state_dir=state_dir, node_name=env.node_name
                 )
             lib_dir = library_dir(env.cache_root, progress=lambda m: print(f"fakegpu: {m}", file=sys.stderr))
-            print(make_driver_root(Path(args.dir), machine, lib_dir))
+            print(make_driver_root(Path(args.dir), machine, lib_dir, warn=_say))
             return 0
         if args.command == "show":
             profile = args.profile or env.profile

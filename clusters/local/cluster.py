@@ -42,11 +42,13 @@ from clusters.local import fakenvml, kubeletnode, pki
 from clusters.local.binaries import Binaries, resolve, resolve_kubelet
 from clusters.local.controlplane import ControlPlane, ControlPlaneConfig, free_port
 from clusters.local.driverproc import (
+    answering_names,
     create_objects,
     default_driver_command,
     describe_sockets,
     device_class_manifests,
     driver_sockets,
+    early_exit_message,
     expand_command,
     manifests_from_file,
 )
@@ -127,6 +129,11 @@ FAILED_UPDATE_FLAG = "--dra-conformance-failed-update"
 METRICS_PORT_FILE = "metrics.port"
 """In a node's root: the free TCP port chosen for its driver's metrics endpoint when the node was
 made (``{metrics_port}``), the same after driver restarts and for every process that asks."""
+
+DRIVER_START_CHECK = 15.0
+"""Seconds a driver under test is watched after its start when the cluster does not wait for it to
+register: exiting within them stops the cluster's start with why; still running after them (or
+registered before), it is the suite's to judge."""
 
 
 @dataclass
@@ -303,6 +310,8 @@ class LocalCluster(LocalClusterBase):
         if self.settings.wait_registered:
             for n in started:
                 self._wait_driver_registered(n)
+        else:
+            self._check_drivers_started(started)
 
     def _delete_slices(self) -> None:
         """Delete every ResourceSlice of the driver, whichever node it names (or none)."""
@@ -458,6 +467,8 @@ class LocalCluster(LocalClusterBase):
                 if s.wait_registered:
                     for n in drivers:
                         self._wait_driver_registered(n)
+                else:
+                    self._check_drivers_started(drivers)
                 if s.wait_slices:
                     self._wait_slices(drivers)
                 self.timings["drivers"] = time.monotonic() - t
@@ -706,6 +717,35 @@ class LocalCluster(LocalClusterBase):
         logs = "\n".join(f"--- {p.name} ({p.log_path}):\n{p.tail(15)}" for p in procs)
         instead = f"; seen instead: {seen()}" if seen is not None else ""
         raise NodeError(f"timed out after {timeout:.0f} s waiting for {what}{instead}\n{logs}")
+
+    def _check_drivers_started(self, nodes: Sequence[LocalNode]) -> None:
+        """Fail at once, with its binary, the cause and its first log lines, when a driver exits
+        before it registers (a binary that panics at start, a missing library, a bad flag), so that
+        the suite never waits out its timeouts for a process that is gone. Returns once every
+        node's driver registered (under any name: the suite judges the name), or after
+        :data:`DRIVER_START_CHECK` seconds with the drivers still running (registering is then for
+        the suite to judge)."""
+        began = time.monotonic()
+        pending = [n for n in nodes if n.driver is not None]
+        while pending:
+            for n in list(pending):
+                assert n.driver is not None
+                if not n.driver.alive():
+                    raise NodeError(
+                        early_exit_message(
+                            n.name,
+                            n.driver.argv,
+                            n.driver.returncode,
+                            time.monotonic() - began,
+                            n.driver.head(12),
+                        )
+                        + f"\n(log {n.driver.log_path})"
+                    )
+                if answering_names(n.layout.registry_dir, timeout=0.5) - self.companion_drivers():
+                    pending.remove(n)
+            if time.monotonic() - began > DRIVER_START_CHECK:
+                return
+            time.sleep(0.1)
 
     def _wait_driver_registered(self, n: LocalNode, old: set[tuple[int, int]] | None = None) -> None:
         """Wait for a registration socket whose ``GetInfo`` names the driver, whatever its file name

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
+import signal
 import stat
 import subprocess
 import sys
@@ -24,11 +26,13 @@ from nodeagent.layout import NodeLayout
 
 __all__ = [
     "COMMAND_PLACEHOLDERS",
+    "answering_names",
     "create_objects",
     "default_driver_command",
     "describe_sockets",
     "device_class_manifests",
     "driver_sockets",
+    "early_exit_message",
     "expand_command",
     "manifests_from_file",
 ]
@@ -79,6 +83,32 @@ def expand_command(command: Sequence[str], **values: str) -> list[str]:
             filled = filled.replace("{" + key + "}", value)
         out.append(filled)
     return out
+
+
+_CAUSE = re.compile(r"^(panic: |fatal error: |Error: |error: |[EF]\d{4} |\S+Error: |\S+: (failed|cannot) )")
+"""A line that says why a process stopped: a Go panic or fatal error, a CLI's ``Error:``, a klog
+error or fatal line, a Python exception, an exec failure (``setpriv: failed to execute``)."""
+
+
+def early_exit_message(
+    node: str, argv: Sequence[str], returncode: int | None, seconds: float, head: str
+) -> str:
+    """Why the driver on ``node`` is not running: its binary, its exit status, the first line of
+    its log that says why (else its last line), and its first log lines (``head``) quoted."""
+    lines = [line for line in head.splitlines() if line.strip()]
+    cause = next((line for line in lines if _CAUSE.match(line)), lines[-1] if lines else "it wrote nothing")
+    if returncode is not None and returncode < 0:
+        status = f"was killed by {signal.Signals(-returncode).name}"
+    else:
+        status = f"exited with status {returncode}"
+    quoted = "\n".join(f"  | {line}" for line in lines) or "  | (nothing)"
+    binary = argv[0] if argv else "?"
+    if os.path.basename(binary) == "env":  # `env K=V binary ...`: the first word after the settings
+        binary = next((a for a in argv[1:] if "=" not in a and not a.startswith("-")), binary)
+    return (
+        f"the driver on {node} ({binary}) {status} {seconds:.1f} s after its start, before it registered: "
+        f"{cause.strip()}\nits first log lines:\n{quoted}"
+    )
 
 
 def device_class_manifests(driver_name: str, python: str = sys.executable) -> list[dict[str, Any]]:
@@ -133,6 +163,11 @@ def driver_sockets(registry_dir: Path, driver: str, timeout: float = 2.0) -> dic
     file names (``<driver>-reg.sock``, ``<driver>-<pod uid>-reg.sock`` of a rolling update, or any
     other), each with its (inode, mtime): what the kubelet's plugin watcher would register."""
     return {path: ident for path, ident, name in _scan(registry_dir, timeout) if name == driver}
+
+
+def answering_names(registry_dir: Path, timeout: float = 2.0) -> set[str]:
+    """The driver names the registration sockets in ``registry_dir`` answer ``GetInfo`` with."""
+    return {name for _, _, name in _scan(registry_dir, timeout) if name is not None}
 
 
 def describe_sockets(registry_dir: Path, timeout: float = 2.0) -> str:

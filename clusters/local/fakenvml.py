@@ -6,8 +6,9 @@ node's fake GPUs when its process loads fakegpu's drop-in library. For such a dr
 
 - the machine of the fakegpu profile in ``{root}/gpus`` (the same place the reference driver and
   the profiles' fault commands use), seeded with the node's name;
-- a fake driver root in ``{root}/driver`` (``fakegpu root``: ``dev/nvidia*`` as plain files,
-  ``nvidia-smi``, the driver's libraries named as the real driver lays them out);
+- a fake driver root in ``{root}/driver`` (``fakegpu root``: ``dev/nvidia*`` as character
+  device nodes where this process may make them, as root or with CAP_MKNOD, else plain files and
+  one warning; ``nvidia-smi``, the driver's libraries named as the real driver lays them out);
 - in the driver's environment ``LD_LIBRARY_PATH`` (the library first), ``FAKEGPU_STATE_DIR``,
   ``FAKEGPU_PROFILE`` and ``FAKEGPU_NODE_NAME``;
 - the placeholders ``{nvml_lib}`` (the library's directory) and ``{driver_root}``.
@@ -18,6 +19,7 @@ imports it.
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -26,6 +28,8 @@ from pathlib import Path
 from clusters.errors import NodeError
 
 __all__ = ["PLACEHOLDERS", "driver_env", "library_dir", "prepare_node"]
+
+log = logging.getLogger(__name__)
 
 PLACEHOLDERS = ("nvml_lib", "driver_root")
 """Placeholders of a driver command that only a ``fake_nvml`` cluster fills."""
@@ -39,6 +43,9 @@ def _fakegpu(args: list[str], env: Mapping[str, str] | None = None, what: str = 
         raise NodeError(f"{what}: {' '.join(cmd)} did not finish: {e}") from e
     if done.returncode != 0:
         raise NodeError(f"{what}: {' '.join(cmd)} failed: {done.stderr.strip() or done.stdout.strip()}")
+    for line in done.stderr.splitlines():
+        if "device nodes" in line:  # fakegpu root's one line: no mknod here, what it breaks, the fix
+            log.warning("%s", line.strip())
     return done.stdout.strip()
 
 

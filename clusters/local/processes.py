@@ -59,6 +59,8 @@ class ManagedProcess:
         self.die_with_parent = die_with_parent and _SETPRIV is not None
         self._popen: subprocess.Popen[bytes] | None = None
         self._terminated = False
+        self._log_start = 0
+        """Where this start's output begins in the log (after its ``starting:`` line)."""
 
     @property
     def pid(self) -> int | None:
@@ -78,6 +80,7 @@ class ManagedProcess:
         with open(self.log_path, "ab") as out:
             out.write(f"--- {time.strftime('%H:%M:%S')} starting: {' '.join(self.argv)}\n".encode())
             out.flush()
+            self._log_start = out.tell()
             self._popen = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -141,6 +144,16 @@ class ManagedProcess:
         except OSError:
             return ""
         return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+    def head(self, lines: int = 10) -> str:
+        """The first ``lines`` lines this start of the process wrote to its log."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_start)
+                data = f.read(65536)
+        except OSError:
+            return ""
+        return "\n".join(data.decode("utf-8", "replace").splitlines()[:lines])
 
     def __repr__(self) -> str:
         return f"ManagedProcess({self.name!r}, pid={self.pid}, alive={self.alive()})"

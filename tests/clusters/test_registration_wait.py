@@ -69,3 +69,24 @@ def test_the_companion_nic_driver_has_published_its_slice_when_the_start_returns
         assert cluster.companion_drivers() == {NIC_DRIVER}
         listed = cluster.rest().send("GET", SLICES, query={"fieldSelector": f"spec.driver={NIC_DRIVER}"})
         assert [s["spec"]["nodeName"] for s in listed["items"]] == ["node-0"]
+
+
+def test_a_driver_that_dies_at_start_stops_the_start_with_its_binary_cause_and_first_lines(
+    local_binaries: Binaries, tmp_path: Any
+) -> None:
+    binary = tmp_path / "gpu-kubelet-plugin"
+    binary.write_text(
+        '#!/bin/sh\necho "I1205 12:00:00.000 main.go:1] starting"\n'
+        'echo \'panic: could not parse "unknown" as version\'\necho\necho "goroutine 1 [running]:"\nexit 2\n'
+    )
+    binary.chmod(0o755)
+    settings = _settings(local_binaries, ["env", "NODE_NAME={node}", str(binary)], wait_registered=False)
+    with pytest.raises(NodeError) as caught:
+        LocalCluster(settings).start()
+    message = str(caught.value)
+    assert f"the driver on node-0 ({binary}) exited with status 2" in message, message
+    assert 'before it registered: panic: could not parse "unknown" as version' in message, message
+    assert "  | I1205 12:00:00.000 main.go:1] starting" in message, message
+    # found within the start check, not after a registration timeout
+    seconds = float(message.split("status 2 ")[1].split(" s after", maxsplit=1)[0])
+    assert seconds < cluster_module.DRIVER_START_CHECK, message
