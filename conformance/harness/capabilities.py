@@ -162,12 +162,14 @@ CONFIG_ENV_RULES = (
     "PREP-CONFIG-SUBREQUEST",
     "SHARE-STRATEGY",
 )
-"""The rules that judge a config by what a container shows (``configs.valid.*.env``)."""
+"""The rules that judge a config by what a container shows (``configs.valid.*.env``, or
+``classEnv`` / ``claimEnv`` for the place the config is given in)."""
 
 
 def bare_configs(profile: DriverProfile) -> list[str]:
-    """The names of the profile's valid configs that say nothing a container shows (empty ``env``)."""
-    return [name for name, config in profile.configs.valid.items() if not config.env]
+    """The names of the profile's valid configs that say nothing a container shows (no ``env``,
+    ``classEnv`` or ``claimEnv``)."""
+    return [name for name, config in profile.configs.valid.items() if not config.shows_env]
 
 
 def gaps(profile: DriverProfile) -> dict[str, str]:

@@ -15,14 +15,15 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
-from conformance.catalogue import RULES
+from conformance.catalogue import RULES, closest
 from conformance.errors import ProfileError
 
 __all__ = [
     "ATTRIBUTE_TYPES",
     "CHECKPOINT_PLACEHOLDERS",
+    "CONFIG_SOURCES",
     "DEFAULT_IMAGE",
     "EXTERNAL_PLACEHOLDERS",
     "FAULT_PLACEHOLDERS",
@@ -31,6 +32,7 @@ __all__ = [
     "VIEW_WAYS",
     "AttributeMatch",
     "CheckpointFile",
+    "ConfigSource",
     "Configs",
     "ContainerSpec",
     "DeviceClasses",
@@ -244,6 +246,14 @@ class ContainerSpec:
         return out
 
 
+ConfigSource = Literal["class", "claim"]
+"""Where an opaque config comes from (``status.allocation.devices.config[].source``: FromClass,
+FromClaim)."""
+
+CONFIG_SOURCES: Mapping[ConfigSource, str] = {"class": "a DeviceClass", "claim": "a claim"}
+"""Each :data:`ConfigSource`, with what it is in words."""
+
+
 @dataclass(frozen=True)
 class ExampleConfig:
     """A valid opaque config and what a container shows when it applies."""
@@ -251,24 +261,44 @@ class ExampleConfig:
     parameters: Mapping[str, Any]
     """The opaque config object (``config[].opaque.parameters``)."""
     env: Mapping[str, str] = field(default_factory=dict)
-    """Env vars a container of a device with this config sees (a subset check). A name may hold
-    ``{device}``: the part a driver fills per device (``GPU_DEVICE_{device}_SHARING_STRATEGY``),
-    matched as letters, digits and ``_``."""
+    """Env vars a container of a device with this config sees (a subset check), wherever the config
+    came from. A name may hold ``{device}``: the part a driver fills per device
+    (``GPU_DEVICE_{device}_SHARING_STRATEGY``), matched as letters, digits and ``_``."""
+    class_env: Mapping[str, str] = field(default_factory=dict)
+    """What a container sees when the config comes from a DeviceClass, in place of :attr:`env`
+    (empty: :attr:`env`). Kubernetes' test driver, e.g., shows a class config's key as ``admin_<key>``."""
+    claim_env: Mapping[str, str] = field(default_factory=dict)
+    """What a container sees when the config comes from a claim, in place of :attr:`env` (empty:
+    :attr:`env`); that test driver shows ``user_<key>``."""
 
-    def missing(self, env: Mapping[str, str]) -> list[str]:
-        """The entries of :attr:`env` that a container's ``env`` does not show (``NAME=value (saw ...)``)."""
+    @property
+    def shows_env(self) -> bool:
+        """Whether the config says any env a container shows (else the rules that look for it skip)."""
+        return bool(self.env or self.class_env or self.claim_env)
+
+    def env_from(self, source: ConfigSource) -> Mapping[str, str]:
+        """The env a container shows when the config comes from ``source``."""
+        if source not in CONFIG_SOURCES:
+            raise ValueError(f"config source {source!r}: expected one of {', '.join(CONFIG_SOURCES)}")
+        given = self.class_env if source == "class" else self.claim_env
+        return given or self.env
+
+    def missing(self, env: Mapping[str, str], source: ConfigSource) -> list[str]:
+        """The entries of :meth:`env_from` ``source`` that a container's ``env`` does not show
+        (``NAME=value (saw ...)``)."""
         out = []
-        for key, value in self.env.items():
+        for key, value in self.env_from(source).items():
             seen = {k: v for k, v in env.items() if _env_name(key).fullmatch(k)}
             if value not in seen.values():
                 out.append(f"{key}={value} (saw {seen or None!r})")
         return out
 
-    def shown(self, env: Mapping[str, str]) -> dict[str, str]:
-        """The variables of ``env`` that show one of :attr:`env`'s entries (name and value)."""
+    def shown(self, env: Mapping[str, str], source: ConfigSource) -> dict[str, str]:
+        """The variables of ``env`` that show one of :meth:`env_from` ``source``'s entries (name and
+        value)."""
         return {
             k: v
-            for key, value in self.env.items()
+            for key, value in self.env_from(source).items()
             for k, v in env.items()
             if v == value and _env_name(key).fullmatch(k)
         }
@@ -777,6 +807,63 @@ def _view_pattern(r: _Reader | None, way: str, devices: Devices) -> ViewPattern 
     return ViewPattern(way, key, pattern, attribute, device)
 
 
+_SOURCE_ENV_KEYS: Mapping[ConfigSource, str] = {"class": "classEnv", "claim": "claimEnv"}
+"""The keys of a valid config that say what a container shows when it comes from one place."""
+
+
+def _example_config(c: _Reader) -> ExampleConfig:
+    c.known(["parameters", "env", *_SOURCE_ENV_KEYS.values()])
+    parameters = c.get("parameters", dict, required=True)
+    env = _config_env(c, "env")
+    placed = {source: _config_env(c, key, source) for source, key in _SOURCE_ENV_KEYS.items()}
+    if env and all(placed.values()):
+        c.fail(
+            env,
+            "no env beside both classEnv and claimEnv (each replaces env for its place, so env would "
+            "never be looked for): drop env, or one of classEnv and claimEnv",
+            "env",
+        )
+    if not env and any(placed.values()):
+        for source, key in _SOURCE_ENV_KEYS.items():
+            if not placed[source]:
+                other = "claimEnv" if source == "class" else "classEnv"
+                c.fail(
+                    None,
+                    f"what a container shows when the config comes from {CONFIG_SOURCES[source]}, as "
+                    f"{other} says it for the other place: give {key}, or env for both places",
+                    key,
+                )
+    return ExampleConfig(parameters, env, placed["class"], placed["claim"])
+
+
+def _config_env(c: _Reader, key: str, source: ConfigSource | None = None) -> dict[str, str]:
+    """One env mapping of a config (``key``; for ``source`` only, or None: either), checked: names
+    of env vars, ``{device}`` their only placeholder, and scalar values."""
+    if source is not None and key in c.data and not c.data[key]:
+        c.fail(
+            c.data[key],
+            f"the env vars a container shows when the config comes from {CONFIG_SOURCES[source]} "
+            f"(NAME: value); leave {key} out where env says it",
+            key,
+        )
+    out: dict[str, str] = {}
+    for raw, value in c.get(key, dict, {}).items():
+        name = str(raw)
+        stray = sorted(set(_PLACEHOLDER.findall(name)) - {"device"})
+        if not name or "=" in name or stray:
+            hint = (
+                f"; {{{stray[0]}}} is not one (for env that depends on where the config came from, "
+                "give classEnv and claimEnv)"
+                if stray
+                else ""
+            )
+            c.fail(name, f"an env var name (no '='), {{device}} its only placeholder{hint}", key)
+        if value is None or isinstance(value, (Mapping, list)):
+            c.fail(value, "a value (text or a number)", f"{key}.{name}")
+        out[name] = str(value)
+    return out
+
+
 def _configs(r: _Reader | None) -> Configs:
     if r is None:
         return Configs()
@@ -787,11 +874,7 @@ def _configs(r: _Reader | None) -> Configs:
         for name in v.data:
             c = v.sub(str(name), required=True)
             assert c is not None
-            c.known(["parameters", "env"])
-            env = c.get("env", dict, {})
-            valid[str(name)] = ExampleConfig(
-                c.get("parameters", dict, required=True), {k: str(x) for k, x in env.items()}
-            )
+            valid[str(name)] = _example_config(c)
     invalid = None
     i = r.sub("invalid")
     if i is not None:
@@ -1164,7 +1247,9 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
     known = r.get("knownFailures", dict, {})
     for rule_id, reason in known.items():
         if rule_id not in _RULE_IDS:
-            r.fail(rule_id, "a rule id of the catalogue (e.g. REG-IDEMPOTENT-PREPARE)", "knownFailures")
+            near = ", ".join(closest(str(rule_id)))
+            allowed = f"a rule id of the catalogue; closest: {near} ('dra-conformance rules' lists every id)"
+            r.fail(rule_id, allowed, "knownFailures")
         if not isinstance(reason, str) or not reason.strip():
             r.fail(reason, "a reason (non-empty text)", f"knownFailures.{rule_id}")
     repeats = r.get("idempotentPrepares", int, 3)

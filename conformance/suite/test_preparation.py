@@ -53,7 +53,7 @@ def _prepared_ids(dra: Harness) -> list[str]:
 def _configs(dra: Harness, count: int) -> list[tuple[str, ExampleConfig]]:
     """``count`` valid configs of the profile that say what a container shows (``env``); a skip
     when there are fewer: a config with nothing to look for would pass unseen."""
-    valid = [(name, config) for name, config in dra.profile.configs.valid.items() if config.env]
+    valid = [(name, config) for name, config in dra.profile.configs.valid.items() if config.shows_env]
     if len(valid) < count:
         bare = gaps(dra.profile).get("PREP-CONFIG-CLASS")
         listed = len(dra.profile.configs.valid)
@@ -333,7 +333,7 @@ def test_class_config(dra: Harness) -> None:
     [(name, config)] = _configs(dra, 1)
     device_class = _config_class(dra, config.parameters)
     pod, _ = dra.run_pod({"device_class": device_class})
-    missing = config.missing(dra.view(meta(pod)["name"]).env)
+    missing = config.missing(dra.view(meta(pod)["name"]).env, "class")
     assert not missing, f"the class's config {name!r} does not show in the container: {missing}"
 
 
@@ -344,7 +344,7 @@ def test_claim_config_wins(dra: Harness) -> None:
     device_class = _config_class(dra, class_config.parameters)
     config = [manifests.opaque_config(dra.driver, claim_config.parameters)]
     pod, _ = dra.run_pod({"device_class": device_class, "config": config})
-    missing = claim_config.missing(dra.view(meta(pod)["name"]).env)
+    missing = claim_config.missing(dra.view(meta(pod)["name"]).env, "claim")
     assert not missing, f"the claim's config {name!r} did not win over the class's: {missing}"
 
 
@@ -366,9 +366,9 @@ def test_config_scoped_to_request(dra: Harness) -> None:
     dra.wait_running(meta(pod)["name"])
     scoped = dra.view(meta(pod)["name"], "with").env
     other = dra.view(meta(pod)["name"], "without").env
-    missing = config.missing(scoped)
+    missing = config.missing(scoped, "claim")
     assert not missing, f"config {name!r} does not reach the devices of its request: {missing}"
-    leaked = config.shown(other)
+    leaked = config.shown(other, "claim")
     assert not leaked, f"config {name!r} for request 'with' reached request 'without': {leaked}"
 
 
@@ -402,9 +402,9 @@ def test_config_scoped_to_subrequest(dra: Harness) -> None:
     assert allocated == ["a/sub0", "b/sub1"], (
         f"claim {claim} was allocated for {allocated}, not a/sub0, b/sub1"
     )
-    missing = config.missing(dra.view(pod, "a").env)
+    missing = config.missing(dra.view(pod, "a").env, "claim")
     assert not missing, f"config {name!r} for subrequest a/sub0 does not reach its device: {missing}"
-    leaked = config.shown(dra.view(pod, "b").env)
+    leaked = config.shown(dra.view(pod, "b").env, "claim")
     assert not leaked, (
         f"config {name!r} for subrequest b/sub0 reached the device of b/sub1, allocated instead: {leaked}"
     )

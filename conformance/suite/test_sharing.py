@@ -250,7 +250,7 @@ def test_sharing_configs(dra: Harness) -> None:
     for name, pod in pods.items():
         dra.wait_running(pod)
         env = dra.view(pod).env
-        wrong = configs[name].missing(env)
+        wrong = configs[name].missing(env, "claim")
         if wrong:
             problems[name] = wrong
     assert not problems, f"sharing configs that do not show in the container: {problems}"

@@ -294,14 +294,15 @@ def test_config_env_names_may_hold_the_per_device_part() -> None:
 
     config = ExampleConfig({}, {"GPU_DEVICE_{device}_SHARING_STRATEGY": "TimeSlicing", "PLAIN": "1"})
     env = {"GPU_DEVICE_3_SHARING_STRATEGY": "TimeSlicing", "PLAIN": "1", "GPU_DEVICE_3": "gpu-3"}
-    assert config.missing(env) == []
-    assert config.shown(env) == {"GPU_DEVICE_3_SHARING_STRATEGY": "TimeSlicing", "PLAIN": "1"}
+    for source in ("class", "claim"):  # env: wherever the config came from
+        assert config.missing(env, source) == []
+        assert config.shown(env, source) == {"GPU_DEVICE_3_SHARING_STRATEGY": "TimeSlicing", "PLAIN": "1"}
     wrong = {"GPU_DEVICE_3_SHARING_STRATEGY": "MPS", "XGPU_DEVICE_3_SHARING_STRATEGY": "TimeSlicing"}
-    assert [m.split(" ")[0] for m in config.missing(wrong)] == [
+    assert [m.split(" ")[0] for m in config.missing(wrong, "claim")] == [
         "GPU_DEVICE_{device}_SHARING_STRATEGY=TimeSlicing",
         "PLAIN=1",
     ]
-    assert config.shown(wrong) == {}
+    assert config.shown(wrong, "claim") == {}
 
 
 def test_container_ways_parse_into_patterns() -> None:
