@@ -2,9 +2,9 @@
 
     dra-conformance run --profile NAME|PATH [--cluster local|kind|k3s|external] [--kubeconfig K]
                         [--driver-command '...'] [--rules ID|GLOB,...] [--skip ID|GLOB,...]
-                        [-m AREA] [-n N] [--keep-cluster] [--fail-fast] [--archive] [-q]
-                        [--node-kind agent|kubelet] [--image IMAGE] [--node-selector KEY=VALUE,...]
-                        [-- PYTEST ARGS]
+                        [-m AREA] [-n N] [--keep-cluster] [--fail-fast] [--strict] [--repeat N]
+                        [--archive] [-q] [--node-kind agent|kubelet] [--image IMAGE]
+                        [--node-selector KEY=VALUE,...] [-- PYTEST ARGS]
     dra-conformance run --rerun-failed [RUN] ...  the rules that failed in RUN (default: the latest)
     dra-conformance rules [-m AREA] [--rules ...] [--skip ...] [--profile P [--cluster C]]
                                                   the catalogue; with a profile, a dry run
@@ -21,9 +21,10 @@
 
 RUN is a run directory, or a run id (or ``latest``) under ``--reports-dir``.
 
-Exit status: ``run`` 0 when no rule failed, 1 when one did (or preflight stopped the run); the
-``Result:`` line says more (CONFORMANT, INCOMPLETE, NOT CONFORMANT), but an INCOMPLETE run, or one
-whose only failures are the profile's known failures, still exits 0;
+Exit status: ``run`` 0 when no MUST rule failed, 1 when one did (or preflight stopped the run; with
+``--strict`` a SHOULD rule counts too; with ``--repeat`` also when a verdict changed between the
+runs); the ``Result:`` line says more (CONFORMANT, INCOMPLETE, NOT CONFORMANT, advisories), but an
+INCOMPLETE run, or one whose only failures are the profile's known failures, still exits 0;
 ``compare`` 1 when a rule fails that did not before; ``verify`` 1 when a file changed, went
 missing or was added; every command 2 for a usage error (a bad option, profile, rule id or glob,
 area, run directory), 130 when interrupted, 141 when its reader went away (``rules | head``).
@@ -32,6 +33,7 @@ area, run directory), 130 when interrupted, 141 when its reader went away (``rul
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -145,10 +147,24 @@ def _parser() -> argparse.ArgumentParser:
         "profile's pods.nodeSelector); restart commands reach only them",
     )
     r.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the same driver N times (run ids <id>-1 .. <id>-N) and list every rule whose verdict "
+        "changed between them; exit 1 when one did (a verdict must not depend on what ran beside it)",
+    )
+    r.add_argument(
         "--fail-fast",
         action="store_true",
         help="stop once an area with a failed rule has finished: areas run in catalogue order, the tests "
         "already running finish, nothing else starts (for quick loops on a broken driver)",
+    )
+    r.add_argument(
+        "--strict",
+        action="store_true",
+        help="count SHOULD rules as MUST rules: a failed SHOULD rule, or a known failure of one, fails "
+        "the run (default: a failed SHOULD is an advisory in the report and fails nothing)",
     )
     r.add_argument(
         "-q",
@@ -369,12 +385,17 @@ def _run(args: argparse.Namespace) -> int:
         example_driver_bin=args.example_driver_bin,
         driver_bin=args.driver_bin,
         fail_fast=args.fail_fast,
+        strict=args.strict,
         quiet=args.quiet,
         archive=args.archive,
         image=args.image,
         node_selector=args.node_selector,
         node_kind=args.node_kind,
     )
+    if args.repeat < 1:
+        raise UsageError(f"--repeat {args.repeat}: give a number of runs, at least 1")
+    if args.repeat > 1:
+        return _repeat(config, args.repeat)
     result = run(config, progress=_say)
     print(report.summary_table(result))
     print("\n".join(report.verdict_lines(result, limit=VERDICT_LINES)))
@@ -389,6 +410,30 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def _repeat(config: SuiteConfig, times: int) -> int:
+    """``run --repeat N``: the same run N times, then every rule whose outcome differed between
+    them, with the outcome of each run; exit 1 when one did, or when a MUST rule failed."""
+    results = []
+    for i in range(1, times + 1):
+        mine = dataclasses.replace(config, run_id=f"{config.run_id}-{i}")
+        _say(f"run {i} of {times}: {mine.run_dir}")
+        found = run(mine, progress=_say)
+        print(f"run {i}: {report.verdict_lines(found)[0]}")
+        results.append(found)
+    outcomes = {
+        r.rule.id: [found.rules[k].outcome for found in results] for k, r in enumerate(results[0].rules)
+    }
+    changed = {rule_id: seen for rule_id, seen in outcomes.items() if len(set(seen)) > 1}
+    for rule_id, seen in changed.items():
+        print(f"  {rule_id:<34} {' / '.join(seen)}")
+    print(
+        f"{len(changed)} rule(s) changed verdict across {times} runs"
+        if changed
+        else f"no verdict changed across {times} runs ({len(outcomes)} rules)"
+    )
+    return 1 if changed or not all(found.ok for found in results) else 0
+
+
 def _rules(args: argparse.Namespace) -> int:
     chosen = select(args.rules, args.areas, args.skip)  # checked as run checks them
     if args.profile is None:
@@ -398,7 +443,10 @@ def _rules(args: argparse.Namespace) -> int:
             )
         for rule in chosen:
             needs = ", ".join(rule.needs) or "-"
-            print(f"{rule.id:<34} {rule.area:<6} {rule.sentence}  [needs: {needs}; since: {rule.since}]")
+            print(
+                f"{rule.id:<34} {rule.area:<6} {rule.level:<6} {rule.sentence}  "
+                f"[needs: {needs}; since: {rule.since}; source: {rule.source or '-'}]"
+            )
         return 0
     profile = profiles.load(args.profile)
     cluster = args.cluster or ("local" if profile.local is not None else "external")
@@ -416,7 +464,8 @@ def _rules(args: argparse.Namespace) -> int:
         if p.partial and not p.skip:
             notes.append(f"partial: {p.partial}")
         if p.known_failure and not p.skip:
-            notes.append(f"known failure: {p.known_failure}")
+            advisory = " (a SHOULD rule: an advisory)" if p.rule.level == "SHOULD" else ""
+            notes.append(f"known failure{advisory}: {p.known_failure}")
         print(f"{p.rule.id:<34} {'skip' if p.skip else 'run':<4}  {'; '.join(notes)}".rstrip())
     return 0
 
@@ -570,9 +619,6 @@ def _main(argv: Sequence[str] | None) -> int:
             return command(args)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyError as e:  # an unknown area from the catalogue
-        print(f"error: {e.args[0]}", file=sys.stderr)
         return 2
     except ConformanceError as e:
         print(f"error: {e}", file=sys.stderr)

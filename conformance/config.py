@@ -17,7 +17,7 @@ from pathlib import Path
 from clusters.local.settings import parse_node_kinds
 from clusters.release import DriverPods, DriverRelease, HelmChart, Release, VendorRelease
 from conformance import catalogue
-from conformance.errors import ProfileError, UsageError
+from conformance.errors import ProfileError, UnknownRule, UsageError
 from conformance.profiles import DriverProfile, load, node_labels, valid_image
 
 __all__ = ["CLUSTER_KINDS", "IN_CLUSTER", "SuiteConfig", "new_run_id", "select"]
@@ -88,6 +88,9 @@ class SuiteConfig:
     fail_fast: bool = False
     """Stop the run once an area with a failed rule has finished (``--fail-fast``): the tests
     already running finish, nothing else starts; the report says the run stopped early and why."""
+    strict: bool = False
+    """Count the SHOULD rules as MUST rules (``--strict``): a failed SHOULD is a failure, not an
+    advisory, and a known failure of a SHOULD rule counts as a failure too."""
     quiet: bool = False
     """Progress without a line per rule: only a line per area (``-q``)."""
     image: str | None = None
@@ -138,7 +141,8 @@ class SuiteConfig:
                 "local.command): pass --driver-bin PATH (env DRAC_DRIVER_BIN)"
             )
         if not (self.driver_bin.is_file() and os.access(self.driver_bin, os.X_OK)):
-            raise UsageError(f"--driver-bin {self.driver_bin} is not an executable file")
+            why = _why_not_runnable(self.driver_bin)
+            raise UsageError(f"--driver-bin {self.driver_bin} is not an executable file: {why}")
         return command.replace("{driver_bin}", shlex.quote(str(self.driver_bin.resolve())))
 
     @property
@@ -251,6 +255,7 @@ class SuiteConfig:
         cluster_info: str | Path | None = None,
         driver_bin: str | Path | None = None,
         fail_fast: bool = False,
+        strict: bool = False,
         quiet: bool = False,
         archive: bool = False,
         image: str | None = None,
@@ -310,6 +315,7 @@ class SuiteConfig:
             cluster_info=Path(cluster_info) if cluster_info else None,
             driver_bin=Path(driver_bin).expanduser() if driver_bin else None,
             fail_fast=fail_fast,
+            strict=strict,
             quiet=quiet,
             archive=archive,
             image=image,
@@ -354,11 +360,21 @@ def select(
     for option, words in checks.items():  # each option on its own: the message names the one at fault
         try:
             catalogue.select(**words)
-        except KeyError as e:
-            raise UsageError(f"{option}: {e.args[0]}") from None
+        except UnknownRule as e:
+            raise UsageError(f"{option}: {e}") from None
     return catalogue.select(rule_ids, area_words, skip_words)
 
 
 def _split(value: str | Sequence[str]) -> list[str]:
     items = [value] if isinstance(value, str) else list(value)
     return [part.strip() for item in items for part in item.split(",") if part.strip()]
+
+
+def _why_not_runnable(path: Path) -> str:
+    """Why ``path`` cannot be run as a program, for the message of a bad ``--driver-bin``."""
+    if not path.exists():
+        return "no such file"
+    if path.is_dir():
+        return "it is a directory"
+    mode = path.stat().st_mode & 0o777
+    return f"its mode is {mode:04o}, with no execute permission for this user (chmod +x {path})"

@@ -95,6 +95,8 @@ def pytest_command(
         cmd += ["-m", marker]
     if config.fail_fast:
         cmd += ["--dra-fail-fast"]
+    if config.strict:
+        cmd += ["--dra-strict"]
     if config.image is not None:
         cmd += [f"--dra-image={config.image}"]
     if config.node_selector is not None:
@@ -192,7 +194,7 @@ class _Watcher:
             self.done_rules.add(rule_id)
             result = rule_results(mine, [by_id(rule_id)])[0]
             why = ""
-            if result.outcome in ("failed", "unexpected-pass") and result.reason:
+            if result.outcome in ("failed", "unexpected-pass", "advisory") and result.reason:
                 first = result.reason.splitlines()[0]
                 why = "  " + (first if len(first) <= REASON_CHARS else first[: REASON_CHARS - 3] + "...")
             self._line(f"    {rule_id:<34} {result.outcome:<16} {result.duration_s:6.1f} s{why}")
@@ -481,6 +483,9 @@ PLAN_IDS = 8
 """Rule ids a line of :func:`plan_lines` names before it counts the rest."""
 
 
+_SHOULD_KNOWN = "known failure of a SHOULD rule (an advisory)"
+
+
 def plan_lines(planned: Sequence[Planned]) -> list[str]:
     """The plan as one compact block: a count, then a line per reason (skips, partial checks,
     conditions on the cluster, known failures) with the rules it holds for."""
@@ -496,8 +501,9 @@ def plan_lines(planned: Sequence[Planned]) -> list[str]:
         for condition in p.provided:
             by.setdefault(("run if", condition), []).append(p.rule.id)
         if p.known_failure:
-            by.setdefault(("known failure", p.known_failure), []).append(p.rule.id)
-    kinds = ("skip", "partial", "run if", "known failure")
+            kind = "known failure" if p.rule.level == "MUST" else _SHOULD_KNOWN
+            by.setdefault((kind, p.known_failure), []).append(p.rule.id)
+    kinds = ("skip", "partial", "run if", "known failure", _SHOULD_KNOWN)
     for (kind, why), ids in sorted(by.items(), key=lambda item: (kinds.index(item[0][0]), -len(item[1]))):
         named = ", ".join(ids[:PLAN_IDS]) + (f", +{len(ids) - PLAN_IDS} more" if len(ids) > PLAN_IDS else "")
         out.append(f"  {kind} ({len(ids)}): {why}: {named}")

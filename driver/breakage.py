@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from driver.errors import SettingsError
 
-__all__ = ["CRASH_POINTS", "RULES", "parse_crash_points", "parse_rules"]
+__all__ = ["CRASH_POINTS", "RULES", "SHARED_POOL", "parse_crash_points", "parse_rules"]
 
 RULES: dict[str, str] = {
     "non-idempotent-prepare": "a second NodePrepareResources for an already prepared claim fails",
@@ -38,6 +38,7 @@ RULES: dict[str, str] = {
     "churn-slices": "the pool is rewritten every few seconds though nothing changed",
     "wrong-slice-count": "ResourceSlices claim one slice more in the pool than there are",
     "orphan-slices": "ResourceSlices carry no ownerReference to their Node",
+    "same-pool-on-every-node": "every node publishes its devices in one pool of the same name (SHARED_POOL)",
     "subrequest-name": "a firstAvailable result is answered with its subrequest name (gpu/sub1), not gpu",
     "refuse-admin-access": "an adminAccess claim for a device another claim holds is refused",
     "keep-device-after-unprepare": "unprepared devices stay marked in use: later claims for them are refused",
@@ -70,8 +71,24 @@ RULES: dict[str, str] = {
     "compat-groups-missing": "partitions and the shared whole GPU are published without compatibility groups",
     "never-attach": "GPUs attached on demand are never attached: pods of their claims are never bound",
     "ignore-attach-failure": "a GPU whose attach failed is reported attached: the pod is bound to it",
+    "prepare-missing-claims": "a claim whose ResourceClaim does not exist is answered prepared, no devices",
+    "prepare-unallocated-claims": "a claim that is not allocated is answered prepared, with no devices",
+    "refuse-after-failed-registration": (
+        "after a NotifyRegistrationStatus(false), every later notice is answered with an error: the "
+        "kubelet's next try deregisters the driver"
+    ),
+    "whole-call-errors": (
+        "as the kubeletplugin helper: a claim that cannot be read or is not allocated fails the whole "
+        "NodePrepareResources with a gRPC error, and NotifyRegistrationStatus(false) is answered with one"
+    ),
+    "unserved-dra-version": "GetInfo lists v1beta1.DRAPlugin first, but that service is not served",
+    "fail-unknown-unprepare": "unpreparing a claim the driver does not hold fails for that claim",
 }
 """Every switch, with the rule it breaks."""
+
+SHARED_POOL = "all-nodes"
+"""The pool name every node publishes with the ``same-pool-on-every-node`` switch (as a driver that
+names its pool after itself, not after the node, does)."""
 
 
 def parse_rules(values: Iterable[str]) -> frozenset[str]:

@@ -55,6 +55,8 @@ SOCKET_MODE = 0o600
 def supported_versions(settings: Settings) -> list[str]:
     """``PluginInfo.supported_versions``: DRA v1 first; health versions only with health on."""
     versions = [draproto.DRA_V1, draproto.DRA_V1BETA1]
+    if settings.breaks("unserved-dra-version"):  # the kubelet picks the first it knows: v1beta1
+        versions = [draproto.DRA_V1BETA1, draproto.DRA_V1]
     if settings.health.enabled:
         versions += [draproto.HEALTH_V1, draproto.HEALTH_V1ALPHA1]
     return versions
@@ -64,6 +66,8 @@ class _Registration(registration_pb2_grpc.RegistrationServicer):
     def __init__(self, settings: Settings, registered: threading.Event) -> None:
         self._settings = settings
         self._registered = registered
+        self._refused = False
+        """Whether a kubelet refused the registration once (``refuse-after-failed-registration``)."""
 
     def GetInfo(self, request: Any, context: Any) -> Any:
         versions = supported_versions(self._settings)
@@ -77,12 +81,17 @@ class _Registration(registration_pb2_grpc.RegistrationServicer):
         )
 
     def NotifyRegistrationStatus(self, request: Any, context: Any) -> Any:
+        if self._refused and self._settings.breaks("refuse-after-failed-registration"):
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the registration failed before; not serving")
         if request.plugin_registered:
             log.info("registered with the kubelet", extra={"driver": self._settings.driver_name})
             self._registered.set()
         else:
             log.error("the kubelet refused the registration", extra={"error": request.error})
             self._registered.clear()
+            self._refused = True
+            if self._settings.breaks("whole-call-errors"):  # as kubeletplugin's registrationServer
+                context.abort(grpc.StatusCode.UNKNOWN, f"failed registration process: {request.error}")
         return registration_pb2.RegistrationStatusResponse()
 
 
@@ -143,17 +152,57 @@ class _DRAPlugin:
         if self._settings.breaks("forget-unbatched-claims"):  # as if each call named every claim
             for uid in set(self._state.prepared()) - {c.uid for c in request.claims}:
                 self._state.specs.remove(uid)
+        if self._settings.breaks("whole-call-errors"):
+            self._read_all_or_abort(request.claims, context)
         response = self._pb2.NodePrepareResourcesResponse()
         refs = self._refs(request, response)
         outcomes = self._state.prepare_batch(refs)
         for ref in refs:
             outcome = outcomes[ref.uid]
             entry = response.claims[ref.uid]
-            if isinstance(outcome, Exception):
+            if isinstance(outcome, Exception) and not self._answered_prepared(ref):
                 self._fail(entry, ref, "prepare", outcome)
-            elif not self._ignored(ref):
+            elif not isinstance(outcome, Exception) and not self._ignored(ref):
                 entry.devices.extend(self._device(d) for d in outcome)
         return response
+
+    def _read_all_or_abort(self, claims: Sequence[Any], context: Any) -> None:
+        """``whole-call-errors``: as kubeletplugin's ``getResourceClaims``, read every claim before
+        anything is prepared and fail the whole call (a gRPC error) at the first that does not exist,
+        is not allocated or was re-created."""
+        for claim in claims:
+            ref = ClaimRef(namespace=claim.namespace, uid=claim.uid, name=claim.name)
+            try:
+                found = self._state.claims.get_claim(ref.namespace, ref.name)
+            except ClaimError as e:
+                why: str | None = f"retrieve claim {ref}: {e}"
+            else:
+                if found is None:
+                    why = f"retrieve claim {ref}: not found"
+                elif not (found.get("status") or {}).get("allocation"):
+                    why = f"claim {ref} not allocated"
+                elif (found.get("metadata") or {}).get("uid") != ref.uid:
+                    why = f"claim {ref} got replaced"
+                else:
+                    why = None
+            if why is not None:
+                context.abort(grpc.StatusCode.UNKNOWN, f"get resource claims: {why}")
+
+    def _answered_prepared(self, ref: ClaimRef) -> bool:
+        """Whether a claim that failed is answered prepared, with no devices (switches
+        ``prepare-missing-claims``: its ResourceClaim does not exist; ``prepare-unallocated-claims``:
+        it is not allocated)."""
+        missing = self._settings.breaks("prepare-missing-claims")
+        unallocated = self._settings.breaks("prepare-unallocated-claims")
+        if not (missing or unallocated):
+            return False
+        try:
+            claim = self._state.claims.get_claim(ref.namespace, ref.name)
+        except ClaimError:
+            return False
+        if claim is None:
+            return missing
+        return unallocated and not (claim.get("status") or {}).get("allocation")
 
     def _ignored(self, ref: ClaimRef) -> bool:
         """Whether the answer leaves out a prepared claim's devices (switch
@@ -234,7 +283,8 @@ class PluginServer:
         private_dir(settings.kubelet.plugin_dir)
         dra = self._server(settings.dra_socket)
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAPluginV1(self.state, settings), dra)
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAPluginV1beta1(self.state, settings), dra)
+        if not settings.breaks("unserved-dra-version"):  # GetInfo still lists it, first
+            dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAPluginV1beta1(self.state, settings), dra)
         if settings.health.enabled and self.health is not None:
             v1, v1alpha1 = services(
                 self.health,

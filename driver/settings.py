@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from draproto.logs import LOG_FORMATS
-from driver.breakage import CRASH_POINTS, RULES, parse_crash_points, parse_rules
+from driver.breakage import CRASH_POINTS, RULES, SHARED_POOL, parse_crash_points, parse_rules
 from driver.consumable import SHARING_MODES
 from driver.errors import SettingsError
 from driver.faults import DEFAULT_IGNORED_XIDS
@@ -139,8 +139,9 @@ class Settings:
 
     @property
     def pool_name(self) -> str:
-        """The node's one pool: named after the node."""
-        return self.node_name
+        """The node's one pool: named after the node (``SHARED_POOL`` on every node with the
+        ``same-pool-on-every-node`` switch)."""
+        return SHARED_POOL if self.breaks("same-pool-on-every-node") else self.node_name
 
     @property
     def registration_socket(self) -> Path:

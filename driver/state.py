@@ -184,6 +184,9 @@ class DeviceState:
             for ref in refs:
                 record = known[ref.uid]
                 if record is None:
+                    if self.settings.breaks("fail-unknown-unprepare"):
+                        done[ref.uid] = PrepareError(f"claim {ref}: not prepared by this driver")
+                        continue
                     try:
                         self.files.remove_files(ref.uid)
                         done[ref.uid] = None

@@ -1,14 +1,17 @@
-"""The rule catalogue (ids, areas, sentences, needs) and the markers that tie a suite test to its rule."""
+"""The rule catalogue (ids, areas, sentences, needs, levels and sources) and the markers that tie a
+suite test to its rule."""
 
 from __future__ import annotations
 
 from conformance.catalogue.marks import (
     EXCLUSIVE_CLUSTER_MARK,
     EXCLUSIVE_MARK,
+    READS_EVERY_NODE_MARK,
     RULE_MARK,
     check_docstring,
     exclusive,
     exclusive_cluster,
+    reads_every_node,
     rule,
     rule_of,
 )
@@ -17,8 +20,10 @@ from conformance.catalogue.rules import (
     CORE,
     CORE_GROUP,
     CORE_SINCE,
+    LEVELS,
     RULES,
     Area,
+    Level,
     Rule,
     area_of_marker,
     by_id,
@@ -37,9 +42,12 @@ __all__ = [
     "CORE_SINCE",
     "EXCLUSIVE_CLUSTER_MARK",
     "EXCLUSIVE_MARK",
+    "LEVELS",
+    "READS_EVERY_NODE_MARK",
     "RULES",
     "RULE_MARK",
     "Area",
+    "Level",
     "Rule",
     "area_of_marker",
     "by_id",
@@ -51,6 +59,7 @@ __all__ = [
     "is_core",
     "is_glob",
     "matching",
+    "reads_every_node",
     "rule",
     "rule_of",
     "select",

@@ -17,10 +17,12 @@ from conformance.catalogue.rules import AREAS, Rule, by_id
 __all__ = [
     "EXCLUSIVE_CLUSTER_MARK",
     "EXCLUSIVE_MARK",
+    "READS_EVERY_NODE_MARK",
     "RULE_MARK",
     "check_docstring",
     "exclusive",
     "exclusive_cluster",
+    "reads_every_node",
     "rule",
     "rule_of",
 ]
@@ -33,6 +35,8 @@ EXCLUSIVE_MARK = "dra_exclusive"
 """The marker of tests that hold their node alone."""
 EXCLUSIVE_CLUSTER_MARK = "dra_exclusive_cluster"
 """The marker of tests that hold every node alone (they affect the whole cluster)."""
+READS_EVERY_NODE_MARK = "dra_reads_every_node"
+"""The marker of tests that judge every node's state: they hold every node shared."""
 
 
 def rule(rule_id: str) -> Callable[[F], F]:
@@ -55,6 +59,15 @@ def exclusive(test: F) -> F:
 def exclusive_cluster(test: F) -> F:
     """Mark a test that needs the whole cluster to itself (an API server restart affects every test)."""
     return getattr(pytest.mark, EXCLUSIVE_CLUSTER_MARK)(test)  # type: ignore[no-any-return]
+
+
+def reads_every_node(test: F) -> F:
+    """Mark a test that judges the state of every node under test (their slices, their pools), not
+    only of its own: it holds every node shared, so no test that holds a node alone (restarts its
+    driver or kubelet, deletes its slices, injects faults) runs meanwhile, and its verdict does not
+    depend on what runs beside it. With :func:`exclusive` it holds its own node alone and the others
+    shared."""
+    return getattr(pytest.mark, READS_EVERY_NODE_MARK)(test)  # type: ignore[no-any-return]
 
 
 def rule_of(item: pytest.Item) -> Rule | None:

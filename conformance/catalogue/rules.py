@@ -1,7 +1,8 @@
 """The catalogue of conformance rules: stable ids, the area each belongs to, what each needs.
 
-Mirrors ``RULES.md`` of the design (93 rules in 8 areas). A rule id is stable: reports,
-profiles' known failures and vendors refer to it. ``needs`` lists the capabilities a rule needs;
+The rules in 8 areas (``dra-conformance rules`` lists them). A rule id is stable: reports,
+profiles' known failures and vendors refer to it. Each rule has a level, MUST or SHOULD, and the
+source that makes it so (:data:`Level`): a run's verdict counts its MUST rules. ``needs`` lists the capabilities a rule needs;
 an entry ``"grpc | view"`` is satisfied by either. Capabilities are either claimed by the driver
 profile (``v1beta1``, ``health``, ``taints``, ...) or provided by the cluster backend (``grpc``,
 ``view``, ``restart-driver``, ``restart-kubelet``, ``restart-apiserver``, ``faults``); see
@@ -16,14 +17,19 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Final, Literal
+
+from conformance.errors import UnknownRule
 
 __all__ = [
     "AREAS",
     "CORE",
     "CORE_GROUP",
     "CORE_SINCE",
+    "LEVELS",
     "RULES",
     "Area",
+    "Level",
     "Rule",
     "area_of_marker",
     "by_id",
@@ -48,6 +54,15 @@ class Area:
     """What the area covers, in a few words."""
 
 
+Level = Literal["MUST", "SHOULD"]
+"""How binding a rule is: ``MUST`` when breaking it breaks or endangers a workload through the real
+kubelet, scheduler or API server of the versions it applies to; ``SHOULD`` for everything else
+(advice: a failed SHOULD is reported as an advisory and fails no driver, unless a run is strict)."""
+
+LEVELS: Final[tuple[Level, ...]] = ("MUST", "SHOULD")
+"""Every level, most binding first."""
+
+
 @dataclass(frozen=True)
 class Rule:
     """One conformance rule."""
@@ -64,6 +79,12 @@ class Rule:
     """Kubernetes minor (and feature gate) since which it applies; ``-`` when not version-bound."""
     upstream: str
     """Where Kubernetes or a driver repository tests the same thing (``-``: nowhere)."""
+    level: Level
+    """How binding it is (:data:`Level`)."""
+    source: str
+    """What makes it so: the function of the kubelet, scheduler or API server (with the versions),
+    the proto comment, KEP section or API validation that a driver breaking it runs into, or, for
+    a SHOULD, what recommends it."""
 
 
 AREAS: Mapping[str, Area] = MappingProxyType(
@@ -91,6 +112,12 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         "-",
+        level="MUST",
+        source=(
+            "resource.k8s.io/v1 is GA from 1.34 (staging/src/k8s.io/api/resource/v1/types.go); kubelet "
+            "pkg/kubelet/cm/dra/manager.go prepareResources and kube-scheduler read claims/slices through "
+            "v1; 1.34-1.37"
+        ),
     ),
     Rule(
         "PRE-CLASSES",
@@ -99,6 +126,11 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         "-",
+        level="MUST",
+        source=(
+            "scheduler dynamicresources.go (*DynamicResources).PreFilter/validateDeviceClass: a request "
+            "naming a missing DeviceClass is unschedulable; 1.34-1.37"
+        ),
     ),
     Rule(
         "PRE-REGISTERED",
@@ -107,6 +139,8 @@ RULES: tuple[Rule, ...] = (
         ("grpc",),
         "1.34",
         "kep 1",
+        level="MUST",
+        source='kubelet v1.34.0-v1.37.2 pkg/kubelet/pluginmanager (pluginwatcher watches <kubelet>/plugins_registry; operationexecutor/operation_generator.go GenerateRegisterPluginFunc dials the socket and calls GetInfo with a 1 s timeout, routing by PluginInfo.Type "DRAPlugin"); without it pkg/kubelet/cm/dra/plugin (*DRAPluginManager).GetPlugin has no plugin of that name and (*Manager).prepareResources fails every pod of the driver',
     ),
     Rule(
         "PRE-SLICES",
@@ -115,6 +149,12 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         "kep 2",
+        level="MUST",
+        source=(
+            "dynamic-resource-allocation/structured/internal/stable/pools_stable.go GatherPools: only "
+            "published slices of the node are allocatable; scheduler Filter is unschedulable otherwise; "
+            "1.34-1.37"
+        ),
     ),
     Rule(
         "PRE-NODES",
@@ -123,30 +163,41 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         "nv",
+        level="MUST",
+        source=(
+            "setup precondition: the scheduler places no pod on a NotReady node; the device count is the "
+            "profile's own fact (see SLICE-COUNT); 1.34-1.37"
+        ),
     ),
     Rule(
         "REG-GETINFO",
         "REG",
-        "`GetInfo` answers type `DRAPlugin`, the profile's driver name, an absolute endpoint that exists, and a non-empty version list",
+        "`GetInfo` answers type `DRAPlugin`, the profile's driver name, a non-empty version list, and an absolute endpoint that exists (or none: the kubelet then calls the registration socket)",
         ("grpc",),
         "1.34",
         'kep 1; e2e "registers plugin"',
+        level="MUST",
+        source='kubelet v1.34.0-v1.37.2 pluginmanager/operationexecutor/operation_generator.go GenerateRegisterPluginFunc: the handler is picked by Type (no "DRAPlugin": no registration), Name is the driver name the DRA manager routes claims by ((*DRAPluginManager).GetPlugin), an empty Endpoint is replaced by the registration socket\'s path and a relative one is dialled as "unix:"+path from the kubelet\'s cwd; cm/dra/plugin/dra_plugin_manager.go validateSupportedServices refuses an empty list',
     ),
     Rule(
         "REG-VERSIONS",
         "REG",
-        "every advertised DRAPlugin version string is one the kubelet knows (`v1.DRAPlugin`, `v1beta1.DRAPlugin`) and its service answers",
+        "`GetInfo` lists a DRAPlugin service the kubelet knows (`v1.DRAPlugin`, `v1beta1.DRAPlugin`), and the first one listed, which the kubelet picks, answers",
         ("grpc",),
         "1.34",
         'e2e "multiple drivers ... drapbv1 / v1beta1"',
+        level="MUST",
+        source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go (*DRAPluginManager).validateSupportedServices: takes the first entry of the plugin's list that is in servicesSupportedByKubelet (v1.DRAPlugin, v1beta1.DRAPlugin) and skips unknown strings; every prepare/unprepare then goes to that service only. A known service listed later is never called by 1.34-1.37, so its serving is at most a SHOULD (REG-V1BETA1-PARITY covers v1beta1)",
     ),
     Rule(
         "REG-NOTIFY",
         "REG",
-        "`NotifyRegistrationStatus` with an error and then with success is accepted, and the driver keeps serving",
+        "after `NotifyRegistrationStatus` with an error (answered either way), the driver keeps serving `GetInfo` and its DRA service and accepts the success notice that follows",
         ("grpc",),
         "1.34",
         'node "recover and register after registration failure"',
+        level="MUST",
+        source="kubelet v1.34.0-v1.37.2 pluginmanager/operationexecutor/operation_generator.go GenerateRegisterPluginFunc + notifyPlugin: the answer to NotifyRegistrationStatus(plugin_registered=false) only extends the error the kubelet logs, and the reconciler registers the plugin again later, so the driver must keep serving GetInfo and its DRA service; an error answering the success notice makes v1.37.2 call RemovePlugin + DeRegisterPlugin (v1.34.0 only returns the error). kubeletplugin v0.37.2 registrationserver.go answers the failure notice with a gRPC error: accepted",
     ),
     Rule(
         "REG-SOCKETS",
@@ -155,6 +206,8 @@ RULES: tuple[Rule, ...] = (
         ("grpc",),
         "-",
         "-",
+        level="SHOULD",
+        source="advice (hardening): the kubelet v1.34-v1.37 runs as root and dials the sockets whatever their mode; nothing in the kubelet, scheduler or API server checks them. A socket others can write lets any local user prepare or unprepare claims",
     ),
     Rule(
         "REG-EMPTY",
@@ -163,6 +216,8 @@ RULES: tuple[Rule, ...] = (
         ("grpc",),
         "-",
         "plugin",
+        level="SHOULD",
+        source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources/unprepareResources build a batch only from claims they have and never send an empty request; the empty call is what probes (this suite, csi-sanity-style tools) use",
     ),
     Rule(
         "REG-ONE-PER-CLAIM",
@@ -171,22 +226,28 @@ RULES: tuple[Rule, ...] = (
         ("grpc",),
         "-",
         "plugin",
+        level="MUST",
+        source='kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources: an entry for a UID not in the request fails the pod\'s prepare ("returned result for unknown claim UID"), fewer entries than claims fail it ("skipped %d ResourceClaims"), every time; unprepareResources the same; dra v1 api.proto NodePrepareResourcesResponse.claims: "It is an error if some claim listed in NodePrepareResourcesRequest does not get prepared"',
     ),
     Rule(
         "REG-UNKNOWN-CLAIM",
         "REG",
-        "preparing a claim that does not exist fails for that claim only, with a message naming it",
+        "preparing a claim that does not exist never reports it prepared: its entry carries an error, or the whole call fails with a gRPC error",
         ("grpc",),
         "-",
         "plugin",
+        level="MUST",
+        source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources: an entry without error is taken as prepared (setPrepared, its devices checkpointed and given to the containers), while an entry's error and a gRPC error for the whole call both fail the pod's prepare and are retried; a claim the driver cannot find reaches it when the claim is deleted or re-created after the kubelet read it. Whole-call error = kubeletplugin v0.37.2 draplugin.go (*nodePluginImplementation).NodePrepareResources/getResourceClaims: accepted. Naming the claim is REG-PER-CLAIM-ERRORS (SHOULD)",
     ),
     Rule(
         "REG-NOT-ALLOCATED",
         "REG",
-        "preparing a claim that exists but is not allocated fails for that claim, naming why",
+        "preparing a claim that exists but is not allocated never reports it prepared: its entry carries an error, or the whole call fails with a gRPC error",
         ("grpc",),
         "-",
         "plugin",
+        level="MUST",
+        source='kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources (as REG-UNKNOWN-CLAIM: an entry without error is prepared, an error in either form is retried); the kubelet only sends claims it read allocated (claiminfo.go newClaimInfoFromClaim), so an unallocated one arrives on a race with deallocation. Whole-call error = kubeletplugin v0.37.2 getResourceClaims "claim ... not allocated": accepted. Saying why is REG-PER-CLAIM-ERRORS (SHOULD)',
     ),
     Rule(
         "REG-OTHER-NODE",
@@ -195,6 +256,8 @@ RULES: tuple[Rule, ...] = (
         ("grpc",),
         "-",
         "-",
+        level="SHOULD",
+        source="defence in depth: kube-scheduler v1.34-v1.37 pkg/scheduler/framework/plugins/dynamicresources (*DynamicResources).Filter (structured allocator of k8s.io/dynamic-resource-allocation) allocates only devices of slices that select the pod's node, and kubelet pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources sends only claims reserved for a pod bound to its node (resourceclaim.IsReservedForPod), so no such claim reaches the driver through them",
     ),
     Rule(
         "REG-OTHER-DRIVER",
@@ -203,6 +266,8 @@ RULES: tuple[Rule, ...] = (
         ("grpc",),
         "-",
         'e2e "filters config correctly for multiple devices"',
+        level="MUST",
+        source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources: the claim goes to every driver of its results (claiminfo.go computeDriverStates) and each driver's answered devices are added under that driver's name and injected into the containers, so a driver that answers devices for results of another driver gives containers devices they were not allocated",
     ),
     Rule(
         "REG-IDEMPOTENT-PREPARE",
@@ -211,9 +276,18 @@ RULES: tuple[Rule, ...] = (
         ("grpc",),
         "-",
         "plugin; nv #782",
+        level="MUST",
+        source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources: a claim is sent again until its pod's whole prepare succeeded (a failed batch, another driver's failure, a kubelet restart before setPrepared/checkpoint), and the retry's answer gives the claim its devices (v1.37.2 replaces them: resetDevices; v1.34.0 appends them: addDevice); a failing second answer keeps the pod from starting, a different one changes its devices",
     ),
     Rule(
-        "REG-IDEMPOTENT-UNPREPARE", "REG", "unpreparing twice succeeds both times", ("grpc",), "-", "plugin"
+        "REG-IDEMPOTENT-UNPREPARE",
+        "REG",
+        "unpreparing twice succeeds both times",
+        ("grpc",),
+        "-",
+        "plugin",
+        level="MUST",
+        source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).unprepareResources: a failed or interrupted unprepare is retried (reconcileLoop, SyncTerminatingPod) and the claim is dropped from the checkpoint only after success; kubelet.go SyncTerminatingPod returns the unprepare error, so the pod stays terminating and its claim stays reserved (its devices never freed) while unprepare fails",
     ),
     Rule(
         "REG-UNPREPARE-UNKNOWN",
@@ -222,14 +296,28 @@ RULES: tuple[Rule, ...] = (
         ("grpc",),
         "-",
         "plugin",
+        level="MUST",
+        source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go: prepareResources adds the claim to the claim-info cache and checkpoint before NodePrepareResources, so unprepareResources calls NodeUnprepareResources for claims the driver never prepared (its prepare failed or never ran); an error there keeps the pod terminating (kubelet.go SyncTerminatingPod) and the claim reserved",
     ),
     Rule(
         "REG-BATCH",
         "REG",
-        "a batch of claims is answered per claim: one bad claim fails alone and the good ones are prepared",
+        "a batch with one bad claim never reports the bad claim prepared, and whatever the call answered (per-claim errors, or a gRPC error for the whole call), the good claims then prepare in a call without it, as the kubelet asks again",
         ("grpc",),
         "-",
         "plugin",
+        level="MUST",
+        source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources: one pod's claims of a driver go in one call; an error for any claim or for the call fails the pod's prepare and every claim of the call is asked again (the good ones must then prepare); an entry without error for the bad claim is taken as prepared. Answering the good claims prepared in the same call is not needed by the kubelet (it aborts at the first error): REG-PER-CLAIM-ERRORS (SHOULD). Whole-call error = kubeletplugin v0.37.2 getResourceClaims: accepted",
+    ),
+    Rule(
+        "REG-PER-CLAIM-ERRORS",
+        "REG",
+        "a claim that cannot be prepared (it does not exist, or is not allocated) fails in its own entry with an error naming the claim and why, not with a gRPC error for the whole call, and the other claims of the call are prepared",
+        ("grpc",),
+        "-",
+        "plugin",
+        level="SHOULD",
+        source='dra v1 api.proto (k8s.io/kubelet v0.34-v0.37) service DRAPlugin NodePrepareResources: "Failures for individual claims can be reported inside NodePrepareResourcesResponse" (may, not must); the kubelet (*Manager).prepareResources fails the pod at the first error either way. Advice: a per-claim error names the claim and the reason in the pod\'s FailedPrepareDynamicResources event and leaves the other claims of the call prepared; kubeletplugin v0.37.2 getResourceClaims instead fails the whole call',
     ),
     Rule(
         "REG-CONCURRENT",
@@ -238,6 +326,8 @@ RULES: tuple[Rule, ...] = (
         ("grpc",),
         "-",
         "-",
+        level="MUST",
+        source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources calls NodePrepareResources outside the cache lock from each pod's worker, so calls for different pods run concurrently; two claims answered the same exclusive device give two pods one device",
     ),
     Rule(
         "REG-REFUSE-IN-USE",
@@ -246,6 +336,8 @@ RULES: tuple[Rule, ...] = (
         ("grpc",),
         "-",
         "plugin",
+        level="SHOULD",
+        source="defence in depth: kube-scheduler v1.34-v1.37 dynamicresources plugin (structured allocator, allocated-devices state) never allocates an exclusive device to two claims, and the kubelet sends only allocated claims reserved for its pods (*Manager).prepareResources; only a claim status written by hand (as this test does) reaches the driver",
     ),
     Rule(
         "REG-METRICS",
@@ -254,6 +346,8 @@ RULES: tuple[Rule, ...] = (
         ("metrics",),
         "-",
         "-",
+        level="SHOULD",
+        source="advice: no Kubernetes component scrapes a DRA driver; operators' monitoring does",
     ),
     Rule(
         "REG-V1BETA1-PARITY",
@@ -262,6 +356,8 @@ RULES: tuple[Rule, ...] = (
         ("grpc", "v1beta1"),
         "1.34",
         "e2e",
+        level="SHOULD",
+        source="kubelet v1.34.0-v1.37.2 cm/dra/plugin (*DRAPluginManager).validateSupportedServices uses v1beta1 only when the driver lists it before v1.DRAPlugin; then REG-VERSIONS already requires it to answer. A v1beta1 listed after v1 is never called by these kubelets",
     ),
     Rule(
         "REG-FUZZ",
@@ -270,6 +366,8 @@ RULES: tuple[Rule, ...] = (
         ("grpc",),
         "-",
         "-",
+        level="SHOULD",
+        source="robustness: the kubelet v1.34-v1.37 ((*Manager).prepareResources/unprepareResources) only sends claims it read from the API server (valid UIDs and names, each once, one pod's claims per call), so these requests come only from other clients",
     ),
     Rule(
         "SLICE-PRESENT",
@@ -278,6 +376,12 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         'kep 2; e2e "must manage ResourceSlices"',
+        level="MUST",
+        source=(
+            "dynamic-resource-allocation/structured/internal/stable/pools_stable.go GatherPools: a node's "
+            "devices exist for the scheduler only in slices selecting it (spec.nodeName); KEP-4381 "
+            "'publishing node resources'; 1.34-1.37"
+        ),
     ),
     Rule(
         "SLICE-NODE",
@@ -286,6 +390,12 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         "e2e",
+        level="SHOULD",
+        source=(
+            "nothing relies on the Node ownerReference but the garbage collector on Node deletion; the "
+            "kubelet wipes by field selector spec.nodeName/spec.driver "
+            "(pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go wipeResourceSlices)"
+        ),
     ),
     Rule(
         "SLICE-POOL",
@@ -294,6 +404,12 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         "types",
+        level="MUST",
+        source=(
+            "dynamic-resource-allocation/structured/internal/stable/pools_stable.go GatherPools: count != "
+            "slices of the generation -> IsIncomplete, duplicate device names -> IsInvalid: no allocation "
+            "(types.go ResourcePool); 1.34-1.37"
+        ),
     ),
     Rule(
         "SLICE-NAMES",
@@ -302,6 +418,12 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         "types",
+        level="MUST",
+        source=(
+            "API server refuses bad names: pkg/apis/resource/validation/validation.go "
+            "validateResourceSliceSpec/validateResourcePool/validateDevice; across slices GatherPools "
+            "validateDeviceNames -> pool IsInvalid; 1.34-1.37"
+        ),
     ),
     Rule(
         "SLICE-LIMITS",
@@ -310,6 +432,12 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         "types",
+        level="MUST",
+        source=(
+            "API server refuses the slice: validation.go validateResourceSliceSpec (128 devices, 64 with "
+            "taints/counters/list attributes; 8 counter sets), validateDevice (32 attributes+capacities); "
+            "1.34-1.37"
+        ),
     ),
     Rule(
         "SLICE-ATTRS",
@@ -318,6 +446,12 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         "ex; nv",
+        level="MUST",
+        source=(
+            "API server: pkg/apis/resource/validation/validation.go "
+            "validateDevice/validateDeviceAttribute (qualified names, exactly one value); allocator CEL "
+            "reads typed attributes (selectorsMatch); 1.34-1.37"
+        ),
     ),
     Rule(
         "SLICE-COUNT",
@@ -326,6 +460,11 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         'nv "slice device count matches host GPU count"',
+        level="SHOULD",
+        source=(
+            "nothing in Kubernetes checks it: the scheduler allocates whatever the slices list; "
+            "profile/hardware fidelity (a phantom device shows as a prepare failure, ALLOC-EXHAUST)"
+        ),
     ),
     Rule(
         "SLICE-STABLE",
@@ -334,11 +473,33 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         "e2e (Consistently)",
+        level="SHOULD",
+        source=(
+            "no correctness need: each slice write requeues pending DRA pods (scheduler "
+            "dynamicresources.go EventsToRegister) and loads the API server; kubeletplugin resourceslice "
+            "controller writes only on change"
+        ),
     ),
     Rule(
-        "SLICE-REPUBLISH", "SLICE", "a deleted slice comes back within the profile's timeout", (), "1.34", "-"
+        "SLICE-REPUBLISH",
+        "SLICE",
+        "a deleted slice comes back within the profile's timeout",
+        (),
+        "1.34",
+        "-",
+        level="MUST",
+        source="the kubelet deletes every DRA slice of its node at startup (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go NewDRAPluginManager -> wipeResourceSlices); unless the driver republishes, the node offers nothing; 1.34-1.37",
     ),
-    Rule("SLICE-EDIT", "SLICE", "a slice edited by someone else is restored", (), "1.34", "-"),
+    Rule(
+        "SLICE-EDIT",
+        "SLICE",
+        "a slice edited by someone else is restored",
+        (),
+        "1.34",
+        "-",
+        level="SHOULD",
+        source="nothing in Kubernetes edits node-local slices; kubeletplugin helper practice (k8s.io/dynamic-resource-allocation/resourceslice/resourceslicecontroller.go syncPool restores them)",
+    ),
     Rule(
         "SLICE-COUNTERS",
         "SLICE",
@@ -346,6 +507,12 @@ RULES: tuple[Rule, ...] = (
         ("partitionable",),
         "1.36 (DRAPartitionableDevices, beta)",
         'e2e "must consume and free up counters"',
+        level="MUST",
+        source=(
+            "dynamic-resource-allocation/structured/internal/stable/pools_stable.go "
+            "validateDeviceCounterConsumption: an unknown counter set/counter makes the pool IsInvalid; "
+            "DRAPartitionableDevices beta 1.36+ (alpha, off, 1.34-1.35)"
+        ),
     ),
     Rule(
         "SLICE-OWN-NODE",
@@ -355,6 +522,12 @@ RULES: tuple[Rule, ...] = (
         ("identity",),
         "1.34",
         "e2e per-node permission checks; chart admission policy",
+        level="SHOULD",
+        source=(
+            "hardening Kubernetes does not enforce for service accounts: KEP-4381 security section "
+            "(admission policy on the SA token's node-name claim); NodeRestriction admitResourceSlice "
+            "covers kubelet credentials only"
+        ),
     ),
     Rule(
         "SLICE-GONE",
@@ -363,6 +536,12 @@ RULES: tuple[Rule, ...] = (
         ("restart-driver",),
         "1.34",
         'node "removed after plugin unregistration"',
+        level="MUST",
+        source=(
+            "stale slices draw pods to a node without the driver (prepare: 'not registered'); the kubelet "
+            "wipes them 30 s after its last plugin goes (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go "
+            "sync/wipeResourceSlices); 1.34-1.37"
+        ),
     ),
     Rule(
         "ALLOC-ONE",
@@ -371,6 +550,12 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         "kep 3, 5",
+        level="MUST",
+        source=(
+            "scheduler dynamicresources.go Filter/Reserve/PreBind allocate; containers start only after a "
+            "successful NodePrepareResources (pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources, "
+            "kuberuntime SyncPod); 1.34-1.37"
+        ),
     ),
     Rule(
         "ALLOC-COUNT",
@@ -379,6 +564,11 @@ RULES: tuple[Rule, ...] = (
         ("devices>=2",),
         "1.34",
         'ex "2 distinct GPUs to a single container"',
+        level="MUST",
+        source=(
+            "types.go ExactDeviceRequest.Count; the kubelet sends the claim with all its results in one "
+            "NodePrepareResources (pkg/kubelet/cm/dra/manager.go prepareResources); 1.34-1.37"
+        ),
     ),
     Rule(
         "ALLOC-DISTINCT-CLAIMS",
@@ -387,9 +577,22 @@ RULES: tuple[Rule, ...] = (
         ("devices>=2",),
         "1.34",
         "e2e; ex",
+        level="MUST",
+        source=(
+            "dynamic-resource-allocation/structured/internal/stable/allocator_stable.go "
+            "allocateDevice/deviceInUse keep an exclusive device to one claim; the driver must prepare "
+            "both claims side by side; 1.34-1.37"
+        ),
     ),
     Rule(
-        "ALLOC-ALL", "ALLOC", "`allocationMode: All` gets every matching device of one node", (), "1.34", "-"
+        "ALLOC-ALL",
+        "ALLOC",
+        "`allocationMode: All` gets every matching device of one node",
+        (),
+        "1.34",
+        "-",
+        level="MUST",
+        source="types.go DeviceAllocationModeAll; dynamic-resource-allocation/structured/internal/stable/allocator_stable.go allocateOne refuses incomplete/invalid pools for All; the driver prepares all in one claim; 1.34-1.37",
     ),
     Rule(
         "ALLOC-EXHAUST",
@@ -398,6 +601,12 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         'e2e "runs pod after driver starts"',
+        level="MUST",
+        source=(
+            "scheduler Filter is unschedulable when no device is free; freeing needs the driver's "
+            "NodeUnprepareResources (pkg/kubelet/cm/dra/manager.go unprepareResources) before "
+            "deallocation; 1.34-1.37"
+        ),
     ),
     Rule(
         "ALLOC-CEL",
@@ -406,6 +615,11 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         'ex "selected using CEL"',
+        level="MUST",
+        source=(
+            "dynamic-resource-allocation/structured/internal/stable/allocator_stable.go selectorsMatch "
+            "evaluates claim CEL on the published attributes: a pod gets only matching devices; 1.34-1.37"
+        ),
     ),
     Rule(
         "ALLOC-CEL-NOMATCH",
@@ -414,6 +628,11 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         "-",
+        level="MUST",
+        source=(
+            "dynamic-resource-allocation/structured/internal/stable/allocator_stable.go selectorsMatch + "
+            "scheduler Filter statusUnschedulable; 1.34-1.37"
+        ),
     ),
     Rule(
         "ALLOC-CLASS-SELECTOR",
@@ -422,6 +641,12 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         'e2e "retries pod scheduling after updating device class"',
+        level="MUST",
+        source=(
+            "dynamic-resource-allocation/structured/internal/stable/allocator_stable.go selectorsMatch "
+            "applies DeviceClass.spec.selectors (types.go DeviceClassSpec.Selectors) with the claim's; "
+            "1.34-1.37"
+        ),
     ),
     Rule(
         "ALLOC-MATCH-ATTR",
@@ -430,6 +655,12 @@ RULES: tuple[Rule, ...] = (
         ("devices>=2",),
         "1.34",
         "e2e",
+        level="MUST",
+        source=(
+            "types.go DeviceConstraint.MatchAttribute; "
+            "dynamic-resource-allocation/structured/internal/stable/allocator_stable.go "
+            "matchAttributeConstraint (a device lacking the attribute never matches); 1.34-1.37"
+        ),
     ),
     Rule(
         "ALLOC-NUMA",
@@ -439,6 +670,12 @@ RULES: tuple[Rule, ...] = (
         ("numa",),
         "1.34",
         "KEP-6072 (standard attribute, GA 1.37)",
+        level="SHOULD",
+        source=(
+            "standard-attribute convention (k8s.io/dynamic-resource-allocation/deviceattribute "
+            "StandardDeviceAttributeNUMANode, KEP-6072); nothing in Kubernetes requires it; only claims "
+            "matching on it need it"
+        ),
     ),
     Rule(
         "ALLOC-TWO-DRIVERS",
@@ -449,6 +686,12 @@ RULES: tuple[Rule, ...] = (
         ("numa",),
         "1.34",
         'KEP-6072 (standard attribute, GA 1.37); e2e dra "multiple drivers"',
+        level="MUST",
+        source=(
+            "kubelet pkg/kubelet/cm/dra/manager.go prepareResources calls each driver of a multi-driver "
+            "claim with the whole claim; a driver answers only its own results (types.go "
+            "DeviceAllocationResult.Config: ignore others'); 1.34-1.37"
+        ),
     ),
     Rule(
         "ALLOC-DISTINCT-ATTR",
@@ -457,6 +700,12 @@ RULES: tuple[Rule, ...] = (
         ("devices>=2",),
         "1.35",
         "-",
+        level="MUST",
+        source=(
+            "types.go DeviceConstraint.DistinctAttribute (+featureGate=DRAConsumableCapacity: alpha, off, "
+            "1.34-1.35; beta 1.36+); dynamic-resource-allocation/structured/internal/stable/allocator "
+            "constraint"
+        ),
     ),
     Rule(
         "ALLOC-FIRST-AVAILABLE",
@@ -465,6 +714,12 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34 (DRAPrioritizedList)",
         'e2e "selects the first subrequest"',
+        level="MUST",
+        source=(
+            "kubelet pkg/kubelet/cm/dra/claiminfo.go cdiDevicesAsList matches request_names to the "
+            "container's (parent) request: 'req/sub' leaves it without devices; DRAPrioritizedList beta "
+            "1.34, GA 1.36"
+        ),
     ),
     Rule(
         "ALLOC-TEMPLATE",
@@ -473,6 +728,11 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         'e2e "deletes generated claims when pod is done"',
+        level="MUST",
+        source=(
+            "pkg/controller/resourceclaim/controller.go handleClaim makes the per-pod claim, syncClaim "
+            "deletes it after the pod; needs the driver's prepare and unprepare; 1.34-1.37"
+        ),
     ),
     Rule(
         "ALLOC-DEALLOC",
@@ -481,6 +741,12 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         'kep 7; e2e "must deallocate after use"',
+        level="MUST",
+        source=(
+            "resourceclaim controller syncClaim clears reservedFor/deallocates once the pod is gone; the "
+            "kubelet keeps the pod until unprepare succeeded (kubelet_pods.go "
+            "PodCouldHaveRunningContainers); 1.34-1.37"
+        ),
     ),
     Rule(
         "ALLOC-REUSE",
@@ -489,6 +755,12 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         "kep 7; nv robustness",
+        level="MUST",
+        source=(
+            "kubelet unprepare then prepare of the same device for a new claim "
+            "(pkg/kubelet/cm/dra/manager.go unprepareResources/prepareResources); kubeletplugin DRAPlugin "
+            "docs: unprepare must undo prepare; 1.34-1.37"
+        ),
     ),
     Rule(
         "ALLOC-ADMIN",
@@ -497,6 +769,12 @@ RULES: tuple[Rule, ...] = (
         ("admin-access",),
         "1.34 (DRAAdminAccess)",
         "e2e; ex",
+        level="MUST",
+        source=(
+            "allocator lets adminAccess requests take in-use devices (types.go "
+            "ExactDeviceRequest.AdminAccess); the kubelet then calls NodePrepareResources as for any "
+            "claim; DRAAdminAccess beta 1.34, GA 1.36"
+        ),
     ),
     Rule(
         "ALLOC-TAINT-NOSCHEDULE",
@@ -505,6 +783,12 @@ RULES: tuple[Rule, ...] = (
         ("taints | DeviceTaintRule",),
         "1.36 (DRADeviceTaints, beta; GA 1.37)",
         'e2e "NoSchedule can be tolerated"',
+        level="MUST",
+        source=(
+            "dynamic-resource-allocation/structured/internal/stable/allocator_stable.go "
+            "taintPreventsAllocation; DeviceTaintRule needs DRADeviceTaintRules (beta, off, 1.36; GA "
+            "1.37); the driver prepares a tolerated tainted device"
+        ),
     ),
     Rule(
         "ALLOC-TAINT-NOEXECUTE",
@@ -513,6 +797,12 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.36 (DRADeviceTaintRules, off by default in 1.36)",
         "e2e",
+        level="MUST",
+        source=(
+            "kube-controller-manager pkg/controller/devicetainteviction/device_taint_eviction.go evicts; "
+            "the evicted pod's claim must unprepare (pkg/kubelet/cm/dra/manager.go unprepareResources); "
+            "DRADeviceTaintRules off 1.36, GA 1.37"
+        ),
     ),
     Rule(
         "ALLOC-CONSUMABLE",
@@ -521,6 +811,11 @@ RULES: tuple[Rule, ...] = (
         ("consumable-capacity",),
         "1.36 (DRAConsumableCapacity)",
         "e2e; ex",
+        level="MUST",
+        source=(
+            "allocator consumable capacity (DRAConsumableCapacity alpha off 1.34-1.35, beta 1.36+): "
+            "multi-allocatable devices get shareIDs; each claim prepared with api.proto Device.share_id"
+        ),
     ),
     Rule(
         "ALLOC-BINDING-CONDITIONS",
@@ -529,6 +824,12 @@ RULES: tuple[Rule, ...] = (
         ("binding-conditions",),
         "1.36 (DRADeviceBindingConditions, beta)",
         'e2e "binding conditions"',
+        level="MUST",
+        source=(
+            "scheduler dynamicresources.go PreBind/isClaimReadyForBinding waits for them; unset ones time "
+            "out (BindingTimeout 600 s) and the claim is released; DRADeviceBindingConditions beta 1.36+ "
+            "(alpha 1.34-1.35)"
+        ),
     ),
     Rule(
         "ALLOC-BINDING-FAILURE",
@@ -537,6 +838,12 @@ RULES: tuple[Rule, ...] = (
         ("binding-conditions", "attach-failure"),
         "1.36 (DRADeviceBindingConditions, beta)",
         'e2e "binding failure conditions"',
+        level="MUST",
+        source=(
+            "scheduler isClaimReadyForBinding: a True bindingFailureCondition -> ErrDeviceBindingFailed, "
+            "claim released; reporting attach as done binds the pod to a failed device; "
+            "DRADeviceBindingConditions beta 1.36+"
+        ),
     ),
     Rule(
         "ALLOC-PARTITION",
@@ -545,6 +852,12 @@ RULES: tuple[Rule, ...] = (
         ("partitionable",),
         "1.36 (DRAPartitionableDevices, beta)",
         "e2e",
+        level="MUST",
+        source=(
+            "dynamic-resource-allocation/structured/internal/stable/allocator_stable.go "
+            "checkAvailableCounters keeps overlapping partitions apart given correct counters; freeing "
+            "needs unprepare; DRAPartitionableDevices beta 1.36+"
+        ),
     ),
     Rule(
         "ALLOC-COMPAT-GROUPS",
@@ -554,6 +867,11 @@ RULES: tuple[Rule, ...] = (
         ("partitionable", "compatibility-groups", "DRADeviceCompatibilityGroups"),
         "1.37 (DRADeviceCompatibilityGroups, alpha)",
         "KEP-5963",
+        level="MUST",
+        source=(
+            "allocator compatibility_groups.go (DRADeviceCompatibilityGroups alpha, off, 1.37 only); gate "
+            "off: GatherPools ignores such slices and the whole pool is incomplete (pools_stable.go)"
+        ),
     ),
     Rule(
         "ALLOC-EXTENDED",
@@ -563,6 +881,12 @@ RULES: tuple[Rule, ...] = (
         ("extended-resource",),
         "1.36 (DRAExtendedResource)",
         "e2e; nv",
+        level="MUST",
+        source=(
+            "scheduler extendeddynamicresources.go makes the pod's claim; kubelet "
+            "pkg/kubelet/cm/dra/manager.go GetResources maps containers via "
+            "status.extendedResourceClaimStatus; DRAExtendedResource beta 1.36, GA 1.37"
+        ),
     ),
     Rule(
         "ALLOC-EXTENDED-INIT",
@@ -573,6 +897,12 @@ RULES: tuple[Rule, ...] = (
         ("extended-resource",),
         "1.36 (DRAExtendedResource)",
         "e2e; KEP-5004",
+        level="MUST",
+        source=(
+            "scheduler extendeddynamicresources.go createRequestsAndMappings (per-container requests, "
+            "init/sidecar too); kubelet manager.go GetResources picks by request_names; "
+            "DRAExtendedResource beta 1.36, GA 1.37"
+        ),
     ),
     Rule(
         "ALLOC-STATUS-DEVICES",
@@ -581,6 +911,12 @@ RULES: tuple[Rule, ...] = (
         ("device-status",),
         "1.34",
         "e2e",
+        level="SHOULD",
+        source=(
+            "types.go AllocatedDeviceStatus (Ready 'should' be True): informational; entries validated by "
+            "the API server (validation.go validateDeviceStatus); DRAResourceClaimDeviceStatus beta 1.33, "
+            "GA 1.37"
+        ),
     ),
     Rule(
         "SHARE-CONTAINERS",
@@ -589,6 +925,12 @@ RULES: tuple[Rule, ...] = (
         ("view",),
         "1.34",
         'e2e "inline claim referenced by multiple containers"',
+        level="MUST",
+        source=(
+            "kubelet pkg/kubelet/cm/dra/manager.go GetResources gives every container referencing the "
+            "claim its CDI ids: the driver's CDI devices must be injectable into several containers; "
+            "1.34-1.37"
+        ),
     ),
     Rule(
         "SHARE-PODS",
@@ -597,6 +939,11 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         'e2e "supports sharing a claim concurrently"',
+        level="MUST",
+        source=(
+            "kubelet pkg/kubelet/cm/dra/manager.go prepareResources prepares a claim once (isPrepared) "
+            "and unprepareResources calls the driver only after its last pod (PodUIDs); 1.34-1.37"
+        ),
     ),
     Rule(
         "SHARE-INIT",
@@ -605,6 +952,11 @@ RULES: tuple[Rule, ...] = (
         ("view",),
         "1.34",
         'e2e "supports init containers"',
+        level="MUST",
+        source=(
+            "kubelet pkg/kubelet/cm/dra/manager.go GetResources per container, init containers included: "
+            "CDI devices must outlive the init container; 1.34-1.37"
+        ),
     ),
     Rule(
         "SHARE-REQUEST-SCOPE",
@@ -613,6 +965,12 @@ RULES: tuple[Rule, ...] = (
         ("view", "devices>=2"),
         "1.34",
         'e2e "must map configs and devices to the right containers"',
+        level="MUST",
+        source=(
+            "kubelet pkg/kubelet/cm/dra/claiminfo.go cdiDevicesAsList gives a container only devices "
+            "whose request_names hold its request (empty = all: api.proto Device.request_names); "
+            "1.34-1.37"
+        ),
     ),
     Rule(
         "SHARE-UNUSED",
@@ -621,9 +979,21 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         'e2e "must call NodePrepareResources even if not used"',
+        level="MUST",
+        source=(
+            "kubelet pkg/kubelet/cm/dra/manager.go prepareResources prepares every claim of the pod, "
+            "referenced by a container or not, and fails the pod otherwise; 1.34-1.37"
+        ),
     ),
     Rule(
-        "SHARE-MIXED", "SHARE", "a pod with an already prepared claim and a new one runs", (), "1.35", "e2e"
+        "SHARE-MIXED",
+        "SHARE",
+        "a pod with an already prepared claim and a new one runs",
+        (),
+        "1.35",
+        "e2e",
+        level="MUST",
+        source="kubelet pkg/kubelet/cm/dra/manager.go prepareResources skips prepared claims and batches only the new ones to NodePrepareResources; 1.34-1.37",
     ),
     Rule(
         "SHARE-STRATEGY",
@@ -632,6 +1002,11 @@ RULES: tuple[Rule, ...] = (
         ("sharing-config", "view"),
         "-",
         "ex; nv",
+        level="SHOULD",
+        source=(
+            "driver-specific opaque config declared by the profile; Kubernetes only carries it (types.go "
+            "OpaqueDeviceConfiguration): the vendor's contract"
+        ),
     ),
     Rule(
         "SHARE-STRESS",
@@ -640,6 +1015,11 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         "nv stress",
+        level="SHOULD",
+        source=(
+            "robustness at scale; its MUST core is SHARE-PODS and ALLOC-REUSE; the kubelet retries failed "
+            "prepares (warnings are events)"
+        ),
     ),
     Rule(
         "PREP-CDI-IDS",
@@ -648,6 +1028,11 @@ RULES: tuple[Rule, ...] = (
         ("grpc | view",),
         "-",
         "plugin",
+        level="MUST",
+        source=(
+            "kubelet passes the ids to the runtime (manager.go GetResources -> CRI CDIDevices); CDI "
+            "pkg/cdi/cache.go InjectDevices fails the container on 'unresolvable CDI devices'; 1.34-1.37"
+        ),
     ),
     Rule(
         "PREP-CDI-SPEC",
@@ -656,6 +1041,11 @@ RULES: tuple[Rule, ...] = (
         ("grpc",),
         "-",
         "-",
+        level="MUST",
+        source=(
+            "CDI pkg/cdi/spec.go validateSpec, container-edits.go Validate: the runtime's cache (cache.go "
+            "refresh) drops an invalid spec and its devices become unresolvable; 1.34-1.37"
+        ),
     ),
     Rule(
         "PREP-CDI-UNIQUE",
@@ -664,6 +1054,12 @@ RULES: tuple[Rule, ...] = (
         ("grpc",),
         "-",
         "plugin",
+        level="SHOULD",
+        source=(
+            "kubeletplugin DRAPlugin.PrepareResourceClaims docs: runtimes may cache CDI specs, so the "
+            "unique name should not be reused (use the claim UID); same name in two specs conflicts (CDI "
+            "cache.go refresh)"
+        ),
     ),
     Rule(
         "PREP-VIEW",
@@ -672,6 +1068,12 @@ RULES: tuple[Rule, ...] = (
         ("view",),
         "1.34",
         "kep 5; e2e",
+        level="MUST",
+        source=(
+            "kubelet pkg/kubelet/cm/dra/manager.go GetResources injects only the CDI ids of the "
+            "container's claims/requests; edits exposing another claim's device break isolation; "
+            "1.34-1.37"
+        ),
     ),
     Rule(
         "PREP-NETDEV",
@@ -680,6 +1082,11 @@ RULES: tuple[Rule, ...] = (
         ("net", "view"),
         "1.34",
         "ex (net profile)",
+        level="SHOULD",
+        source=(
+            "CDI v1.1 netDevices (tags.cncf.io/container-device-interface specs-go) is one mechanism "
+            "among others (NRI, CNI); Kubernetes requires none; needs a runtime with netDevices support"
+        ),
     ),
     Rule(
         "PREP-NO-CLAIM",
@@ -688,6 +1095,12 @@ RULES: tuple[Rule, ...] = (
         ("view",),
         "-",
         'e2e "pod without claim"; NVIDIA e2e',
+        level="MUST",
+        source=(
+            "KEP-4381: devices reach containers only through the CDI ids the kubelet passes for "
+            "referenced claims (manager.go GetResources has none for a claimless pod); runtime-wide "
+            "injection breaks isolation"
+        ),
     ),
     Rule(
         "PREP-DEVICE-METADATA",
@@ -696,6 +1109,11 @@ RULES: tuple[Rule, ...] = (
         ("device-metadata", "view"),
         "1.36 (device metadata, alpha; beta 1.37)",
         'e2e "device metadata"',
+        level="SHOULD",
+        source=(
+            "KEP-5304: written by the driver side (k8s.io/dynamic-resource-allocation/kubeletplugin "
+            "metadata.go, EnableDeviceMetadata); the kubelet is not involved; alpha 1.36, beta 1.37"
+        ),
     ),
     Rule(
         "PREP-REQUEST-NAMES",
@@ -704,6 +1122,11 @@ RULES: tuple[Rule, ...] = (
         ("grpc",),
         "1.34",
         "node",
+        level="MUST",
+        source=(
+            "api.proto Device.request_names; kubelet pkg/kubelet/cm/dra/claiminfo.go cdiDevicesAsList "
+            "filters a container's devices by it (empty = every request); 1.34-1.37"
+        ),
     ),
     Rule(
         "PREP-POOL-DEVICE",
@@ -712,6 +1135,12 @@ RULES: tuple[Rule, ...] = (
         ("grpc",),
         "1.34",
         "-",
+        level="SHOULD",
+        source=(
+            "api.proto Device.pool_name/device_name are 'Required', but the kubelet uses them only to map "
+            "health to pods (pkg/kubelet/cm/dra/manager.go HandleWatchResourcesStream, "
+            "UpdateAllocatedResourcesStatus)"
+        ),
     ),
     Rule(
         "PREP-CONFIG-CLASS",
@@ -720,6 +1149,11 @@ RULES: tuple[Rule, ...] = (
         ("opaque-config", "view"),
         "1.34",
         'e2e "supports claim and class parameters"',
+        level="MUST",
+        source=(
+            "types.go DeviceClassSpec.Config ('apply to each device that is claimed via this class'), "
+            "handed over in AllocationResult.Devices.Config (source FromClass); 1.34-1.37"
+        ),
     ),
     Rule(
         "PREP-CONFIG-PRECEDENCE",
@@ -728,6 +1162,11 @@ RULES: tuple[Rule, ...] = (
         ("opaque-config", "view"),
         "1.34",
         "e2e",
+        level="SHOULD",
+        source=(
+            "convention, not API: dra-example-driver GetOpaqueDeviceConfigs / KEP-4381 (claim config "
+            "after class, later wins); types.go only says drivers can tell the source apart"
+        ),
     ),
     Rule(
         "PREP-CONFIG-SCOPE",
@@ -736,6 +1175,11 @@ RULES: tuple[Rule, ...] = (
         ("opaque-config", "view"),
         "1.34",
         "e2e",
+        level="MUST",
+        source=(
+            "types.go DeviceAllocationConfiguration.Requests ('names of requests where the configuration "
+            "applies'); 1.34-1.37"
+        ),
     ),
     Rule(
         "PREP-CONFIG-SUBREQUEST",
@@ -744,6 +1188,11 @@ RULES: tuple[Rule, ...] = (
         ("opaque-config", "view"),
         "1.34 (DRAPrioritizedList)",
         "-",
+        level="MUST",
+        source=(
+            "types.go DeviceAllocationConfiguration.Requests ('<main request>[/<subrequest>]'); "
+            "DRAPrioritizedList beta 1.34, GA 1.36"
+        ),
     ),
     Rule(
         "PREP-CONFIG-INVALID",
@@ -752,6 +1201,11 @@ RULES: tuple[Rule, ...] = (
         ("opaque-config",),
         "1.34",
         'ex "reject invalid"; nv #587',
+        level="SHOULD",
+        source=(
+            "driver practice (kubeletplugin/example driver decode config in prepare); the kubelet turns a "
+            "per-claim error into FailedPrepareDynamicResources (kuberuntime_manager.go); 1.34-1.37"
+        ),
     ),
     Rule(
         "PREP-UNPREPARE-DELETE",
@@ -760,6 +1214,12 @@ RULES: tuple[Rule, ...] = (
         ("grpc | view",),
         "1.34",
         "kep 6",
+        level="MUST",
+        source=(
+            "kubelet.go SyncTerminatingPod -> UnprepareDynamicResources; the pod is not removed until it "
+            "succeeds (kubelet_pods.go PodCouldHaveRunningContainers/PodMightNeedToUnprepareResources); "
+            "1.34-1.37"
+        ),
     ),
     Rule(
         "PREP-POD-DONE",
@@ -769,6 +1229,12 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         'e2e "deletes generated claims when pod is done"',
+        level="MUST",
+        source=(
+            "kubelet unprepares Succeeded/Failed pods (kubelet.go SyncTerminatingPod); resourceclaim "
+            "controller deletes the generated claim of a done pod (controller.go syncClaim/isPodDone); "
+            "1.34-1.37"
+        ),
     ),
     Rule(
         "PREP-FORCE-DELETE",
@@ -777,6 +1243,12 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         'e2e "unprepare resources for force-deleted pod"',
+        level="MUST",
+        source=(
+            "kubelet unprepares from its checkpoint by name/UID after pod and claim are gone "
+            "(pkg/kubelet/cm/dra/manager.go reconcileLoop/unprepareResources); kubeletplugin docs: the "
+            "claim may be deleted already; 1.34-1.37"
+        ),
     ),
     Rule(
         "PREP-RECREATED-CLAIM",
@@ -785,6 +1257,12 @@ RULES: tuple[Rule, ...] = (
         ("grpc",),
         "1.34",
         "-",
+        level="SHOULD",
+        source=(
+            "defence: the kubelet refuses a same-name claim with a new UID until the old is unprepared "
+            "(pkg/kubelet/cm/dra/manager.go prepareResources); the kubeletplugin helper checks the UID "
+            "(draplugin.go)"
+        ),
     ),
     Rule(
         "PREP-NO-WARNINGS",
@@ -793,6 +1271,11 @@ RULES: tuple[Rule, ...] = (
         (),
         "1.34",
         "kep 6",
+        level="SHOULD",
+        source=(
+            "the kubelet retries failed prepares/unprepares (kuberuntime_manager.go events); a warning "
+            "means delay, not breakage"
+        ),
     ),
     Rule(
         "PREP-CHURN",
@@ -801,6 +1284,11 @@ RULES: tuple[Rule, ...] = (
         ("grpc",),
         "-",
         "nv robustness",
+        level="SHOULD",
+        source=(
+            "leaked CDI specs or checkpoint entries break nothing the kubelet does; the MUST core "
+            "(devices free again) is ALLOC-REUSE/ALLOC-EXHAUST"
+        ),
     ),
     Rule(
         "HEALTH-SERVICE",
@@ -809,6 +1297,12 @@ RULES: tuple[Rule, ...] = (
         ("grpc", "health"),
         "1.36 (ResourceHealthStatus)",
         "health",
+        level="SHOULD",
+        source=(
+            "optional service: the kubelet streams NodeWatchResources only to fill pod status "
+            "(pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go add); ResourceHealthStatus alpha 1.31, beta "
+            "1.36"
+        ),
     ),
     Rule(
         "HEALTH-VERSIONS",
@@ -818,6 +1312,12 @@ RULES: tuple[Rule, ...] = (
         ("grpc", "health"),
         "1.36 (ResourceHealthStatus)",
         "health",
+        level="SHOULD",
+        source=(
+            "the kubelet uses one advertised version (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go "
+            "pickHealthService); a mute one only loses health status; dra-health v1/v1alpha1 api.proto; "
+            "1.36+"
+        ),
     ),
     Rule(
         "HEALTH-STREAM-FAULT",
@@ -826,6 +1326,11 @@ RULES: tuple[Rule, ...] = (
         ("health", "faults"),
         "1.36",
         "health",
+        level="SHOULD",
+        source=(
+            "KEP-4680: health is informational (pod status); kubelet pkg/kubelet/cm/dra/healthinfo.go "
+            "updateHealthInfo; ResourceHealthStatus beta 1.36"
+        ),
     ),
     Rule(
         "HEALTH-MESSAGE",
@@ -834,6 +1339,11 @@ RULES: tuple[Rule, ...] = (
         ("health", "faults"),
         "1.36 (ResourceHealthStatus, beta)",
         "health",
+        level="SHOULD",
+        source=(
+            "dra-health v1 api.proto DeviceHealth.message (optional); ResourceHealthStatusMessage beta "
+            "1.36; kubelet manager.go buildResourceHealth"
+        ),
     ),
     Rule(
         "HEALTH-POD-STATUS",
@@ -842,6 +1352,12 @@ RULES: tuple[Rule, ...] = (
         ("health", "faults"),
         "1.36",
         "health; node",
+        level="SHOULD",
+        source=(
+            "kubelet pkg/kubelet/cm/dra/manager.go UpdateAllocatedResourcesStatus maps streamed (pool, "
+            "device) to claim:<name>/<request>; status only, nothing acts on it; ResourceHealthStatus "
+            "beta 1.36"
+        ),
     ),
     Rule(
         "HEALTH-TAINT",
@@ -850,6 +1366,11 @@ RULES: tuple[Rule, ...] = (
         ("taints", "faults"),
         "1.36 (DRADeviceTaints, beta)",
         "nv health",
+        level="SHOULD",
+        source=(
+            "KEP-5055 lets drivers taint faulty devices; Kubernetes requires no fault detection; the "
+            "allocator honours taints (taintPreventsAllocation); DRADeviceTaints beta 1.36, GA 1.37"
+        ),
     ),
     Rule(
         "HEALTH-TAINT-TIME",
@@ -859,6 +1380,12 @@ RULES: tuple[Rule, ...] = (
         ("taints", "faults"),
         "1.36 (DRADeviceTaints, beta)",
         "-",
+        level="SHOULD",
+        source=(
+            "types.go DeviceTaint.TimeAdded is set on write when unset; devicetainteviction "
+            "claimEvictionTime counts tolerationSeconds from it; resourceslice controller "
+            "copyTaintTimeAdded keeps it; 1.36+"
+        ),
     ),
     Rule(
         "HEALTH-NO-ALLOC-TAINTED",
@@ -867,8 +1394,22 @@ RULES: tuple[Rule, ...] = (
         ("taints", "faults"),
         "1.36 (DRADeviceTaints, beta)",
         "-",
+        level="SHOULD",
+        source=(
+            "scheduler guarantee once the taint is there (allocator taintPreventsAllocation); the "
+            "driver's share is HEALTH-TAINT; DRADeviceTaints beta 1.36, GA 1.37"
+        ),
     ),
-    Rule("HEALTH-RECOVER", "HEALTH", "after heal, the device is allocatable again", ("faults",), "-", "-"),
+    Rule(
+        "HEALTH-RECOVER",
+        "HEALTH",
+        "after heal, the device is allocatable again",
+        ("faults",),
+        "-",
+        "-",
+        level="SHOULD",
+        source="lifting a healed device's taint restores capacity; nothing in Kubernetes relies on it (KEP-5055)",
+    ),
     Rule(
         "HEALTH-IGNORED",
         "HEALTH",
@@ -876,6 +1417,8 @@ RULES: tuple[Rule, ...] = (
         ("faults",),
         "-",
         "nv (ignored XIDs)",
+        level="SHOULD",
+        source="vendor policy (the profile's benign faults); Kubernetes has no notion of fault classes",
     ),
     Rule(
         "HEALTH-TAINT-NONE",
@@ -885,6 +1428,8 @@ RULES: tuple[Rule, ...] = (
         ("taints", "faults"),
         "1.36 (DRADeviceTaints, beta)",
         "nv health (non-critical XIDs)",
+        level="SHOULD",
+        source="types.go DeviceTaintEffect None (informational) and KEP-5055; vendor policy; 1.36+",
     ),
     Rule(
         "RES-DRIVER-RESTART",
@@ -893,6 +1438,12 @@ RULES: tuple[Rule, ...] = (
         ("restart-driver",),
         "1.34",
         'node "functional after service reconnect"',
+        level="MUST",
+        source=(
+            "kubelet does not re-prepare running pods after a driver restart and reuses cached CDI ids on "
+            "container restarts (manager.go GetResources; CDI cache.go InjectDevices): specs must "
+            "survive; 1.34-1.37"
+        ),
     ),
     Rule(
         "RES-DRIVER-CRASH",
@@ -901,6 +1452,11 @@ RULES: tuple[Rule, ...] = (
         ("restart-driver", "grpc"),
         "-",
         "-",
+        level="MUST",
+        source=(
+            "kubelet retries NodePrepareResources after an RPC error (manager.go prepareResources, per "
+            "pod sync); kubeletplugin DRAPlugin docs: prepare must be idempotent; 1.34-1.37"
+        ),
     ),
     Rule(
         "RES-UNPREPARE-AFTER-RESTART",
@@ -909,6 +1465,12 @@ RULES: tuple[Rule, ...] = (
         ("restart-driver",),
         "1.34",
         "node",
+        level="MUST",
+        source=(
+            "kubeletplugin DRAPlugin.UnprepareResourceClaims docs: prepare/unprepare may run in different "
+            "processes, only namespace/name/UID given (api.proto Claim); pod removal waits on it; "
+            "1.34-1.37"
+        ),
     ),
     Rule(
         "RES-KUBELET-RESTART",
@@ -917,6 +1479,12 @@ RULES: tuple[Rule, ...] = (
         ("restart-kubelet",),
         "1.34",
         'node "must register after Kubelet restart"',
+        level="MUST",
+        source=(
+            "kubelet startup wipes the node's slices (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go "
+            "NewDRAPluginManager) and re-registers plugin sockets; claims reload unprepared (claiminfo.go "
+            "newClaimInfoFromState); 1.34-1.37"
+        ),
     ),
     Rule(
         "RES-POD-DURING-KUBELET-DOWN",
@@ -925,6 +1493,12 @@ RULES: tuple[Rule, ...] = (
         ("restart-kubelet",),
         "1.34",
         "node",
+        level="MUST",
+        source=(
+            "kubelet admits and prepares the pod when back, retrying until the plugin registers "
+            "(pkg/kubelet/cm/dra/manager.go prepareResources); slices are wiped and republished "
+            "meanwhile; 1.34-1.37"
+        ),
     ),
     Rule(
         "RES-SLICES-SURVIVE-QUICK-RESTART",
@@ -933,6 +1507,12 @@ RULES: tuple[Rule, ...] = (
         ("restart-driver",),
         "1.34",
         'node "not removed if plugin restarts quickly enough"',
+        level="SHOULD",
+        source=(
+            "kubelet cancels its 30 s wipe when the plugin reconnects "
+            "(pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go sync); replaced slices only churn the "
+            "scheduler: allocations name pool/device, not slices"
+        ),
     ),
     Rule(
         "RES-ROLLING-UPDATE",
@@ -943,6 +1523,12 @@ RULES: tuple[Rule, ...] = (
         ("rolling-update", "update-driver"),
         "1.33",
         'e2e_node "rolling update"; kubeletplugin RollingUpdate',
+        level="SHOULD",
+        source=(
+            "optional: the kubelet keeps several plugins per driver and uses the newest connected "
+            "(pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go get/add); kubeletplugin RollingUpdate "
+            "(1.33+); not needed without maxSurge"
+        ),
     ),
     Rule(
         "RES-APISERVER",
@@ -951,6 +1537,12 @@ RULES: tuple[Rule, ...] = (
         ("restart-apiserver",),
         "-",
         "-",
+        level="MUST",
+        source=(
+            "only the driver restores lost slices (kubelet wipes at startup, "
+            "pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go wipeResourceSlices): its API watch must "
+            "survive an API server restart; 1.34-1.37"
+        ),
     ),
     Rule(
         "RES-CHECKPOINT",
@@ -959,6 +1551,12 @@ RULES: tuple[Rule, ...] = (
         ("restart-driver", "grpc"),
         "-",
         "nv updowngrade",
+        level="MUST",
+        source=(
+            "kubeletplugin DRAPlugin.PrepareResourceClaims docs: 'must be idempotent because the kubelet "
+            "might ask multiple times, e.g. if it gets restarted'; claims reload unprepared (claiminfo.go "
+            "newClaimInfoFromState)"
+        ),
     ),
     Rule(
         "RES-DELETED-WHILE-DOWN",
@@ -967,6 +1565,12 @@ RULES: tuple[Rule, ...] = (
         ("restart-driver", "grpc"),
         "-",
         "nv CheckpointCleanupManager",
+        level="SHOULD",
+        source=(
+            "not relied on: the kubelet unprepares claims from its own checkpoint by name/UID once the "
+            "driver is back (pkg/kubelet/cm/dra/manager.go reconcileLoop/unprepareResources); only lost "
+            "kubelet state needs it"
+        ),
     ),
     Rule(
         "RES-CHECKPOINT-CORRUPT",
@@ -975,6 +1579,11 @@ RULES: tuple[Rule, ...] = (
         ("restart-driver", "grpc"),
         "-",
         "-",
+        level="SHOULD",
+        source=(
+            "good practice; nothing in Kubernetes reads the driver's checkpoint (the kubelet checksums "
+            "its own: pkg/kubelet/cm/dra/state/checkpoint.go VerifyChecksum)"
+        ),
     ),
 )
 """Every rule, in catalogue order."""
@@ -1020,13 +1629,13 @@ def closest(word: str, n: int = 3) -> list[str]:
     return difflib.get_close_matches(key, same_area or list(_BY_ID), n=n, cutoff=0.0)
 
 
-def _unknown(what: str, word: str) -> KeyError:
+def _unknown(what: str, word: str) -> UnknownRule:
     near = ", ".join(closest(word))
-    return KeyError(f"{what} {word!r}; closest: {near} ('dra-conformance rules' lists every id)")
+    return UnknownRule(f"{what} {word!r}; closest: {near} ('dra-conformance rules' lists every id)")
 
 
 def by_id(rule_id: str) -> Rule:
-    """The rule with this id; ``KeyError`` naming the closest ids when there is none."""
+    """The rule with this id; :class:`~conformance.errors.UnknownRule` (a ``KeyError``) naming the closest ids when there is none."""
     try:
         return _BY_ID[rule_id]
     except KeyError:
@@ -1040,7 +1649,7 @@ def is_glob(word: str) -> bool:
 
 def matching(word: str) -> tuple[Rule, ...]:
     """The rules ``word`` names: the one of that id, or, for a glob (:func:`is_glob`), every rule
-    whose id it matches, case aside. ``KeyError`` naming the closest ids when it names none."""
+    whose id it matches, case aside. :class:`~conformance.errors.UnknownRule` (a ``KeyError``) naming the closest ids when it names none."""
     if not is_glob(word):
         return (_BY_ID.get(word.upper()) or by_id(word),)
     found = tuple(r for r in RULES if fnmatch.fnmatchcase(r.id, word.upper()))
@@ -1063,7 +1672,7 @@ def select(
     """The rules named by id or glob (:func:`matching`) or by area (id or marker), less those
     ``skip`` names (ids or globs); no ids and no areas start from every rule.
 
-    Raises ``KeyError`` naming an unknown id, a glob that matches nothing (with the closest ids),
+    Raises :class:`~conformance.errors.UnknownRule` (a ``KeyError``) naming an unknown id, a glob that matches nothing (with the closest ids),
     or an unknown area (with the areas there are).
     """
     ids = list(rule_ids)
@@ -1075,7 +1684,7 @@ def select(
         area = area_of_marker(word)
         if area is None:
             allowed = ", ".join(f"{a.marker} ({a.id})" for a in AREAS.values())
-            raise KeyError(f"unknown area {word!r}; areas: {allowed}")
+            raise UnknownRule(f"unknown area {word!r}; areas: {allowed}")
         chosen.update(r.id for r in RULES if r.area == area.id)
     if not ids and not words:
         chosen = set(_BY_ID)

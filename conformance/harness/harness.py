@@ -76,6 +76,7 @@ class Harness:
         rule: Rule,
         namespace: str,
         node: str,
+        nodes: Sequence[str] = (),
         marks: LogMarks | None,
         session: str = "",
         properties: list[tuple[str, object]] | None = None,
@@ -94,6 +95,8 @@ class Harness:
         """The test's own namespace."""
         self.node = node
         """The node this test works on (its pods are pinned there)."""
+        self.nodes: tuple[str, ...] = tuple(nodes) or (node,)
+        """Every node under test (``@reads_every_node`` tests hold them all)."""
         self.tracker = Tracker(kube)
         """What the test created."""
         self.marks = marks

@@ -8,15 +8,24 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
 from filelock import FileLock
 
 from clusters import Cluster
+from clusters.leases import NodeLeases
 from conformance._files import write_atomic
-from conformance.catalogue import AREAS, EXCLUSIVE_CLUSTER_MARK, EXCLUSIVE_MARK, by_id, rule_of
+from conformance.catalogue import (
+    AREAS,
+    EXCLUSIVE_CLUSTER_MARK,
+    EXCLUSIVE_MARK,
+    READS_EVERY_NODE_MARK,
+    by_id,
+    rule_of,
+)
 from conformance.errors import UsageError
 from conformance.harness import (
     ApiError,
@@ -116,8 +125,13 @@ def dra(request: pytest.FixtureRequest) -> Iterator[Harness]:
     leases = run.cluster_session.leases
     whole = request.node.get_closest_marker(EXCLUSIVE_CLUSTER_MARK) is not None
     exclusive = whole or request.node.get_closest_marker(EXCLUSIVE_MARK) is not None
-    lease = leases.every if whole else leases.exclusive if exclusive else leases.shared
-    with lease(nodes, request.node.nodeid) as node:
+    if whole:
+        lease = leases.every(nodes, request.node.nodeid)
+    elif request.node.get_closest_marker(READS_EVERY_NODE_MARK) is not None:
+        lease = _every_node_held(leases, nodes, request.node.nodeid, alone=exclusive)
+    else:
+        lease = (leases.exclusive if exclusive else leases.shared)(nodes, request.node.nodeid)
+    with lease as node:
         namespace = request.getfixturevalue("namespace")
         harness = Harness(
             cluster=dra_cluster,
@@ -126,6 +140,7 @@ def dra(request: pytest.FixtureRequest) -> Iterator[Harness]:
             rule=rule,
             namespace=namespace,
             node=node,
+            nodes=nodes,
             marks=LogMarks.take(dra_cluster, [node]),
             session=run.cluster_session.slot.name,
             properties=request.node.user_properties,
@@ -145,6 +160,25 @@ def dra(request: pytest.FixtureRequest) -> Iterator[Harness]:
             yield harness
         finally:
             harness.cleanup()
+
+
+@contextlib.contextmanager
+def _every_node_held(leases: NodeLeases, nodes: Sequence[str], key: str, *, alone: bool) -> Iterator[str]:
+    """Hold every one of ``nodes`` shared, the one ``key`` hashes to alone when ``alone``
+    (``@reads_every_node``); yields that one, the test's own.
+
+    No test that holds a node alone (a restart, a fault, slices deleted) runs on any node meanwhile,
+    while the tests that share theirs go on. The leases are taken one by one in name order, as
+    :meth:`~clusters.leases.NodeLeases.every` takes its own, so two such holders cannot deadlock.
+    """
+    if not nodes:
+        raise ValueError("no nodes to lease")
+    own = nodes[zlib.crc32(key.encode()) % len(nodes)]
+    with contextlib.ExitStack() as held:
+        for node in sorted(nodes):
+            take = leases.exclusive if alone and node == own else leases.shared
+            held.enter_context(take([node], key))
+        yield own
 
 
 @pytest.fixture

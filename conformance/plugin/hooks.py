@@ -14,7 +14,13 @@ from typing import Any
 
 import pytest
 
-from conformance.catalogue import AREAS, EXCLUSIVE_CLUSTER_MARK, EXCLUSIVE_MARK, RULE_MARK
+from conformance.catalogue import (
+    AREAS,
+    EXCLUSIVE_CLUSTER_MARK,
+    EXCLUSIVE_MARK,
+    READS_EVERY_NODE_MARK,
+    RULE_MARK,
+)
 from conformance.config import SuiteConfig
 from conformance.errors import UsageError
 from conformance.plugin.fixtures import dra, dra_env, dra_pre, dra_preflight
@@ -60,6 +66,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="stop once an area with a failed rule has finished (tests already running finish)",
     )
+    group.addoption(
+        "--dra-strict",
+        action="store_true",
+        default=False,
+        help="count SHOULD rules as MUST rules: a failed SHOULD (a known failure too) fails the run",
+    )
     group.addoption("--dra-image", default=None, help="the test pods' image (default: the profile's)")
     group.addoption(
         "--dra-node-selector",
@@ -80,6 +92,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{RULE_MARK}(id): the conformance rule a test checks")
     config.addinivalue_line("markers", f"{EXCLUSIVE_MARK}: the test holds its node alone")
     config.addinivalue_line("markers", f"{EXCLUSIVE_CLUSTER_MARK}: the test holds every node alone")
+    config.addinivalue_line(
+        "markers", f"{READS_EVERY_NODE_MARK}: the test judges every node, holding every node shared"
+    )
     for area in AREAS.values():
         config.addinivalue_line("markers", f"{area.marker}: conformance area {area.id} ({area.title})")
     profile = config.getoption("dra_profile")
@@ -103,6 +118,7 @@ def pytest_configure(config: pytest.Config) -> None:
             reports_dir=Path(report_dir).parent if report_dir else "reports",
             k8s_version=config.getoption("k8s_version", None),
             fail_fast=config.getoption("dra_fail_fast"),
+            strict=config.getoption("dra_strict"),
             image=config.getoption("dra_image"),
             node_selector=config.getoption("dra_node_selector"),
         )

@@ -1,4 +1,10 @@
-"""A test's record (:class:`~conformance.report.TestRecord`) from its setup, call and teardown reports."""
+"""A test's record (:class:`~conformance.report.TestRecord`) from its setup, call and teardown reports.
+
+The test of a SHOULD rule runs under a non-strict xfail marker whose reason starts with
+:data:`ADVISORY` (:func:`advisory_reason`), so a failure of it is neither a failure in pytest's
+exit status, JUnit or Allure (an expected failure, with the rule's source) nor in the record
+(``advisory``, with the failure's message); when it passes, its record says ``passed``.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,21 @@ from typing import Any
 
 import pytest
 
+from conformance.catalogue import Rule
 from conformance.harness import MEASURE_PREFIX, PARTIAL_PROPERTY
 from conformance.report import TestRecord
 
-__all__ = ["record_of"]
+__all__ = ["ADVISORY", "advisory_reason", "record_of"]
+
+ADVISORY = "advisory (SHOULD rule"
+"""How the xfail reason of a SHOULD rule's test begins."""
+
+
+def advisory_reason(rule: Rule, known_failure: str | None = None) -> str:
+    """The xfail reason of ``rule``'s tests, a SHOULD rule: a failure is an advisory; its source,
+    and the profile's reason when the rule is one of its known failures."""
+    known = f"; known failure: {known_failure}" if known_failure else ""
+    return f"{ADVISORY} {rule.id}: fails no driver; source: {rule.source or '-'}){known}"
 
 
 def record_of(phases: list[pytest.TestReport]) -> TestRecord | None:
@@ -23,7 +40,10 @@ def record_of(phases: list[pytest.TestReport]) -> TestRecord | None:
     outcome, reason, longrepr = "passed", "", ""
     for r in phases:
         wasxfail = getattr(r, "wasxfail", None)
-        if r.when == "call" and wasxfail is not None:
+        if r.when == "call" and wasxfail is not None and str(wasxfail).startswith(ADVISORY):
+            if r.skipped:
+                outcome, reason, longrepr = "advisory", _crash_message(r), str(r.longrepr)
+        elif r.when == "call" and wasxfail is not None:
             outcome, reason = ("xfailed", wasxfail) if r.skipped else ("xpassed", wasxfail)
         elif r.skipped and outcome == "passed":
             outcome, reason = "skipped", _skip_reason(r)

@@ -39,7 +39,7 @@ from conformance.catalogue import AREAS, RULES, by_id, check_docstring, rule_of
 from conformance.config import IN_CLUSTER, SuiteConfig
 from conformance.harness import Harness, Kube, collect
 from conformance.plugin import preflight
-from conformance.plugin.records import record_of
+from conformance.plugin.records import advisory_reason, record_of
 from conformance.report import RunInfo, TestRecord
 from conformance.suite import SUITE_DIR
 
@@ -155,7 +155,9 @@ class ConformanceRun:
                 continue
             item.user_properties.append(("dra_rule", rule.id))
             reason = self.suite.profile.known_failures.get(rule.id)
-            if reason:
+            if rule.level == "SHOULD" and not self.suite.strict:
+                item.add_marker(pytest.mark.xfail(reason=advisory_reason(rule, reason), strict=False))
+            elif reason:
                 item.add_marker(pytest.mark.xfail(reason=f"known failure: {reason}", strict=False))
             keep.append(item)
         if drop:
@@ -325,6 +327,7 @@ class ConformanceRun:
             profile_sha256=profile.digest,
             feature_gates={str(k): bool(v) for k, v in (env.get("feature_gates") or {}).items()},
             capabilities=tuple(sorted(profile.capabilities)),
+            strict=self.suite.strict,
         )
         write_atomic(self.run_dir / "run.json", info.to_json())
 

@@ -40,6 +40,7 @@ LABELS = {
     "skipped": "skipped",
     "expected-failure": "expected failure",
     "unexpected-pass": "unexpected pass",
+    "advisory": "advisory",
     "not-run": "not run",
 }
 
@@ -49,7 +50,7 @@ CSS = (
   --passed: #1a7f37; --passed-bg: #dafbe1; --failed: #cf222e; --failed-bg: #ffebe9;
   --skipped: #0969da; --skipped-bg: #ddf4ff; --expected-failure: #8250df; --expected-failure-bg: #fbefff;
   --unexpected-pass: #9a6700; --unexpected-pass-bg: #fff8c5; --partial: #1b7c83; --partial-bg: #d8f3f6;
-  --not-run: #59636e; --not-run-bg: #eff2f5; }
+  --advisory: #bc4c00; --advisory-bg: #fff1e5; --not-run: #59636e; --not-run-bg: #eff2f5; }
 * { box-sizing: border-box; }
 [hidden] { display: none !important; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
@@ -171,6 +172,12 @@ def _header(report: Report) -> str:
         )
         summary = f"<summary>{len(found.not_checked)} not checked</summary>"
         verdict += f'<details class="unchecked">{summary}<ul>{items}</ul></details>'
+    if found.advisories:
+        items = "".join(
+            f"<li><code>{_e(u.rule)}</code>: {_e(_first_line(u.reason))}</li>" for u in found.advisories
+        )
+        summary = f"<summary>{len(found.advisories)} advisory(ies): SHOULD rules failed, no failure</summary>"
+        verdict += f'<details class="advisories">{summary}<ul>{items}</ul></details>'
     if found.not_claimed:
         names = ", ".join(u.rule for u in found.not_claimed)
         verdict += f'<p class="unclaimed">Not claimed by the profile: {_e(names)}</p>'
@@ -274,8 +281,9 @@ def _rule(result: RuleResult, known_failure: str) -> str:
     needs = ", ".join(rule.needs) or "nothing"
     body = [
         f'<p class="sentence">{_e(rule.sentence)}</p>',
-        f'<p class="meta">needs: {_e(needs)}; since: {_e(rule.since)}; '
+        f'<p class="meta">{_e(rule.level)}; needs: {_e(needs)}; since: {_e(rule.since)}; '
         f"tested upstream: {_e(rule.upstream)}</p>",
+        f'<p class="meta">source: {_e(rule.source or "-")}</p>',
     ]
     if known_failure:
         body.append(f"<p><b>Known failure of the profile:</b> {_e(known_failure)}</p>")
@@ -283,7 +291,7 @@ def _rule(result: RuleResult, known_failure: str) -> str:
         body.append(_tests_table(result.tests))  # each test's reason: skip, failure, known failure
     elif result.reason:
         body.append(f'<p class="reason-full"><b>Not run:</b> {_e(result.reason)}</p>')
-    body += [_test_detail(t) for t in result.tests if t.outcome in ("failed", "error")]
+    body += [_test_detail(t) for t in result.tests if t.outcome in ("failed", "error", "advisory")]
     return (
         f'<details class="rule" id="rule-{_e(rule.id)}" data-outcome="{_e(result.outcome)}">'
         f'<summary><span class="id">{_e(rule.id)}</span><span>{_badge(result.outcome)}</span>'

@@ -49,6 +49,8 @@ def _rule_dict(result: RuleResult) -> dict[str, Any]:
         "needs": list(rule.needs),
         "since": rule.since,
         "upstream": rule.upstream,
+        "level": rule.level,
+        "source": rule.source,
         "outcome": result.outcome,
         "reason": result.reason,
         "duration_s": result.duration_s,
@@ -81,6 +83,7 @@ def to_dict(report: Report) -> dict[str, Any]:
         "profile_sha256": run.profile_sha256,
         "feature_gates": dict(run.feature_gates),
         "capabilities": None if run.capabilities is None else list(run.capabilities),
+        "strict": run.strict,
         "ok": report.ok,
         "verdict": report.verdict.to_dict(),
         "totals": dict(report.totals),
@@ -118,6 +121,8 @@ def _rule_from(data: Mapping[str, Any]) -> RuleResult:
         needs=tuple(str(n) for n in data["needs"]),
         since=str(data.get("since", "-")),
         upstream=str(data.get("upstream", "-")),
+        level="SHOULD" if data.get("level") == "SHOULD" else "MUST",
+        source=str(data.get("source", "")),
     )
     outcome: RuleOutcome = _outcome(data["outcome"], RULE_OUTCOMES, f"rule {rule.id}")
     tests = tuple(_test_from(t, rule.id) for t in data["tests"])
@@ -158,6 +163,7 @@ def from_dict(data: Mapping[str, Any]) -> Report:
             capabilities=None
             if data.get("capabilities") is None
             else tuple(str(c) for c in data["capabilities"]),
+            strict=bool(data.get("strict", False)),
         )
         results = [_rule_from(r) for r in data["rules"]]
     except KeyError as e:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from conformance.catalogue import AREAS
+from conformance.catalogue import AREAS, by_id
 from conformance.report.model import Report
 from conformance.report.results import RuleResult, TestRecord
 from conformance.report.text import (
@@ -65,6 +65,13 @@ def _verdict_lists(report: Report) -> list[str]:
         out += ["These rules neither passed nor failed: the run cannot vouch for them.", ""]
         out += ["| rule | outcome | why |", "|---|---|---|"]
         out += [f"| {u.rule} | {u.outcome} | {_cell(u.reason)} |" for u in verdict.not_checked]
+    if verdict.advisories:
+        out += ["", f"## Advisories ({len(verdict.advisories)})", ""]
+        out += ["SHOULD rules the driver does not follow: advice, not failures (`--strict` counts them).", ""]
+        out += ["| rule | why | source |", "|---|---|---|"]
+        out += [
+            f"| {u.rule} | {_cell(u.reason)} | {_cell(by_id(u.rule).source)} |" for u in verdict.advisories
+        ]
     if verdict.not_claimed:
         out += ["", f"## Not claimed by the profile ({len(verdict.not_claimed)})", ""]
         out += [f"- {u.rule}: {_cell(u.reason)}" for u in verdict.not_claimed]
@@ -97,7 +104,12 @@ def _heading(report: Report) -> list[str]:
 
 def _matrix(report: Report) -> list[str]:
     head = ["area", "", *DISPLAY_ORDER, "total"]
-    out = ["## Capability matrix", "", "| " + " | ".join(head) + " |", "|" + "---|" * 2 + "--:|" * 7]
+    out = [
+        "## Capability matrix",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * 2 + "--:|" * (len(head) - 2),
+    ]
     for area, counts in report.areas.items():
         title = AREAS[area].title if area in AREAS else ""
         cells = [str(counts[o]) for o in DISPLAY_ORDER]
@@ -115,12 +127,13 @@ def _area_tables(report: Report) -> list[str]:
             "",
             f"## {area}: {_text(title)}",
             "",
-            "| rule | outcome | reason | duration |",
-            "|---|---|---|--:|",
+            "| rule | level | outcome | reason | duration |",
+            "|---|---|---|---|--:|",
         ]
         for result in (r for r in report.rules if r.rule.area == area):
             took = fmt_duration(result.duration_s) if result.tests else ""
-            out.append(f"| {result.rule.id} | {result.outcome} | {_cell(result.reason)} | {took} |")
+            rule = result.rule
+            out.append(f"| {rule.id} | {rule.level} | {result.outcome} | {_cell(result.reason)} | {took} |")
     return out
 
 

@@ -6,9 +6,11 @@ one JSON line to ``<run dir>/records.jsonl``; :func:`rule_results` folds them in
 
 Outcomes of a test: ``passed``, ``partial`` (passed, but could not look at all its rule states: the
 reason says what it left unchecked), ``failed``, ``error`` (setup or teardown failed), ``skipped``,
-``xfailed`` (a known failure of the profile failed), ``xpassed`` (a known failure passed).
+``xfailed`` (a known failure of the profile failed), ``xpassed`` (a known failure passed),
+``advisory`` (the test of a SHOULD rule failed: advice, not a failure; not in a ``--strict`` run).
 Outcomes of a rule (:data:`RULE_OUTCOMES`), worst first: ``failed`` (any test failed or errored),
-``unexpected-pass`` (a known failure passed), ``expected-failure``, ``partial`` (no test failed,
+``unexpected-pass`` (a known failure passed), ``expected-failure``, ``advisory`` (a SHOULD rule's
+test failed), ``partial`` (no test failed,
 one passed partially), ``passed`` (every test that ran passed), ``skipped`` (nothing ran; the
 reason says why), ``not-run`` (not selected, or no test).
 """
@@ -35,9 +37,9 @@ __all__ = [
     "rule_results",
 ]
 
-TestOutcome = Literal["passed", "partial", "failed", "error", "skipped", "xfailed", "xpassed"]
+TestOutcome = Literal["passed", "partial", "failed", "error", "skipped", "xfailed", "xpassed", "advisory"]
 RuleOutcome = Literal[
-    "failed", "unexpected-pass", "expected-failure", "partial", "passed", "skipped", "not-run"
+    "failed", "unexpected-pass", "expected-failure", "advisory", "partial", "passed", "skipped", "not-run"
 ]
 
 TEST_OUTCOMES: tuple[TestOutcome, ...] = (
@@ -48,12 +50,14 @@ TEST_OUTCOMES: tuple[TestOutcome, ...] = (
     "skipped",
     "xfailed",
     "xpassed",
+    "advisory",
 )
 """Every test outcome."""
 RULE_OUTCOMES: tuple[RuleOutcome, ...] = (
     "failed",
     "unexpected-pass",
     "expected-failure",
+    "advisory",
     "partial",
     "passed",
     "skipped",
@@ -140,6 +144,8 @@ class RunInfo:
     capabilities: tuple[str, ...] | None = None
     """The capabilities the profile claims; None in runs older than this field (their verdict then
     counts every skipped rule as not checked)."""
+    strict: bool = False
+    """The run counted SHOULD rules as MUST rules (``--strict``)."""
 
     def to_json(self) -> str:
         """The ``run.json`` text."""
@@ -197,6 +203,8 @@ def _verdict(tests: Sequence[TestRecord]) -> tuple[RuleOutcome, str]:
         return "unexpected-pass", by["xpassed"][0].reason
     if by["xfailed"]:
         return "expected-failure", by["xfailed"][0].reason
+    if by["advisory"]:
+        return "advisory", by["advisory"][0].reason
     if by["partial"]:
         return "partial", by["partial"][0].reason
     if by["passed"]:

@@ -26,6 +26,7 @@ DISPLAY_ORDER: tuple[RuleOutcome, ...] = (
     "skipped",
     "expected-failure",
     "unexpected-pass",
+    "advisory",
     "not-run",
 )
 """The order of the outcome columns in every table a person reads (JSON keeps worst first)."""

@@ -11,8 +11,12 @@ verdict says what a run shows, in one of three states:
 - ``CONFORMANT``: every rule was checked and passed, except those the profile does not claim
   (the driver does not offer that capability; they are listed, never counted as passed).
 
+Only MUST rules count (:data:`conformance.catalogue.Level`): a SHOULD rule that failed is an
+*advisory*, listed with its source beside the state and never a failure, and a SHOULD rule not
+checked leaves no run incomplete. A strict run (``--strict``) counts every rule as a MUST.
+
 Beside the state, the levels: the groups (:func:`conformance.catalogue.groups`: ``core``, then one
-per capability) whose rules in scope all ran and passed; a capability the profile does not claim
+per capability) whose MUST rules in scope all ran and passed; a capability the profile does not claim
 is never a level (``taints`` passed through ``DeviceTaintRule`` alone says nothing of the driver).
 """
 
@@ -66,12 +70,30 @@ class Verdict:
     narrowed: bool
     """The run was restricted to some rules (``--rules``, ``--skip``, ``-m``)."""
     total: int
-    """The rules judged (the catalogue's, in a report)."""
+    """The rules judged: the MUST rules (every rule, in a strict run)."""
+    advisories: tuple[Unchecked, ...] = ()
+    """SHOULD rules that failed (advice: no failure), the reason the failure's message."""
+    strict: bool = False
+    """SHOULD rules counted as MUST rules (``--strict``)."""
+
+    @property
+    def judged(self) -> str:
+        """What :attr:`total` counts, in words: ``MUST rules``, or ``rules`` in a strict run."""
+        return "rules" if self.strict else "MUST rules"
 
     def headline(self) -> str:
         """The verdict in one line: ``CONFORMANT: core + grpc + view``, ``INCOMPLETE: 42 of 113 rules
         not checked (passed in full: core)``, ``NOT CONFORMANT: 2 rules failed (REG-BATCH, ...)``."""
         levels = " + ".join(self.levels) or "none"
+        return self._state_line(levels) + self._advice()
+
+    def _advice(self) -> str:
+        if not self.advisories:
+            return ""
+        ids = _ids([u.rule for u in self.advisories])
+        return f"; {len(self.advisories)} advisory(ies), SHOULD rules failed ({ids})"
+
+    def _state_line(self, levels: str) -> str:
         if self.state == "NOT CONFORMANT":
             known = [u.rule for u in self.failed if u.outcome == "expected-failure"]
             broken = [u.rule for u in self.failed if u.outcome == "failed"]
@@ -84,7 +106,7 @@ class Verdict:
         if self.state == "INCOMPLETE":
             why = ", the run was narrowed to some rules" if self.narrowed else ""
             return (
-                f"INCOMPLETE: {len(self.not_checked)} of {self.total} rules not checked{why} "
+                f"INCOMPLETE: {len(self.not_checked)} of {self.total} {self.judged} not checked{why} "
                 f"(passed in full: {levels})"
             )
         tail = f" ({len(self.not_claimed)} rules not claimed by the profile)" if self.not_claimed else ""
@@ -107,6 +129,9 @@ class Verdict:
         if len(shown) < len(reasons):
             rest = sum(len(ids) for _, ids in reasons[len(shown) :])
             out.append(f"  ... {rest} more rule(s) for other reasons (conformance.md lists them all)")
+        for u in self.advisories:
+            why = u.reason.strip().splitlines()[0] if u.reason.strip() else ""
+            out.append(f"  advisory {u.rule} (SHOULD, fails no driver): {why}")
         if self.not_claimed:
             claims = sorted({c for u in self.not_claimed for c in _claims(u.reason)})
             out.append(
@@ -129,6 +154,9 @@ class Verdict:
             "failed": items(self.failed),
             "not_checked": items(self.not_checked),
             "not_claimed": items(self.not_claimed),
+            "advisories": items(self.advisories),
+            "strict": self.strict,
+            "judged": self.total,
         }
 
 
@@ -156,13 +184,18 @@ def _unclaimed(rule: Rule, capabilities: Sequence[str] | None) -> str:
 
 def judge(run: RunInfo, results: Sequence[RuleResult]) -> Verdict:
     """The verdict on ``results`` of ``run`` (its selection, and the profile's claims when the run
-    recorded them)."""
+    recorded them): only MUST rules count, unless the run was strict."""
     failed: list[Unchecked] = []
     not_checked: list[Unchecked] = []
     not_claimed: list[Unchecked] = []
+    advisories: list[Unchecked] = []
     out_of_scope: set[str] = set()
+    binding = [r for r in results if run.strict or r.rule.level == "MUST"]
     for r in results:
-        if r.outcome in _FAILED:
+        if r.outcome == "advisory":
+            advisories.append(Unchecked(r.rule.id, r.outcome, r.reason))
+            out_of_scope.add(r.rule.id)
+        elif r.outcome in _FAILED:
             failed.append(Unchecked(r.rule.id, r.outcome, r.reason))
         elif r.outcome in _PASSED:
             continue
@@ -170,11 +203,13 @@ def judge(run: RunInfo, results: Sequence[RuleResult]) -> Verdict:
             why = f"profile {run.profile} does not claim {claim}"
             not_claimed.append(Unchecked(r.rule.id, r.outcome, why))
             out_of_scope.add(r.rule.id)
+        elif not (run.strict or r.rule.level == "MUST"):
+            out_of_scope.add(r.rule.id)  # a SHOULD rule not checked leaves nothing incomplete
         else:
             not_checked.append(Unchecked(r.rule.id, r.outcome, r.reason or r.outcome))
     order = {g: i for i, g in enumerate(dict.fromkeys(g for rule in RULES for g in groups(rule)))}
     members: dict[str, list[RuleResult]] = {}
-    for r in results:
+    for r in binding:
         if r.rule.id not in out_of_scope:
             for group in groups(r.rule):
                 members.setdefault(group, []).append(r)
@@ -194,5 +229,13 @@ def judge(run: RunInfo, results: Sequence[RuleResult]) -> Verdict:
     else:
         state = "CONFORMANT"
     return Verdict(
-        state, tuple(levels), tuple(failed), tuple(not_checked), tuple(not_claimed), narrowed, len(results)
+        state,
+        tuple(levels),
+        tuple(failed),
+        tuple(not_checked),
+        tuple(not_claimed),
+        narrowed,
+        len(binding),
+        tuple(advisories),
+        run.strict,
     )

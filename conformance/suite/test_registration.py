@@ -13,6 +13,7 @@ import stat
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,51 +23,91 @@ import pytest
 import draproto
 from conformance.catalogue import exclusive, rule
 from conformance.harness import DRA_SERVICES, ClaimRef, Harness, PluginClient, get_info, notify, ref
+from conformance.harness.plugin_client import ClaimAnswer
 
 NOT_ALLOCATED = re.compile(
     r"\bnot\s+(?:yet\s+)?allocated\b|\bunallocated\b|\bno\s+allocation\b"
     r"|\ballocation\s+(?:is\s+)?(?:missing|empty|nil)\b",
     re.IGNORECASE,
 )
-"""REG-NOT-ALLOCATED: how a driver's error says a claim is not allocated ("claim not allocated", "not
+"""REG-PER-CLAIM-ERRORS: how a driver's error says a claim is not allocated ("claim not allocated", "not
 yet allocated", "has no allocation"); a word that merely contains "alloc" is no reason."""
+
+NO_ANSWER = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+"""gRPC codes that say the driver did not answer at all (gone, or hanging), not that it refused."""
+
+
+def _prepare_or_refuse(client: PluginClient, claims: Sequence[ClaimRef]) -> dict[str, ClaimAnswer] | None:
+    """The prepare answer per claim UID, or None when the whole call failed with a gRPC error.
+
+    The kubelet (``(*Manager).prepareResources``, 1.34-1.37) takes both as a failure of the claims
+    that carry an error: a gRPC error fails the pod's whole call and every claim of it is asked
+    again later. A driver that does not answer at all (``NO_ANSWER``) fails the check.
+    """
+    try:
+        return client.prepare(claims)
+    except grpc.RpcError as e:
+        code = e.code()
+        assert code not in NO_ANSWER, f"NodePrepareResources did not answer: {code}: {e.details()}"
+        return None
+
+
+def _reported_prepared(answer: dict[str, ClaimAnswer] | None, uid: str) -> bool:
+    """Whether ``answer`` reports claim ``uid`` prepared: it has an entry for it without an error,
+    which the kubelet takes as "prepared, with these devices" and starts the containers."""
+    return answer is not None and uid in answer and not answer[uid].error
 
 
 @rule("REG-GETINFO")
 def test_getinfo(dra: Harness) -> None:
-    """`GetInfo` answers type `DRAPlugin`, the profile's driver name, an absolute endpoint that exists,
-    and a non-empty version list"""
+    """`GetInfo` answers type `DRAPlugin`, the profile's driver name, a non-empty version list, and an
+    absolute endpoint that exists (or none: the kubelet then calls the registration socket)"""
     info = dra.plugin_info()
     assert info.type == draproto.DRA_PLUGIN_TYPE, f"GetInfo type is {info.type!r}, not DRAPlugin"
     assert info.name == dra.driver
-    assert os.path.isabs(info.endpoint), f"endpoint {info.endpoint!r} is not an absolute path"
-    assert Path(info.local_endpoint).exists(), f"endpoint {info.endpoint} does not exist"
+    # no endpoint: the kubelet (GenerateRegisterPluginFunc) calls the registration socket instead
+    if info.endpoint:
+        assert os.path.isabs(info.endpoint), f"endpoint {info.endpoint!r} is not an absolute path"
+        assert Path(info.local_endpoint).exists(), f"endpoint {info.endpoint} does not exist"
     assert info.versions, "GetInfo lists no supported versions"
 
 
 @rule("REG-VERSIONS")
 @exclusive
 def test_versions_known_and_served(dra: Harness) -> None:
-    """every advertised DRAPlugin version string is one the kubelet knows (`v1.DRAPlugin`,
-    `v1beta1.DRAPlugin`) and its service answers"""
+    """`GetInfo` lists a DRAPlugin service the kubelet knows (`v1.DRAPlugin`, `v1beta1.DRAPlugin`), and
+    the first one listed, which the kubelet picks, answers"""
     info = dra.plugin_info()
-    dra_versions = [v for v in info.versions if v.endswith(".DRAPlugin")]
-    assert dra_versions, f"no DRAPlugin version among {info.versions}"
-    unknown = [v for v in dra_versions if v not in DRA_SERVICES]
-    assert not unknown, f"versions the kubelet does not know: {unknown}"
-    for version in dra_versions:
-        answer = PluginClient(info.local_endpoint, version).prepare([])
-        assert answer == {}, f"{version}: an empty prepare answered {answer}"
+    # the kubelet takes the first entry of the list it knows and skips the others
+    # (DRAPluginManager.validateSupportedServices, 1.34-1.37): only that one must be served
+    known = [v for v in info.versions if v in DRA_SERVICES]
+    assert known, f"none of the versions {list(info.versions)} is a DRAPlugin service the kubelet knows"
+    picked = known[0]
+    try:
+        PluginClient(info.local_endpoint, picked).prepare([])
+    except grpc.RpcError as e:  # a refusal of the empty request still shows the service is there
+        assert e.code() not in (grpc.StatusCode.UNIMPLEMENTED, *NO_ANSWER), (
+            f"{picked}, the version the kubelet picks from {list(info.versions)}, does not answer: "
+            f"{e.code()}: {e.details()}"
+        )
 
 
 @rule("REG-NOTIFY")
 @exclusive
 def test_notify_registration_status(dra: Harness) -> None:
-    """`NotifyRegistrationStatus` with an error and then with success is accepted, and the driver keeps
-    serving"""
+    """after `NotifyRegistrationStatus` with an error (answered either way), the driver keeps serving
+    `GetInfo` and its DRA service and accepts the success notice that follows"""
     info = dra.plugin_info()
-    notify(info.socket, False, "dra-conformance: registration refused on purpose")
-    notify(info.socket, True)
+    try:
+        notify(info.socket, False, "dra-conformance: registration refused on purpose")
+    except grpc.RpcError as e:  # the kubelet only adds the answer to the error it logs (notifyPlugin)
+        assert e.code() not in NO_ANSWER, f"the failure notice got no answer: {e.code()}: {e.details()}"
+    try:  # the kubelet tries again; an error now makes it deregister the driver (1.37)
+        notify(info.socket, True)
+    except grpc.RpcError as e:
+        raise AssertionError(
+            f"after a failure notice, the success notice is refused: {e.code()}: {e.details()}"
+        ) from None
     assert get_info(info.socket).name == dra.driver
     claim = dra.allocated_claim()
     try:
@@ -115,25 +156,23 @@ def test_one_answer_per_claim(dra: Harness) -> None:
 
 @rule("REG-UNKNOWN-CLAIM")
 def test_unknown_claim(dra: Harness) -> None:
-    """preparing a claim that does not exist fails for that claim only, with a message naming it"""
+    """preparing a claim that does not exist never reports it prepared: its entry carries an error, or
+    the whole call fails with a gRPC error"""
     ghost = ClaimRef(dra.namespace, str(uuid.uuid4()), "no-such-claim")
-    answer = dra.plugin().prepare([ghost])
-    assert set(answer) == {ghost.uid}
-    error = answer[ghost.uid].error
-    assert error, "preparing a claim that does not exist succeeded"
-    assert "no-such-claim" in error or ghost.uid in error, f"the error does not name the claim: {error!r}"
-    assert not answer[ghost.uid].devices
+    answer = _prepare_or_refuse(dra.plugin(), [ghost])
+    assert not _reported_prepared(answer, ghost.uid), (
+        f"a claim that does not exist was answered prepared: {answer[ghost.uid] if answer else None}"
+    )
 
 
 @rule("REG-NOT-ALLOCATED")
 def test_not_allocated(dra: Harness) -> None:
-    """preparing a claim that exists but is not allocated fails for that claim, naming why"""
+    """preparing a claim that exists but is not allocated never reports it prepared: its entry carries
+    an error, or the whole call fails with a gRPC error"""
     claim = ref(dra.claim())
-    answer = dra.plugin().prepare([claim])[claim.uid]
-    assert answer.error, "preparing an unallocated claim succeeded"
-    assert not answer.devices
-    assert NOT_ALLOCATED.search(answer.error), (
-        f"the error does not say the claim is not allocated: {answer.error!r}"
+    answer = _prepare_or_refuse(dra.plugin(), [claim])
+    assert not _reported_prepared(answer, claim.uid), (
+        f"a claim that is not allocated was answered prepared: {answer[claim.uid] if answer else None}"
     )
 
 
@@ -234,21 +273,60 @@ def test_unprepare_unknown(dra: Harness) -> None:
 @rule("REG-BATCH")
 @exclusive
 def test_batch_fails_per_claim(dra: Harness) -> None:
-    """a batch of claims is answered per claim: one bad claim fails alone and the good ones are prepared"""
+    """a batch with one bad claim never reports the bad claim prepared, and whatever the call answered
+    (per-claim errors, or a gRPC error for the whole call), the good claims then prepare in a call without
+    it, as the kubelet asks again"""
     good = [dra.allocated_claim() for _ in range(2)]
     bad = ClaimRef(dra.namespace, str(uuid.uuid4()), "no-such-claim")
     client = dra.plugin()
     try:
-        answer = client.prepare([good[0], bad, good[1]])
-        assert set(answer) == {good[0].uid, good[1].uid, bad.uid}, f"answered {sorted(answer)}"
-        assert answer[bad.uid].error, "the bad claim did not fail"
+        answer = _prepare_or_refuse(client, [good[0], bad, good[1]])
+        assert not _reported_prepared(answer, bad.uid), (
+            f"the claim that does not exist was answered prepared beside good ones: {answer}"
+        )
+        # whatever the failed call left (a gRPC error, per-claim errors), the kubelet asks again
+        again = client.prepare(good)
         for claim in good:
-            assert not answer[claim.uid].error, (
-                f"a good claim failed beside a bad one: {answer[claim.uid].error}"
+            assert claim.uid in again, f"asked again without the bad claim, {claim.uid} got no answer"
+            assert not again[claim.uid].error, (
+                f"asked again without the bad claim, a good claim failed: {again[claim.uid].error}"
             )
-            assert answer[claim.uid].devices, "a good claim got no devices"
+            assert again[claim.uid].devices, "asked again without the bad claim, a good claim got no devices"
     finally:
         client.unprepare(good)
+
+
+@rule("REG-PER-CLAIM-ERRORS")
+@exclusive
+def test_errors_per_claim(dra: Harness) -> None:
+    """a claim that cannot be prepared (it does not exist, or is not allocated) fails in its own entry
+    with an error naming the claim and why, not with a gRPC error for the whole call, and the other
+    claims of the call are prepared"""
+    good = dra.allocated_claim()
+    ghost = ClaimRef(dra.namespace, str(uuid.uuid4()), "no-such-claim")
+    unallocated = ref(dra.claim())
+    client = dra.plugin()
+    try:
+        try:
+            answer = client.prepare([ghost, good, unallocated])
+        except grpc.RpcError as e:
+            raise AssertionError(
+                f"the whole call failed for its bad claims, not each of them: {e.code()}: {e.details()}"
+            ) from None
+        assert set(answer) == {ghost.uid, good.uid, unallocated.uid}, f"answered {sorted(answer)}"
+        error = answer[ghost.uid].error
+        assert error, "preparing a claim that does not exist succeeded"
+        assert "no-such-claim" in error or ghost.uid in error, f"the error does not name the claim: {error!r}"
+        error = answer[unallocated.uid].error
+        assert error, "preparing an unallocated claim succeeded"
+        assert unallocated.name in error or unallocated.uid in error, (
+            f"the error does not name the claim: {error!r}"
+        )
+        assert NOT_ALLOCATED.search(error), f"the error does not say the claim is not allocated: {error!r}"
+        assert not answer[good.uid].error, f"a good claim failed beside bad ones: {answer[good.uid].error}"
+        assert answer[good.uid].devices, "a good claim got no devices beside bad ones"
+    finally:
+        client.unprepare([good])
 
 
 @rule("REG-CONCURRENT")

@@ -5,6 +5,12 @@ Most tests read the slices of their node and check them against ``resource.k8s.i
 profile. A pool that a driver is rewriting can show two generations for a moment, so the reading
 tests first wait until every pool of the node shows one (:func:`settled`). The tests that delete,
 edit or stop things hold their node alone and leave it as they found it: the driver's slices back.
+
+The tests that judge every node (a pool published by two nodes, the owners of every node's slices,
+another node's slices written as this node's driver) hold every node shared (``@reads_every_node``):
+no test restarts a driver or kubelet, or deletes slices, on any node meanwhile, and they judge once
+every node under test shows its slices settled (:func:`settled_everywhere`). Their verdict is the
+same whatever runs beside them, and whichever node they were given.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from conformance.catalogue import exclusive, rule
+from conformance.catalogue import exclusive, reads_every_node, rule
 from conformance.harness import ApiError, Harness, Objects, command_documents, meta, watch_until
 
 Obj = dict[str, Any]
@@ -130,6 +136,49 @@ def settled(dra: Harness) -> list[Obj]:
         dra.profile.timeouts.slices,
         fields=node_selector(dra),
         describe=describe,
+    )
+
+
+def by_node_pool(slices: Iterable[Obj]) -> dict[tuple[str, str], list[Obj]]:
+    """Node-local slices grouped by node and pool name (a pool two nodes publish is two groups)."""
+    groups: dict[tuple[str, str], list[Obj]] = {}
+    for s in slices:
+        if spec(s).get("nodeName"):
+            groups.setdefault((str(spec(s)["nodeName"]), str(pool(s).get("name"))), []).append(s)
+    return groups
+
+
+def settled_everywhere(dra: Harness) -> list[Obj]:
+    """The driver's node-local slices, on every node, once each node under test has some and each
+    pool of each of them shows one generation: the settled state that ``@reads_every_node`` tests
+    judge (their leases keep restarts off every node; this waits out a pool a test before them left
+    being republished)."""
+    wanted = set(dra.nodes)
+
+    def check(objs: Objects) -> list[Obj] | None:
+        groups = by_node_pool(objs.values())
+        if not wanted <= {node for node, _ in groups}:
+            return None
+        if any(len(generations(ss)) > 1 for (node, _), ss in groups.items() if node in wanted):
+            return None
+        return [s for ss in groups.values() for s in ss]
+
+    def seen(objs: Objects) -> str:
+        mine = [s for s in objs.values() if spec(s).get("nodeName") in wanted]
+        return "; ".join(
+            f"{node}: {describe({meta(s)['name']: s for s in mine if spec(s)['nodeName'] == node})}"
+            for node in sorted(wanted)
+        )
+
+    return watch_until(
+        dra.kube,
+        "ResourceSlice",
+        f"slices of {dra.driver} on every node under test ({', '.join(sorted(wanted))}), each pool of each "
+        "node at one generation",
+        check,
+        dra.profile.timeouts.slices,
+        fields=f"spec.driver={dra.driver}",
+        describe=seen,
     )
 
 
@@ -257,53 +306,64 @@ def test_slices_present(dra: Harness) -> None:
 
 
 @rule("SLICE-NODE")
+@reads_every_node
 def test_slices_owned_by_node(dra: Harness) -> None:
     """a node-local slice sets `nodeName` to its node and is owned by that Node object"""
-    node = dra.kube.get("Node", dra.node)
-    assert node is not None, f"Node {dra.node} does not exist"
-    uid = meta(node)["uid"]
+    slices = settled_everywhere(dra)
     problems = []
-    for s in settled(dra):
-        name = meta(s).get("name")
-        if spec(s).get("nodeName") != dra.node:
-            problems.append(f"{name}: nodeName {spec(s).get('nodeName')!r}")
-        owners = [
-            o
-            for o in meta(s).get("ownerReferences") or []
-            if o.get("kind") == "Node" and o.get("apiVersion") == "v1" and o.get("name") == dra.node
-        ]
-        if not owners:
-            problems.append(
-                f"{name}: no ownerReference to Node {dra.node} ({meta(s).get('ownerReferences')})"
-            )
-        elif any(o.get("uid") != uid for o in owners):
-            problems.append(
-                f"{name}: owned by Node {dra.node} with uid {owners[0].get('uid')}, the node's is {uid}"
-            )
+    for node in dra.nodes:
+        found = dra.kube.get("Node", node)
+        assert found is not None, f"Node {node} does not exist"
+        uid = meta(found)["uid"]
+        for s in slices:
+            if spec(s).get("nodeName") != node:
+                continue
+            name = meta(s).get("name")
+            owners = [
+                o
+                for o in meta(s).get("ownerReferences") or []
+                if o.get("kind") == "Node" and o.get("apiVersion") == "v1" and o.get("name") == node
+            ]
+            if not owners:
+                problems.append(
+                    f"{name}: no ownerReference to Node {node} ({meta(s).get('ownerReferences')})"
+                )
+            elif any(o.get("uid") != uid for o in owners):
+                problems.append(
+                    f"{name}: owned by Node {node} with uid {owners[0].get('uid')}, the node's is {uid}"
+                )
     fail_on(problems, "slices not owned by their node")
 
 
 @rule("SLICE-POOL")
+@reads_every_node
 def test_pools_consistent(dra: Harness) -> None:
     """all of a pool's slices agree on name, generation and `resourceSliceCount`, and the count equals the
     slices of that generation; a node-local pool belongs to one node (two nodes never publish the same
     pool)"""
     problems = []
-    pools = by_pool(settled(dra))
-    for name, slices in pools.items():
-        counts = {int(pool(s).get("resourceSliceCount", 0)) for s in slices}
+    slices = settled_everywhere(dra)
+    groups = by_node_pool(slices)
+    for node, name in sorted(groups):
+        ss = groups[node, name]
+        if node not in dra.nodes:
+            continue
+        counts = {int(pool(s).get("resourceSliceCount", 0)) for s in ss}
         if len(counts) != 1:
-            problems.append(f"pool {name}: slices disagree on resourceSliceCount: {sorted(counts)}")
-        elif counts != {len(slices)}:
+            problems.append(f"pool {name} of {node}: slices disagree on resourceSliceCount: {sorted(counts)}")
+        elif counts != {len(ss)}:
             problems.append(
-                f"pool {name}: resourceSliceCount {counts.pop()}, its generation has {len(slices)} slice(s) "
-                f"({sorted(meta(s)['name'] for s in slices)})"
+                f"pool {name} of {node}: resourceSliceCount {counts.pop()}, its generation has {len(ss)} "
+                f"slice(s) ({sorted(meta(s)['name'] for s in ss)})"
             )
     owners: dict[str, set[str]] = {}
-    for s in dra.kube.objects("ResourceSlice", fields=f"spec.driver={dra.driver}"):
-        if spec(s).get("nodeName") and pool(s).get("name") in pools:
-            owners.setdefault(str(pool(s)["name"]), set()).add(str(spec(s)["nodeName"]))
-    problems += [f"pool {p} is published by nodes {sorted(n)}" for p, n in owners.items() if len(n) > 1]
+    for node, name in groups:
+        owners.setdefault(name, set()).add(node)
+    problems += [
+        f"pool {p} is published by nodes {sorted(owners[p])}"
+        for p in sorted(owners)
+        if len(owners[p]) > 1 and owners[p] & set(dra.nodes)
+    ]
     fail_on(problems, "pool problems")
 
 
@@ -581,6 +641,7 @@ def _refused(write: Callable[[], object]) -> ApiError | None:
 
 
 @rule("SLICE-OWN-NODE")
+@reads_every_node
 def test_slices_of_its_own_node_only(dra: Harness) -> None:
     """the driver's service account, its token naming its node, may write that node's ResourceSlices
     and no other's: creating, replacing or deleting a slice of another node is refused"""
@@ -593,7 +654,7 @@ def test_slices_of_its_own_node_only(dra: Harness) -> None:
     if own is not None and "impersonate" in str(own):
         pytest.skip(f"the suite's credentials may not impersonate {user}: {own}")
     assert own is None, f"{as_user} may not even create a ResourceSlice of its own node: {own}"
-    others = [n for n in dra.cluster.nodes() if n != dra.node]
+    others = [n for n in dra.nodes if n != dra.node] or [n for n in dra.cluster.nodes() if n != dra.node]
     other = others[0] if others else OTHER_NODE
 
     def create_other() -> ApiError | None:
@@ -611,7 +672,8 @@ def test_slices_of_its_own_node_only(dra: Harness) -> None:
             if (again is None) != (created is None):
                 created, held_since = again, time.monotonic()
     assert created is not None, f"{as_user} was allowed to create a ResourceSlice of node {other}"
-    theirs = dra.slices(other) if others else []
+    # another node under test is held shared: its driver is not restarted while its slices are used
+    theirs = [s for s in settled_everywhere(dra) if spec(s).get("nodeName") == other] if others else []
     if not theirs:
         dra.partial("the driver has no ResourceSlice on another node: replacing and deleting one not tried")
         return

@@ -17,12 +17,12 @@ COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES
 
 
 def test_catalogue_shape() -> None:
-    assert len(RULES) == 114
-    assert len({r.id for r in RULES}) == 114
+    assert len(RULES) == 115
+    assert len({r.id for r in RULES}) == 115
     counts = {a: sum(r.area == a for r in RULES) for a in AREAS}
     assert counts == {
         "PRE": 5,
-        "REG": 19,
+        "REG": 20,
         "SLICE": 13,
         "ALLOC": 27,
         "SHARE": 8,

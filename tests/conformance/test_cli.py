@@ -24,6 +24,9 @@ from conformance.errors import UsageError
 from conformance.harness import Environment, missing
 from conformance.profiles import SHIPPED_DIR
 
+MUSTS = sum(r.level == "MUST" for r in RULES)
+"""The rules a verdict counts."""
+
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -93,14 +96,15 @@ def test_a_profile_without_local_command_cannot_run_locally(tmp_path: Path) -> N
 def test_rules_lists_the_catalogue(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rules"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == len(RULES) == 114
-    assert lines[0].split()[:2] == ["PRE-API", "PRE"]
-    assert lines[0].endswith("[needs: -; since: 1.34]")
+    assert len(lines) == len(RULES) == 115
+    api = by_id("PRE-API")
+    assert lines[0].split()[:3] == ["PRE-API", "PRE", api.level]
+    assert lines[0].endswith(f"[needs: -; since: 1.34; source: {api.source}]")
     getinfo = next(line for line in lines if line.startswith("REG-GETINFO "))
     assert getinfo.split()[1] == "REG" and "[needs: grpc; since: " in getinfo
     assert by_id("REG-GETINFO").sentence in getinfo
     assert main(["rules", "-m", "registration"]) == 0
-    assert len(capsys.readouterr().out.splitlines()) == 19
+    assert len(capsys.readouterr().out.splitlines()) == 20
 
 
 def test_rules_takes_globs_and_skips(capsys: pytest.CaptureFixture[str]) -> None:
@@ -111,7 +115,7 @@ def test_rules_takes_globs_and_skips(capsys: pytest.CaptureFixture[str]) -> None
         r.id for r in RULES if (r.area == "REG" and r.id not in left_out) or r.id.startswith("PREP-CDI-")
     ]
     assert ids == wanted  # in catalogue order
-    assert len(wanted) == 17 + 3
+    assert len(wanted) == 18 + 3
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -232,7 +236,10 @@ def test_rules_on_a_profile_is_a_dry_run_judged_as_the_suite_judges(
         "skip",
         f"profile {name} does not claim partitionable",
     ]
-    assert lines["REG-FUZZ"].split(None, 2)[1:] == ["run", "known failure: hangs on a 10 000-claim batch"]
+    assert lines["REG-FUZZ"].split(None, 2)[1:] == [
+        "run",
+        "known failure (a SHOULD rule: an advisory): hangs on a 10 000-claim batch",
+    ]
     assert lines["REG-GETINFO"].split() == ["REG-GETINFO", "run"]
     # the same verdicts as the dra fixture gives on a local cluster of that version
     profile = profiles.load(mine)
@@ -277,8 +284,8 @@ def test_profiles_check_plans_the_run_and_flags_configs_that_show_nothing(
 ) -> None:
     assert main(["profiles", "--check", "nvidia-gpu"]) == 0  # its time-slicing config gives no env
     out = capsys.readouterr().out
-    assert "  on cluster backend external:\n  plan: 57 of 114 rule(s) run, 57 skip\n" in out
-    assert "skip (31): cluster backend 'external' cannot reach the driver's sockets on a node (grpc): " in out
+    assert "  on cluster backend external:\n  plan: 57 of 115 rule(s) run, 58 skip\n" in out
+    assert "skip (32): cluster backend 'external' cannot reach the driver's sockets on a node (grpc): " in out
     flagged = (
         "PREP-CONFIG-CLASS, PREP-CONFIG-PRECEDENCE, PREP-CONFIG-SCOPE, PREP-CONFIG-SUBREQUEST, SHARE-STRATEGY"
     )
@@ -316,14 +323,14 @@ def test_run_says_its_plan_first_unless_quiet(tmp_path: Path, quiet: bool) -> No
         assert "plan:" not in done.stderr
     else:
         lines = done.stderr.splitlines()
-        assert lines[1] == "plan: 57 of 114 rule(s) run, 57 skip"
+        assert lines[1] == "plan: 57 of 115 rule(s) run, 58 skip"
         assert any(line.startswith("  partial (5): ") for line in lines)
 
 
 @pytest.mark.parametrize(
     ("records", "code", "result"),
     [
-        ([], 0, "Result: INCOMPLETE: 113 of 114 rules not checked (passed in full: none)"),
+        ([], 0, f"Result: INCOMPLETE: {MUSTS - 1} of {MUSTS} MUST rules not checked (passed in full: none)"),
         ([("REG-BATCH", "failed")], 1, "Result: NOT CONFORMANT: 1 rule(s) failed (REG-BATCH)"),
     ],
 )
@@ -347,6 +354,43 @@ def test_run_prints_the_verdict_and_exits_as_before(
     at = out.index(result)
     assert out[at - 1].startswith("total ")  # right under the summary table
     assert len([line for line in out if line.startswith("  ")]) <= 31  # the rest is in the report
+
+
+def test_repeat_lists_every_verdict_that_changed_between_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from tests.conformance.reportkit import record, write_run
+
+    outcomes: list[report.TestOutcome] = ["failed", "passed", "failed"]
+    runs = [
+        report.build(
+            write_run(tmp_path / str(i), [record("PRE-API", "passed"), record("SLICE-POOL", outcome)])
+        )
+        for i, outcome in enumerate(outcomes)
+    ]
+    seen: list[str] = []
+
+    def fake_run(config: SuiteConfig, progress: object) -> report.Report:
+        seen.append(config.run_id)
+        return runs[len(seen) - 1]
+
+    monkeypatch.setattr("conformance.cli.run", fake_run)
+    args = ["run", "--profile", "reference-gpu", "--reports-dir", str(tmp_path / "reports"), "--repeat", "3"]
+    assert main(args) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert [s.rsplit("-", 1)[1] for s in seen] == ["1", "2", "3"] and len(
+        {s.rsplit("-", 1)[0] for s in seen}
+    ) == 1
+    assert "  SLICE-POOL                         failed / passed / failed" in out
+    assert out[-1] == "1 rule(s) changed verdict across 3 runs"
+    seen.clear()
+    runs[:] = [runs[1], runs[1]]
+    assert main([*args[:-1], "2"]) == 0
+    assert (
+        capsys.readouterr().out.splitlines()[-1] == f"no verdict changed across 2 runs ({len(RULES)} rules)"
+    )
+    assert main([*args[:-1], "0"]) == 2
+    assert "--repeat 0: give a number of runs, at least 1" in capsys.readouterr().err
 
 
 def test_probe_manifest_prints_the_daemonset(capsys: pytest.CaptureFixture[str]) -> None:

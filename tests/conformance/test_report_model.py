@@ -97,10 +97,11 @@ def test_counts_per_area_and_in_total(tmp_path: Path) -> None:
         "failed": 2,
         "unexpected-pass": 0,
         "expected-failure": 1,
+        "advisory": 0,
         "partial": 0,
         "passed": 1,
         "skipped": 0,
-        "not-run": 15,
+        "not-run": 16,
     }
     assert built.areas["SLICE"]["unexpected-pass"] == 1
     assert built.areas["SLICE"]["skipped"] == 1
@@ -238,12 +239,13 @@ def test_summary_table(tmp_path: Path) -> None:
         "skipped",
         "expected-failure",
         "unexpected-pass",
+        "advisory",
         "not-run",
     ]
     rows = {line.split()[0]: line.split()[1:] for line in lines if line and not line.startswith("-")}
     assert list(rows)[1:] == [*AREAS, "total"]
-    assert rows["REG"] == ["1", "0", "2", "0", "1", "0", "15"]
-    assert rows["total"] == ["4", "0", "2", "1", "1", "1", "105"]
+    assert rows["REG"] == ["1", "0", "2", "0", "1", "0", "0", "16"]
+    assert rows["total"] == ["4", "0", "2", "1", "1", "1", "0", "106"]
     # numbers right-aligned under their headers: every line as long as the header
     assert {len(line) for line in lines} == {len(lines[0])}
 

@@ -78,12 +78,33 @@ WRONG_DEVICE_FAILS = (
 CASES: dict[str, Case] = {
     "no-slices": case("reference-gpu", "preflight", "PRE-SLICES"),
     "hide-device": case("reference-gpu", "preflight slices", "PRE-NODES"),
+    # the retry of REG-BATCH asks again for the good claims the failed call prepared
     "non-idempotent-prepare": case(
-        "reference-gpu", "registration preparation", "REG-IDEMPOTENT-PREPARE", "REG-V1BETA1-PARITY"
+        "reference-gpu",
+        "registration preparation",
+        "REG-IDEMPOTENT-PREPARE",
+        "REG-BATCH",
+        "REG-V1BETA1-PARITY",
     ),
     # shown on the direct calls: the node agent also batches the unprepares of several pods, and a
     # claim dropped there stays prepared, so pod tests fail too, depending on timing
-    "drop-claim-from-batch": case("reference-gpu", "registration", "REG-ONE-PER-CLAIM", "REG-BATCH"),
+    "drop-claim-from-batch": case(
+        "reference-gpu", "registration", "REG-ONE-PER-CLAIM", "REG-BATCH", "REG-PER-CLAIM-ERRORS"
+    ),
+    "prepare-missing-claims": case(
+        "reference-gpu", "registration", "REG-UNKNOWN-CLAIM", "REG-BATCH", "REG-PER-CLAIM-ERRORS"
+    ),
+    "prepare-unallocated-claims": case(
+        "reference-gpu", "registration", "REG-NOT-ALLOCATED", "REG-PER-CLAIM-ERRORS"
+    ),
+    "refuse-after-failed-registration": case("reference-gpu", "registration", "REG-NOTIFY"),
+    # what drivers built on kubeletplugin do (a gRPC error for the whole call, for the failure
+    # notice): the kubelet takes it, so only the SHOULD rule fails (an advisory), no MUST rule
+    "whole-call-errors": case("reference-gpu", "registration", "REG-PER-CLAIM-ERRORS"),
+    "unserved-dra-version": case("reference-gpu", "registration", "REG-VERSIONS", "REG-V1BETA1-PARITY"),
+    "fail-unknown-unprepare": case(
+        "reference-gpu", "registration", "REG-IDEMPOTENT-UNPREPARE", "REG-UNPREPARE-UNKNOWN"
+    ),
     "wrong-pool-name": case("reference-gpu", "registration preparation", "PREP-POOL-DEVICE"),
     # a spec the node refuses keeps every pod from running too: shown on the rules whose claims the
     # suite prepares itself
@@ -116,6 +137,9 @@ CASES: dict[str, Case] = {
     "churn-slices": case("reference-gpu", "slices", "SLICE-STABLE"),
     "wrong-slice-count": case("reference-gpu", "slices", "SLICE-POOL"),
     "orphan-slices": case("reference-gpu", "slices", "SLICE-NODE"),
+    # one pool named by both nodes: shown on its rule alone, the narrowed run of the network
+    # driver (test_settled runs it beside a driver restart, the full-width run, to the same verdict)
+    "same-pool-on-every-node": case("reference-gpu", "slices", "SLICE-POOL", rules=("SLICE-POOL",)),
     "subrequest-name": case("reference-gpu", "allocation", "ALLOC-FIRST-AVAILABLE"),
     "refuse-admin-access": case("reference-gpu", "allocation", "ALLOC-ADMIN"),
     # every later claim of a leaked device is refused, so across the whole area the failures
@@ -347,7 +371,8 @@ def test_switch_fails_exactly_its_rules(
         workers=1,
         pool=cluster_pool,
     )
-    assert run.failed == c.fails, run.explain()
+    # a SHOULD rule a switch breaks fails as an advisory
+    assert run.failed | run.having("advisory") == c.fails, run.explain()
     assert not run.having("unexpected-pass"), run.explain()
 
 

@@ -20,6 +20,8 @@ from conformance.report import Report, TestRecord, build, load, verdict_lines, w
 from conformance.runner import plan
 from tests.conformance.reportkit import record, write_run
 
+MUSTS = sum(r.level == "MUST" for r in RULES)
+"""The rules a verdict counts (a strict run counts every rule)."""
 GRPC_SKIP = "cluster backend 'external' cannot reach the driver's sockets on a node (grpc)"
 
 
@@ -51,7 +53,7 @@ def test_every_rule_passed_is_conformant_at_every_level(tmp_path: Path) -> None:
     verdict = built(tmp_path, everything_passes(), capabilities=tuple(PROFILE_CAPABILITIES)).verdict
     assert verdict.state == "CONFORMANT"
     assert verdict.levels[0] == "core"
-    assert set(verdict.levels) == {g for r in RULES for g in groups(r)}
+    assert set(verdict.levels) == {g for r in RULES if r.level == "MUST" for g in groups(r)}
     assert verdict.headline().startswith("CONFORMANT: core + grpc + ")
     assert (verdict.not_checked, verdict.not_claimed, verdict.failed) == ((), (), ())
 
@@ -78,7 +80,8 @@ def test_a_rule_a_cluster_cannot_check_leaves_the_run_incomplete_with_why(tmp_pa
     ]
     assert "grpc" not in verdict.levels and "core" in verdict.levels
     assert verdict_lines(report) == [
-        f"Result: INCOMPLETE: 1 of 114 rules not checked (passed in full: {' + '.join(verdict.levels)})",
+        f"Result: INCOMPLETE: 1 of {MUSTS} MUST rules not checked "
+        f"(passed in full: {' + '.join(verdict.levels)})",
         f"  skipped (1): {GRPC_SKIP}: REG-GETINFO",
     ]
 
@@ -93,9 +96,11 @@ def test_a_narrowed_run_is_incomplete_by_definition(tmp_path: Path) -> None:
     report = built(tmp_path, [record("REG-GETINFO", "passed")], selection=("REG-GETINFO",))
     verdict = report.verdict
     assert verdict.state == "INCOMPLETE" and verdict.narrowed
-    assert len(verdict.not_checked) == 113
+    assert len(verdict.not_checked) == MUSTS - 1
     assert {u.reason for u in verdict.not_checked} == {"not selected"}
-    assert verdict.headline().startswith("INCOMPLETE: 113 of 114 rules not checked, the run was narrowed")
+    assert verdict.headline().startswith(
+        f"INCOMPLETE: {MUSTS - 1} of {MUSTS} MUST rules not checked, the run was narrowed"
+    )
     # even a selection of every rule that all passed: a narrowed run vouches for what it chose only
     everything = built(tmp_path, everything_passes(), selection=tuple(r.id for r in RULES)).verdict
     assert everything.state == "INCOMPLETE" and everything.not_checked == ()
@@ -106,17 +111,22 @@ def test_four_passed_and_the_rest_not_run_is_no_pass(tmp_path: Path) -> None:
     report = built(tmp_path, [record(i, "passed") for i in ids])
     assert report.ok  # no rule failed: the exit status stays 0
     lines = verdict_lines(report, limit=3)
-    assert lines[0] == "Result: INCOMPLETE: 110 of 114 rules not checked (passed in full: none)"
-    assert lines[1].startswith("  not-run (110): no test ran: PRE-REGISTERED, REG-GETINFO, ")
+    assert (
+        lines[0]
+        == f"Result: INCOMPLETE: {MUSTS - 4} of {MUSTS} MUST rules not checked (passed in full: none)"
+    )
+    assert lines[1].startswith(f"  not-run ({MUSTS - 4}): no test ran: PRE-REGISTERED, REG-GETINFO, ")
     assert len(lines) == 2
 
 
 def test_the_terminal_lines_group_rules_by_reason_and_keep_to_a_limit(tmp_path: Path) -> None:
-    skips = {f"REG-{n}": f"reason {i}" for i, n in enumerate(["GETINFO", "VERSIONS", "NOTIFY", "SOCKETS"])}
-    skips["REG-EMPTY"] = "reason 0"
+    names = ["GETINFO", "VERSIONS", "NOTIFY", "ONE-PER-CLAIM"]
+    skips = {f"REG-{n}": f"reason {i}" for i, n in enumerate(names)}
+    skips["REG-UNKNOWN-CLAIM"] = "reason 0"
+    skips["REG-EMPTY"] = "reason 0"  # a SHOULD rule: not checked, and nothing incomplete for it
     lines = verdict_lines(built(tmp_path, everything_passes(**skips)), limit=2)
     assert lines[1:] == [
-        "  skipped (2): reason 0: REG-GETINFO, REG-EMPTY",
+        "  skipped (2): reason 0: REG-GETINFO, REG-UNKNOWN-CLAIM",
         "  skipped (1): reason 1: REG-VERSIONS",
         "  ... 2 more rule(s) for other reasons (conformance.md lists them all)",
     ]
@@ -126,9 +136,9 @@ def test_a_failure_or_a_known_failure_is_not_conformant(tmp_path: Path) -> None:
     failed = built(tmp_path, [*everything_passes(), record("REG-BATCH", "failed", reason="boom")])
     assert failed.verdict.state == "NOT CONFORMANT" and not failed.ok
     assert failed.verdict.headline() == "NOT CONFORMANT: 1 rule(s) failed (REG-BATCH)"
-    known = built(tmp_path, [*everything_passes(), record("REG-FUZZ", "xfailed", reason="issue 12")])
+    known = built(tmp_path, [*everything_passes(), record("REG-CONCURRENT", "xfailed", reason="issue 12")])
     assert known.ok  # a known failure does not change the exit status
-    assert known.verdict.headline() == "NOT CONFORMANT: 1 known failure(s) (REG-FUZZ)"
+    assert known.verdict.headline() == "NOT CONFORMANT: 1 known failure(s) (REG-CONCURRENT)"
     assert "grpc" not in known.verdict.levels
 
 
@@ -189,14 +199,17 @@ def test_a_minimal_profile_reads_incomplete_with_its_list(tmp_path: Path, cluste
     assert all(p.skip for p in planned if p.rule.id in unclaimed)
     assert {u.rule for u in verdict.not_claimed} == unclaimed
     assert {(u.rule, u.reason) for u in verdict.not_checked} == {
-        (p.rule.id, p.skip) for p in planned if p.skip and p.rule.id not in unclaimed
+        (p.rule.id, p.skip)
+        for p in planned
+        if p.skip and p.rule.id not in unclaimed and p.rule.level == "MUST"
     }
     assert "core" in verdict.levels
     # ALLOC-TAINT-NOSCHEDULE passes through DeviceTaintRule: no level of a capability not claimed
     assert not set(verdict.levels) & set(PROFILE_CAPABILITIES)
     reasons = {u.reason for u in verdict.not_checked}
     assert any("needs 2" in r for r in reasons)  # devices>=2 on a one-device profile
-    assert any("faults.inject" in r for r in reasons)
+    # the fault rules are SHOULD rules (HEALTH): not checked, and nothing incomplete for them
+    assert not any("faults.inject" in r for r in reasons)
     if cluster == "external":
         assert GRPC_SKIP in reasons
 
@@ -214,7 +227,7 @@ def test_a_partial_pass_is_never_a_plain_pass(tmp_path: Path) -> None:
     report = built(tmp_path, records, capabilities=tuple(PROFILE_CAPABILITIES))
     result = next(r for r in report.rules if r.rule.id == "SHARE-MIXED")
     assert (result.outcome, result.reason) == ("partial", PARTIAL)
-    assert report.totals["partial"] == 1 and report.totals["passed"] == 113
+    assert report.totals["partial"] == 1 and report.totals["passed"] == len(RULES) - 1
     verdict = report.verdict
     assert verdict.state == "INCOMPLETE" and "Kubernetes 1.35" not in verdict.levels
     assert verdict_lines(report)[1] == f"  partial (1): {PARTIAL}: SHARE-MIXED"

@@ -8,6 +8,7 @@ working, or that broke nothing, fails here.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import itertools
 import json
 import threading
@@ -25,6 +26,10 @@ import pytest
 import yaml
 
 from draproto import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
     health_v1_pb2,
     health_v1_pb2_grpc,
     health_v1alpha1_pb2,
@@ -90,6 +95,7 @@ def test_every_rule_is_documented() -> None:
         "non-idempotent-prepare", "drop-claim-from-batch", "invalid-cdi-spec", "leave-cdi-on-unprepare",
         "ignore-config", "oversized-slice", "wrong-pool-name", "no-health", "no-slices", "hide-device",
         "phantom-device", "no-republish", "churn-slices", "wrong-slice-count", "orphan-slices",
+        "same-pool-on-every-node",
         "subrequest-name", "refuse-admin-access", "keep-device-after-unprepare",
         "ignore-sharing-strategy", "qualified-request-names", "forget-unbatched-claims",
         "fault-on-wrong-device", "sticky-taint", "benign-faults-count", "health-without-message",
@@ -104,6 +110,8 @@ def test_every_rule_is_documented() -> None:
         "metadata-to-every-container", "metadata-of-whole-claim", "metrics-broken",
         "compat-groups-missing", "slices-any-node", "drop-slices-on-update", "numa-node-missing",
         "prepare-foreign-results",
+        "prepare-missing-claims", "prepare-unallocated-claims", "refuse-after-failed-registration",
+        "whole-call-errors", "unserved-dra-version", "fail-unknown-unprepare",
     }  # fmt: skip
 
 
@@ -210,6 +218,7 @@ def _published(
         store,  # type: ignore[arg-type]  # sync() never watches
         driver_name=DRIVER,
         node_name=NODE,
+        pool_name=node.settings.pool_name,  # as the driver's main does
         breaks=node.settings.breaks,
     )
     publisher.update(inventory or Inventory(devices={d.name: d for d in map(gpu, range(gpus))}))
@@ -265,6 +274,12 @@ def _slices_owned_by_node(node: Node) -> tuple[bool, ...]:
             for s in store.objects.values()
         ),
     )
+
+
+def _pool_of_its_own(node: Node) -> tuple[bool, ...]:
+    """The node's slices name a pool of the node's own, which another node's cannot name too."""
+    _, store = _published(node)
+    return ({s["spec"]["pool"]["name"] for s in store.objects.values()} == {NODE},)
 
 
 def _counters_within_their_sets(node: Node) -> tuple[bool, ...]:
@@ -747,6 +762,87 @@ def _only_own_results_prepared(node: Node) -> tuple[bool, ...]:
     return (answer.error == "" and [d.device_name for d in answer.devices] == ["gpu-0"],)
 
 
+# --- to add to tests/driver/test_breakage.py (scenarios of the REG switches) ---
+# imports to add at the top: from draproto import dra_v1_pb2, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
+# (dra_v1_pb2_grpc too); and the six names to test_every_rule_is_documented's set.
+
+
+def _missing_claim_refused(node: Node) -> tuple[bool, ...]:
+    """A claim whose ResourceClaim does not exist is not answered prepared (REG-UNKNOWN-CLAIM)."""
+    node.serve()
+    ghost = make_claim("ghost", [result("gpu", "gpu-0")])  # never put: the API server has no such claim
+    return (prepare(node, ghost).claims[ghost["metadata"]["uid"]].error != "",)
+
+
+def _unallocated_claim_refused(node: Node) -> tuple[bool, ...]:
+    """A claim that is not allocated is not answered prepared (REG-NOT-ALLOCATED)."""
+    node.serve()
+    claim = make_claim("c", [])
+    del claim["status"]["allocation"]
+    node.put(claim)
+    return (prepare(node, claim).claims[claim["metadata"]["uid"]].error != "",)
+
+
+def _registers_after_a_failure(node: Node) -> tuple[bool, ...]:
+    """After a failure notice, the success notice of the kubelet's next try is accepted (REG-NOTIFY)."""
+    node.serve()
+    stub = registration_pb2_grpc.RegistrationStub(node.channel(node.settings.registration_socket))
+    failed = registration_pb2.RegistrationStatus(plugin_registered=False, error="refused on purpose")
+    with contextlib.suppress(grpc.RpcError):  # the kubelet ignores the answer to a failure notice
+        stub.NotifyRegistrationStatus(failed, timeout=5)
+    try:
+        stub.NotifyRegistrationStatus(registration_pb2.RegistrationStatus(plugin_registered=True), timeout=5)
+    except grpc.RpcError:
+        return (False,)
+    return (True,)
+
+
+def _bad_claims_fail_alone(node: Node) -> tuple[bool, ...]:
+    """A missing claim fails in its own entry beside a good one, and the failure notice is accepted
+    without an error (REG-PER-CLAIM-ERRORS; whole-call-errors answers as kubeletplugin does)."""
+    node.serve()
+    good = node.put(make_claim("good", [result("gpu", "gpu-0")]))
+    ghost = make_claim("ghost", [result("gpu", "gpu-1")])
+    try:
+        answer = prepare(node, good, ghost).claims
+        per_claim = (
+            answer[good["metadata"]["uid"]].error == "" and answer[ghost["metadata"]["uid"]].error != ""
+        )
+    except grpc.RpcError:
+        per_claim = False
+    stub = registration_pb2_grpc.RegistrationStub(node.channel(node.settings.registration_socket))
+    failed = registration_pb2.RegistrationStatus(plugin_registered=False, error="refused on purpose")
+    try:
+        stub.NotifyRegistrationStatus(failed, timeout=5)
+        accepted = True
+    except grpc.RpcError:
+        accepted = False
+    return per_claim, accepted
+
+
+def _first_version_served(node: Node) -> tuple[bool, ...]:
+    """The first DRAPlugin version GetInfo lists, which the kubelet picks, is served (REG-VERSIONS)."""
+    node.serve()
+    stub = registration_pb2_grpc.RegistrationStub(node.channel(node.settings.registration_socket))
+    versions = stub.GetInfo(registration_pb2.InfoRequest(), timeout=5).supported_versions
+    first = next(v for v in versions if v.endswith(".DRAPlugin"))
+    pb2, grpc_mod = (
+        (dra_v1_pb2, dra_v1_pb2_grpc) if first == "v1.DRAPlugin" else (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc)
+    )
+    try:
+        prepare(node, pb2=pb2, grpc_mod=grpc_mod)
+    except grpc.RpcError:
+        return (False,)
+    return (True,)
+
+
+def _unknown_claim_unprepared(node: Node) -> tuple[bool, ...]:
+    """Unpreparing a claim the driver never prepared succeeds (REG-UNPREPARE-UNKNOWN)."""
+    node.serve()
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
+    return (unprepare(node, claim).claims[claim["metadata"]["uid"]].error == "",)
+
+
 KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "non-idempotent-prepare": _idempotent_prepare,
     "drop-claim-from-batch": _whole_batch_answered,
@@ -770,6 +866,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "churn-slices": _slices_left_alone,
     "wrong-slice-count": _slice_count_right,
     "orphan-slices": _slices_owned_by_node,
+    "same-pool-on-every-node": _pool_of_its_own,
     "subrequest-name": _parent_request_answered,
     "refuse-admin-access": _admin_access_granted,
     "keep-device-after-unprepare": _device_free_after_unprepare,
@@ -802,6 +899,12 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "never-attach": _attached_for_the_claim,
     "ignore-attach-failure": _attach_failure_reported,
     "prepare-foreign-results": _only_own_results_prepared,
+    "prepare-missing-claims": _missing_claim_refused,
+    "prepare-unallocated-claims": _unallocated_claim_refused,
+    "refuse-after-failed-registration": _registers_after_a_failure,
+    "whole-call-errors": _bad_claims_fail_alone,
+    "unserved-dra-version": _first_version_served,
+    "fail-unknown-unprepare": _unknown_claim_unprepared,
 }
 """Per switch: the checks of the rule it breaks."""
 
@@ -834,7 +937,9 @@ def test_ignore_sharing_strategy_still_refuses_invalid_configs(node: Node) -> No
 
 
 def test_switches_leave_other_rules_alone(node: Node) -> None:
-    node.settings = replace(node.settings, break_rules=frozenset(RULES) - {"non-idempotent-prepare"})
+    # same-pool-on-every-node renames the pool the claims below are allocated from
+    kept = {"non-idempotent-prepare", "same-pool-on-every-node"}
+    node.settings = replace(node.settings, break_rules=frozenset(RULES) - kept)
     assert all(_idempotent_prepare(node))
 
 
