@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 import draproto
-from conformance.catalogue import exclusive, rule
+from conformance.catalogue import exclusive, reads_every_node, rule
 from conformance.harness import DRA_SERVICES, ClaimRef, Harness, PluginClient, get_info, notify, ref
 from conformance.harness.plugin_client import ClaimAnswer
 
@@ -178,6 +178,7 @@ def test_not_allocated(dra: Harness) -> None:
 
 @rule("REG-OTHER-NODE")
 @exclusive
+@reads_every_node  # the other node's devices: never read while a test restarts its driver
 def test_other_node(dra: Harness) -> None:
     """preparing a claim allocated on another node's pool fails for that claim"""
     others = [n for n in dra.cluster.nodes() if n != dra.node]
