@@ -21,10 +21,11 @@ from typing import NoReturn
 
 from draproto.apiconn import Connection, KubeconfigError, connect
 from draproto.logs import configure_logging
+from driver.breakage import parse_rules
 from driver.errors import DriverError, SettingsError
-from driver.settings import Settings, device_classes_driver_name, from_args
+from driver.settings import BREAK_RULES_ENV, Settings, device_classes_driver_name, from_args
 
-__all__ = ["main", "run"]
+__all__ = ["handle_signals", "main", "run"]
 
 log = logging.getLogger("driver")
 
@@ -147,7 +148,9 @@ def run(settings: Settings, stop: threading.Event) -> int:
 def _device_classes(argv: Sequence[str]) -> int:
     from driver import deviceclasses
 
-    sys.stdout.write(deviceclasses.render(device_classes_driver_name(argv)))
+    switches = parse_rules([os.environ.get(BREAK_RULES_ENV, "")])
+    misnamed = "misnamed-device-classes" in switches
+    sys.stdout.write(deviceclasses.render(device_classes_driver_name(argv), misnamed=misnamed))
     return 0
 
 
@@ -162,6 +165,14 @@ def _access_manifests(argv: Sequence[str]) -> int:
         return 2
     sys.stdout.write(access.printed(opts))
     return 0
+
+
+def handle_signals(settings: Settings, handler: Callable[[int, FrameType | None], None]) -> None:
+    """SIGTERM and SIGINT stop the driver cleanly (``handler``); under the ``no-sigterm-handler``
+    switch SIGTERM keeps its default action, which ends the process at once, with no cleanup."""
+    if not settings.breaks("no-sigterm-handler"):
+        signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -183,8 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("signal received", extra={"signal": signal.Signals(signum).name})
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    handle_signals(settings, on_signal)
     try:
         return run(settings, stop)
     except DriverError as e:

@@ -83,6 +83,15 @@ RULES: dict[str, str] = {
     ),
     "unserved-dra-version": "GetInfo lists v1beta1.DRAPlugin first, but that service is not served",
     "fail-unknown-unprepare": "unpreparing a claim the driver does not hold fails for that claim",
+    "cdi-id-of-another-device": "each device is answered with the CDI id of the node's next device",
+    "every-request-name": "each device is answered with every request name of its claim, not its own",
+    "refuse-concurrent-prepare": "a prepare that arrives while another runs is refused (busy)",
+    "prepare-other-driver-claims": "a claim whose results are all another driver's is prepared as if ours",
+    "no-sigterm-handler": "SIGTERM kills the driver at once: its sockets and ResourceSlices stay behind",
+    "index-as-string": 'the index attribute is published as a string ("3"), not an int',
+    "mistyped-device": "the first whole GPU is published with type GPU, not gpu: its DeviceClass misses it",
+    "product-name-per-device": "each device's productName carries its own name: devices of one model differ",
+    "misnamed-device-classes": "device-classes prints the classes under names other than the documented ones",
 }
 """Every switch, with the rule it breaks."""
 

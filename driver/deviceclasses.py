@@ -66,6 +66,14 @@ def device_classes(driver_name: str) -> list[dict[str, Any]]:
     return [_device_class(driver_name, device_type) for device_type in DEVICE_TYPES]
 
 
-def render(driver_name: str) -> str:
-    """The DeviceClasses as multi-document YAML, each document starting with ``---``."""
-    return yaml.safe_dump_all(device_classes(driver_name), explicit_start=True, sort_keys=False, width=1000)
+def render(driver_name: str, *, misnamed: bool = False) -> str:
+    """The DeviceClasses as multi-document YAML, each document starting with ``---``.
+
+    ``misnamed`` (switch ``misnamed-device-classes``): each class named with its type in the plural
+    (``gpus.<domain>``), not as documented."""
+    classes = device_classes(driver_name)
+    if misnamed:
+        for c in classes:
+            kind, _, domain = c["metadata"]["name"].partition(".")
+            c["metadata"]["name"] = f"{kind}s.{domain}"
+    return yaml.safe_dump_all(classes, explicit_start=True, sort_keys=False, width=1000)

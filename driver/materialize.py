@@ -148,7 +148,11 @@ class Materializer:
             info_file = self._write_info(record, device, info, config, name)
             if self.settings.breaks("ignore-sharing-strategy"):
                 config = None  # validated and recorded, but never reaches the container
-            device.cdi_ids = [self.specs.cdi_id(record.uid, name)]
+            answered = name
+            if self.settings.breaks("cdi-id-of-another-device"):  # the id of a device not allocated
+                names = sorted(self.inventory.devices)
+                answered = names[(names.index(device.device) + 1) % len(names)]
+            device.cdi_ids = [self.specs.cdi_id(record.uid, answered)]
             env = config.env(device.uuid) if config is not None else {}
             cdi_devices.append(
                 CDIDevice(

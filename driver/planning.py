@@ -72,6 +72,8 @@ def plan(
         raise ClaimError(f"claim {ref}: not allocated")
     every = (allocation.get("devices") or {}).get("results") or []
     results = [r for r in every if r.get("driver") == settings.driver_name]
+    if not results and settings.breaks("prepare-other-driver-claims"):
+        results = list(every)  # another driver's results, taken for ours
     if not results:
         raise ClaimError(f"claim {ref}: no device of driver {settings.driver_name} is allocated")
     if settings.breaks("prepare-foreign-results"):
@@ -133,4 +135,8 @@ def plan(
             config=config,
             consumed=consumed,
         )
+    if settings.breaks("every-request-name"):  # each device named for the claim's every request
+        every_request = sorted({name for d in planned.values() for name in d.request_names})
+        for prepared in planned.values():
+            prepared.request_names = list(every_request)
     return list(planned.values()), pod_claim_name(claim)

@@ -95,6 +95,10 @@ class _Registration(registration_pb2_grpc.RegistrationServicer):
         return registration_pb2.RegistrationStatusResponse()
 
 
+_PREPARING = threading.Lock()
+"""Held by the prepare under way (switch ``refuse-concurrent-prepare``)."""
+
+
 class _DRAPlugin:
     """One DRAPlugin servicer for a protocol version; the logic lives in ``DeviceState``."""
 
@@ -149,6 +153,20 @@ class _DRAPlugin:
             entry.error = f"claim {ref}: internal driver error: {error!r}"
 
     def NodePrepareResources(self, request: Any, context: Any) -> Any:
+        if not self._settings.breaks("refuse-concurrent-prepare"):
+            return self._prepare(request, context)
+        if not _PREPARING.acquire(blocking=False):  # a try-lock where the call should wait its turn
+            response = self._pb2.NodePrepareResourcesResponse()
+            for claim in request.claims:
+                busy = f"claim {claim.namespace}/{claim.name}: busy, another prepare runs"
+                response.claims[claim.uid].error = busy
+            return response
+        try:
+            return self._prepare(request, context)
+        finally:
+            _PREPARING.release()
+
+    def _prepare(self, request: Any, context: Any) -> Any:
         if self._settings.breaks("forget-unbatched-claims"):  # as if each call named every claim
             for uid in set(self._state.prepared()) - {c.uid for c in request.claims}:
                 self._state.specs.remove(uid)

@@ -184,6 +184,22 @@ class SlicePublisher:
                 for device in devices:
                     for use in device.get("consumesCounters") or []:
                         use.pop("compatibilityGroups", None)
+        every_device = [device for devices in with_devices for device in devices]
+        if self._breaks("index-as-string"):
+            for device in every_device:
+                index = device.get("attributes", {}).get("index")
+                if index is not None and "int" in index:
+                    device["attributes"]["index"] = {"string": str(index["int"])}
+        if self._breaks("mistyped-device"):
+            whole = [d for d in every_device if d.get("attributes", {}).get("type") == {"string": "gpu"}]
+            if whole:
+                whole[0]["attributes"]["type"] = {"string": "GPU"}
+        if self._breaks("product-name-per-device"):
+            for device in every_device:
+                product = device.get("attributes", {}).get("productName")
+                if product is not None and "string" in product:
+                    named = f"{product['string']} {device['name']}"[:64]
+                    device["attributes"]["productName"] = {"string": named}
         if self._breaks("wrong-slice-count"):
             for body in bodies:
                 body["spec"]["pool"]["resourceSliceCount"] += 1

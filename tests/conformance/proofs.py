@@ -21,7 +21,17 @@ from conformance.profiles import load
 from tests.conformance.test_example_driver import EXAMPLE_GPU_SKIPS
 from tests.conformance.test_selftest import CASES, CLEAN_SKIPS
 
-__all__ = ["NO_PASS", "OTHER_PROOFS", "README", "UNPROVEN", "passes_on", "switches_of", "table", "written"]
+__all__ = [
+    "NO_PASS",
+    "NO_SWITCH",
+    "OTHER_PROOFS",
+    "README",
+    "UNPROVEN",
+    "passes_on",
+    "switches_of",
+    "table",
+    "written",
+]
 
 README = Path(__file__).resolve().parents[2] / "conformance" / "README.md"
 BEGIN = (
@@ -38,41 +48,56 @@ OTHER_PROOFS: Mapping[str, str] = {
 }
 """Rules that self-tests other than the switch cases see fail, and how."""
 
-_NO_SWITCH = "no switch yet"
+NO_SWITCH = "no switch yet"
 _API_REFUSES = "the API server refuses what would break it (the test guards against one that does not)"
 
 UNPROVEN: Mapping[str, str] = {
     **dict.fromkeys(
         (
-            "PRE-API",
-            "PRE-CLASSES",
-            "ALLOC-ALL",
-            "ALLOC-CEL",
-            "ALLOC-CEL-NOMATCH",
-            "ALLOC-CLASS-SELECTOR",
-            "ALLOC-DISTINCT-ATTR",
-            "ALLOC-DISTINCT-CLAIMS",
-            "ALLOC-EXHAUST",
-            "ALLOC-MATCH-ATTR",
-            "ALLOC-TAINT-NOEXECUTE",
-            "ALLOC-TAINT-NOSCHEDULE",
-            "ALLOC-TEMPLATE",
-            "PREP-CDI-IDS",
             "PREP-CDI-UNIQUE",
             "PREP-NO-WARNINGS",
-            "PREP-REQUEST-NAMES",
-            "PREP-VIEW",
-            "REG-CONCURRENT",
             "REG-EMPTY",
             "REG-FUZZ",
-            "REG-OTHER-DRIVER",
             "REG-OTHER-NODE",
             "REG-REFUSE-IN-USE",
             "REG-SOCKETS",
-            "SLICE-GONE",
-            "SLICE-PRESENT",
         ),
-        _NO_SWITCH,
+        NO_SWITCH,
+    ),
+    "PRE-API": (
+        "the cluster's, not the driver's: whether the API server serves resource.k8s.io/v1 (DeviceClass, "
+        "ResourceClaim, ResourceSlice); no driver is asked"
+    ),
+    "SLICE-PRESENT": (
+        "preflight demands it first: PRE-SLICES and PRE-NODES want slices with the profile's device count on "
+        "every node, and a failed preflight runs nothing else (no-slices, hide-device fail there)"
+    ),
+    "ALLOC-CEL-NOMATCH": (
+        "the scheduler's: the test checks in the driver's own slices that no device has the profile's "
+        "noMatch value, then that the scheduler leaves the pod Pending; the driver prepares nothing"
+    ),
+    "ALLOC-DISTINCT-ATTR": (
+        "the scheduler's: the attribute and its values are read from the driver's own slices (the one its "
+        "devices differ on most; none makes it skip), so only the scheduler's constraint is checked; the "
+        "driver only prepares the claim, as for every ALLOC rule"
+    ),
+    "ALLOC-DISTINCT-CLAIMS": (
+        "the scheduler's: the test reads the two claims' allocations; what the driver publishes can only "
+        "make its devices multi-allocatable, which the test accepts with distinct share ids; the driver "
+        "only prepares the claims, as for every ALLOC rule"
+    ),
+    "ALLOC-TAINT-NOSCHEDULE": (
+        "the scheduler's: the device is tainted by a DeviceTaintRule of the test's own, and which claim "
+        "gets it is the scheduler's call; the driver only prepares and unprepares, as for every ALLOC rule"
+    ),
+    "ALLOC-TAINT-NOEXECUTE": (
+        "the device taint eviction controller's: the devices are tainted by DeviceTaintRules of the test's "
+        "own, and which pod is evicted is its call; the driver only prepares and unprepares, as for every "
+        "ALLOC rule"
+    ),
+    "ALLOC-TEMPLATE": (
+        "the resourceclaim controller's: it makes a claim per pod from the template, owned by the pod, and "
+        "deletes it with the pod; the driver only prepares and unprepares, as for every ALLOC rule"
     ),
     "ALLOC-PARTITION": (
         "a driver can break it only through its counters, which the test reads to find devices that overlap"
@@ -110,12 +135,16 @@ def passes_on(rule: str) -> list[str]:
 
 def table() -> str:
     """The README's rule table (between its markers)."""
-    lines = ["| rule | switches that fail it | other proof | passes on |", "|---|---|---|---|"]
+    lines = [
+        "| rule | level | switches that fail it | other proof | passes on | source |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in RULES:
         switches = ", ".join(f"`{s}`" for s in switches_of(r.id)) or "-"
         other = OTHER_PROOFS.get(r.id) or (f"none: {UNPROVEN[r.id]}" if r.id in UNPROVEN else "-")
         passes = ", ".join(passes_on(r.id)) or f"none: {NO_PASS.get(r.id, '?')}"
-        lines.append(f"| {r.id} | {switches} | {other} | {passes} |")
+        source = r.source.replace("|", "\\|")
+        lines.append(f"| {r.id} | {r.level} | {switches} | {other} | {passes} | {source} |")
     return "\n".join(lines) + "\n"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from conformance.catalogue import RULES
 from tests.conformance.proofs import (
     NO_PASS,
+    NO_SWITCH,
     OTHER_PROOFS,
     README,
     UNPROVEN,
@@ -28,6 +29,11 @@ def test_every_rule_fails_under_a_switch_or_is_listed_unproven() -> None:
     stale = sorted(proven & set(UNPROVEN))
     assert not stale, f"rules listed unproven that a self-test now proves: drop them from UNPROVEN: {stale}"
     assert set(UNPROVEN) <= IDS and set(OTHER_PROOFS) <= IDS
+
+
+def test_every_must_rule_is_proven_or_says_why_no_driver_can_break_it() -> None:
+    waiting = sorted(r.id for r in RULES if r.level == "MUST" and UNPROVEN.get(r.id) == NO_SWITCH)
+    assert not waiting, f"MUST rules with no switch and no reason why none can break them: {waiting}"
 
 
 def test_every_rule_passes_on_a_driver_or_is_listed() -> None:

@@ -291,6 +291,47 @@ CASES: dict[str, Case] = {
     "compat-groups-missing": case(
         "reference-gpu", "allocation", "ALLOC-COMPAT-GROUPS", rules=("ALLOC-COMPAT-GROUPS",)
     ),
+    # an id no spec defines: the suite's own prepare shows it, and no pod's container can start
+    "cdi-id-of-another-device": case(
+        "reference-gpu",
+        "preparation",
+        "PREP-CDI-IDS",
+        "PREP-VIEW",
+        rules=("PREP-CDI-IDS", "PREP-VIEW"),
+    ),
+    # only claims of two or more requests show it: shown on the rule that prepares one itself
+    "every-request-name": case(
+        "reference-gpu", "preparation", "PREP-REQUEST-NAMES", rules=("PREP-REQUEST-NAMES",)
+    ),
+    "refuse-concurrent-prepare": case(
+        "reference-gpu", "registration", "REG-CONCURRENT", rules=("REG-CONCURRENT",)
+    ),
+    "prepare-other-driver-claims": case(
+        "reference-gpu", "registration", "REG-OTHER-DRIVER", rules=("REG-OTHER-DRIVER",)
+    ),
+    # the node agent, as the kubelet's plugin watcher, sees a plugin go when its socket goes: the
+    # socket stays, so nothing wipes the slices the driver left
+    "no-sigterm-handler": case("reference-gpu", "slices", "SLICE-GONE", rules=("SLICE-GONE",)),
+    # the profile's selector (index 3) matches no device, nor does a class narrowed by it
+    "index-as-string": case(
+        "reference-gpu",
+        "allocation",
+        "ALLOC-CEL",
+        "ALLOC-CLASS-SELECTOR",
+        rules=("ALLOC-CEL", "ALLOC-CLASS-SELECTOR"),
+    ),
+    # the class holds 7 GPUs, the profile says 8: All gets 7, and 8 asked for never fit
+    "mistyped-device": case(
+        "reference-gpu",
+        "allocation",
+        "ALLOC-ALL",
+        "ALLOC-EXHAUST",
+        rules=("ALLOC-ALL", "ALLOC-EXHAUST"),
+    ),
+    "product-name-per-device": case(
+        "reference-gpu", "allocation", "ALLOC-MATCH-ATTR", rules=("ALLOC-MATCH-ATTR",)
+    ),
+    "misnamed-device-classes": case("reference-gpu", "preflight", "PRE-CLASSES"),
 }
 """Every switch that breaks a rule of the areas the suite has, where it is shown, what fails."""
 

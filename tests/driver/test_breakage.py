@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import io
 import itertools
 import json
+import os
+import signal
 import threading
 import time
 import urllib.error
@@ -20,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import grpc
 import pytest
@@ -38,12 +42,15 @@ from draproto import (
     registration_pb2_grpc,
 )
 from driver import access
+from driver.__main__ import handle_signals
+from driver.__main__ import main as driver_main
 from driver.binding import ATTACH_FAILED, ATTACHED, Attacher, attach_on_demand
 from driver.breakage import RULES, parse_rules
 from driver.cdi import validate
 from driver.checkpoint import PreparedDevice
 from driver.compatibility import MIG_GROUP, WHOLE_GPU_GROUP, group_by_mode
 from driver.consumable import make_consumable
+from driver.deviceclasses import DEVICE_TYPES, class_name
 from driver.errors import CDIError, DeviceConflict, PrepareError, SettingsError, StoreConflict
 from driver.health import HealthMonitor
 from driver.healthstream import UNHEALTHY
@@ -112,6 +119,9 @@ def test_every_rule_is_documented() -> None:
         "prepare-foreign-results",
         "prepare-missing-claims", "prepare-unallocated-claims", "refuse-after-failed-registration",
         "whole-call-errors", "unserved-dra-version", "fail-unknown-unprepare",
+        "cdi-id-of-another-device", "every-request-name", "refuse-concurrent-prepare",
+        "prepare-other-driver-claims", "no-sigterm-handler", "index-as-string", "mistyped-device",
+        "product-name-per-device", "misnamed-device-classes",
     }  # fmt: skip
 
 
@@ -843,6 +853,103 @@ def _unknown_claim_unprepared(node: Node) -> tuple[bool, ...]:
     return (unprepare(node, claim).claims[claim["metadata"]["uid"]].error == "",)
 
 
+def _allocated_cdi_ids_answered(node: Node) -> tuple[bool, ...]:
+    """Each device is answered with a CDI id its claim's spec defines for it (PREP-CDI-IDS, PREP-VIEW)."""
+    node.serve()
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
+    answer = prepare(node, claim).claims[claim["metadata"]["uid"]]
+    spec = json.loads(_spec_path(node, claim).read_text())
+    defined = {f"{spec['kind']}={d['name']}" for d in spec["devices"] if d["name"].endswith("-gpu-0")}
+    ids = {i for d in answer.devices for i in d.cdi_device_ids}
+    return (bool(ids) and ids <= defined,)
+
+
+def _own_request_names_answered(node: Node) -> tuple[bool, ...]:
+    """Each device of a claim of two requests names the request it was allocated for (PREP-REQUEST-NAMES)."""
+    node.serve()
+    claim = node.put(make_claim("c", [result("first", "gpu-0"), result("second", "gpu-1")]))
+    answer = prepare(node, claim).claims[claim["metadata"]["uid"]]
+    names = {d.device_name: list(d.request_names) for d in answer.devices}
+    return (names == {"gpu-0": ["first"], "gpu-1": ["second"]},)
+
+
+def _concurrent_prepares_served(node: Node) -> tuple[bool, ...]:
+    """A prepare that arrives while another runs (its claim is slow to read) succeeds too
+    (REG-CONCURRENT)."""
+    node.serve()
+    slow = node.put(make_claim("slow", [result("gpu", "gpu-0")]))
+    other = node.put(make_claim("other", [result("gpu", "gpu-1")]))
+    read = node.claims.get_claim
+
+    def slowly(namespace: str, name: str) -> Any:
+        if name == "slow":
+            time.sleep(0.5)
+        return read(namespace, name)
+
+    node.claims.get_claim = slowly  # type: ignore[method-assign]
+    answers: list[Any] = []
+    first = threading.Thread(target=lambda: answers.append(prepare(node, slow)))
+    first.start()
+    time.sleep(0.2)
+    second = prepare(node, other).claims[other["metadata"]["uid"]]
+    first.join()
+    return (second.error == "" and answers[0].claims[slow["metadata"]["uid"]].error == "",)
+
+
+def _other_drivers_claim_not_prepared(node: Node) -> tuple[bool, ...]:
+    """A claim whose results are all another driver's is answered with none of ours (REG-OTHER-DRIVER)."""
+    node.serve()
+    theirs = {"request": "gpu", "driver": "other.example.com", "pool": NODE, "device": "gpu-0"}
+    claim = node.put(make_claim("c", [theirs]))
+    return (not prepare(node, claim).claims[claim["metadata"]["uid"]].devices,)
+
+
+def _sigterm_handled(node: Node) -> tuple[bool, ...]:
+    """SIGTERM reaches the driver's handler, which stops it cleanly: its sockets and slices go
+    (SLICE-GONE)."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        handle_signals(node.settings, lambda signum, frame: None)
+        return (signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL,)
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def _attributes_published(node: Node) -> list[dict[str, Any]]:
+    """The attributes of four H100s as the node's slices publish them."""
+    h100s = [
+        replace(gpu(i), attributes={"type": "gpu", "index": i, "productName": "NVIDIA H100 80GB HBM3"})
+        for i in range(4)
+    ]
+    _, store = _published(node, inventory=Inventory(devices={d.name: d for d in h100s}))
+    return [d["attributes"] for s in store.objects.values() for d in s["spec"]["devices"]]
+
+
+def _index_an_int(node: Node) -> tuple[bool, ...]:
+    return (all(set(a["index"]) == {"int"} for a in _attributes_published(node)),)
+
+
+def _every_gpu_of_type_gpu(node: Node) -> tuple[bool, ...]:
+    return (all(a["type"] == {"string": "gpu"} for a in _attributes_published(node)),)
+
+
+def _product_name_of_the_model(node: Node) -> tuple[bool, ...]:
+    names = {a["productName"]["string"] for a in _attributes_published(node)}
+    return (names == {"NVIDIA H100 80GB HBM3"},)
+
+
+def _documented_class_names(node: Node) -> tuple[bool, ...]:
+    """``device-classes`` prints the classes under their documented names (PRE-CLASSES)."""
+    printed = io.StringIO()
+    env = {BREAK_RULES_ENV: ",".join(sorted(node.settings.break_rules))}
+    with mock.patch.dict(os.environ, env), contextlib.redirect_stdout(printed):
+        assert driver_main(["device-classes", "--driver-name", DRIVER]) == 0
+    names = [d["metadata"]["name"] for d in yaml.safe_load_all(printed.getvalue())]
+    return (names == [class_name(DRIVER, t) for t in DEVICE_TYPES],)
+
+
 KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "non-idempotent-prepare": _idempotent_prepare,
     "drop-claim-from-batch": _whole_batch_answered,
@@ -905,6 +1012,15 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "whole-call-errors": _bad_claims_fail_alone,
     "unserved-dra-version": _first_version_served,
     "fail-unknown-unprepare": _unknown_claim_unprepared,
+    "cdi-id-of-another-device": _allocated_cdi_ids_answered,
+    "every-request-name": _own_request_names_answered,
+    "refuse-concurrent-prepare": _concurrent_prepares_served,
+    "prepare-other-driver-claims": _other_drivers_claim_not_prepared,
+    "no-sigterm-handler": _sigterm_handled,
+    "index-as-string": _index_an_int,
+    "mistyped-device": _every_gpu_of_type_gpu,
+    "product-name-per-device": _product_name_of_the_model,
+    "misnamed-device-classes": _documented_class_names,
 }
 """Per switch: the checks of the rule it breaks."""
 
