@@ -134,3 +134,14 @@ def test_a_known_failure_of_a_should_rule_is_planned_as_an_advisory(tmp_path: Pa
     lines = "\n".join(plan_lines(plan(profile, "local", "v1.37.2")))
     assert f"known failure of a SHOULD rule (an advisory) (1): our reason: {SHOULD.id}" in lines
     assert f"known failure (1): theirs: {MUST.id}" in lines
+
+
+def test_a_strict_run_lists_a_should_rules_known_failure_as_a_failure(tmp_path: Path) -> None:
+    known = record(SHOULD.id, "xfailed", reason="known failure: the helper's whole-call error")
+    report = built(tmp_path, everything_passes(known), strict=True)
+    assert report.verdict.state == "NOT CONFORMANT" and report.verdict.advisories == ()
+    assert report.verdict.headline() == f"NOT CONFORMANT: 1 known failure(s) ({SHOULD.id})"
+    assert (
+        f"  expected-failure (1): known failure: the helper's whole-call error: {SHOULD.id}"
+        in verdict_lines(report)
+    )
