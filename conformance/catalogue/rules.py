@@ -1475,7 +1475,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "RES-KUBELET-RESTART",
         "RES",
-        "after a kubelet restart the driver is re-registered and prepare is called again for running pods (idempotent)",
+        "after a kubelet restart (which wipes the node's slices) the driver is registered again and publishes its slices anew: running pods keep running with their CDI devices, and a new pod's claim is prepared",
         ("restart-kubelet",),
         "1.34",
         'node "must register after Kubelet restart"',

@@ -304,8 +304,9 @@ def test_unprepare_after_restart(dra: Harness) -> None:
 @rule("RES-KUBELET-RESTART")
 @exclusive
 def test_kubelet_restart(dra: Harness) -> None:
-    """after a kubelet restart the driver is re-registered and prepare is called again for running pods
-    (idempotent)"""
+    """after a kubelet restart (which wipes the node's slices) the driver is registered again and
+    publishes its slices anew: running pods keep running with their CDI devices, and a new pod's
+    claim is prepared"""
     _pool_restored_after(dra, "the kubelet restarted")
     pod, _ = dra.run_pod()
     name = meta(pod)["name"]
