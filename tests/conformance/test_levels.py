@@ -145,3 +145,21 @@ def test_a_strict_run_lists_a_should_rules_known_failure_as_a_failure(tmp_path: 
         f"  expected-failure (1): known failure: the helper's whole-call error: {SHOULD.id}"
         in verdict_lines(report)
     )
+
+
+def test_a_should_rule_test_that_fails_in_its_setup_is_an_advisory_too() -> None:
+    setup = pytest.TestReport(
+        "test_x.py::test_x",
+        ("test_x.py", 1, "test_x"),
+        {},
+        "skipped",
+        "RuntimeError: the device is still tainted",
+        "setup",
+        user_properties=[("dra_rule", SHOULD.id)],
+    )
+    setup.wasxfail = advisory_reason(SHOULD)
+    teardown = pytest.TestReport(
+        "test_x.py::test_x", ("test_x.py", 1, "test_x"), {}, "passed", None, "teardown", user_properties=[]
+    )
+    found = record_of([setup, teardown])
+    assert found is not None and found.outcome == "advisory" and "still tainted" in found.reason
