@@ -193,6 +193,33 @@ class EventData(ctypes.Structure):
     )
 
 
+class Value(ctypes.Union):
+    """``nvmlValue_t``: which member holds the value is the field's ``valueType``."""
+
+    _fields_ = (
+        ("dVal", ctypes.c_double),
+        ("uiVal", c_uint),
+        ("ulVal", ctypes.c_ulong),
+        ("ullVal", c_ulonglong),
+        ("sllVal", ctypes.c_longlong),
+        ("siVal", ctypes.c_int),
+    )
+
+
+class FieldValue(ctypes.Structure):
+    """``nvmlFieldValue_t``: the caller sets ``fieldId`` (and ``scopeId``), NVML the rest."""
+
+    _fields_ = (
+        ("fieldId", c_uint),
+        ("scopeId", c_uint),
+        ("timestamp", ctypes.c_longlong),
+        ("latencyUsec", ctypes.c_longlong),
+        ("valueType", c_uint),
+        ("nvmlReturn", c_uint),
+        ("value", Value),
+    )
+
+
 _FABRIC = (
     ("clusterUuid", ctypes.c_ubyte * FABRIC_UUID_LEN),
     ("status", c_uint),
@@ -260,6 +287,7 @@ STRUCTS: dict[str, type[ctypes.Structure]] = {
         ComputeInstanceProfileInfo_v3,
         ComputeInstanceInfo,
         EventData,
+        FieldValue,
         GpuFabricInfo,
         GpuFabricInfo_v2,
         GpuFabricInfo_v3,

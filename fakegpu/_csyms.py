@@ -20,7 +20,8 @@ token      C parameter                                 what the symbol gets
 =========  ==========================================  ====================================
 
 Every other exported name (the rest of what go-nvml v0.13.4-1 resolves, listed in
-``_clib/exports.txt``) answers NVML_ERROR_NOT_SUPPORTED from C without calling in.
+``_clib/exports.txt``) answers NVML_ERROR_NOT_SUPPORTED from C without calling in, but those of
+:data:`ANSWERED_IN_C`.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "nvmlDeviceGetTotalEccErrors": ("h", "u", "u", "o:u64"),
     "nvmlDeviceGetMemoryErrorCounter": ("h", "u", "u", "u", "o:u64"),
     "nvmlDeviceGetRemappedRows": ("h", "o:u32", "o:u32", "o:u32", "o:u32"),
+    "nvmlDeviceGetFieldValues": ("h", "u", "a:FieldValue"),
     # MIG mode and GPU instances
     "nvmlDeviceGetMigMode": ("h", "o:u32", "o:u32"),
     "nvmlDeviceSetMigMode": ("h", "u", "o:u32"),
@@ -137,8 +139,10 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
 MAX_ARGS = 6
 """The most arguments a modelled symbol takes (the C side passes this many values)."""
 
-NOT_SUPPORTED_IN_C = frozenset({"nvmlErrorString"})
-"""Symbols the C library answers itself (``nvmlErrorString`` returns a string, not a status)."""
+ANSWERED_IN_C = frozenset({"nvmlErrorString", "nvmlInternalGetExportTable"})
+"""Symbols the C library answers itself, without Python: ``nvmlErrorString`` returns a string,
+not a status; ``nvmlInternalGetExportTable`` (NVML's private table, asked for by NVIDIA's
+``nvidia-smi``) works before ``nvmlInit``, as the real one does (``_clib/front.c``)."""
 
 
 @cache
@@ -146,7 +150,7 @@ def exported() -> tuple[str, ...]:
     """Every symbol the library exports: the modelled ones and the rest of go-nvml's list."""
     text = resources.files("fakegpu").joinpath("_clib", "exports.txt").read_text()
     names = {line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")}
-    return tuple(sorted(names | set(SIGNATURES) | NOT_SUPPORTED_IN_C))
+    return tuple(sorted(names | set(SIGNATURES) | ANSWERED_IN_C))
 
 
 def modelled() -> tuple[str, ...]:

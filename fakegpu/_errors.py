@@ -8,7 +8,8 @@ Hierarchy::
     ├── UnknownGpuError          a GPU index or UUID names no GPU of the machine (also a LookupError)
     ├── FaultError               a fault request is malformed: bad XID, ECC kind or count (also a ValueError)
     ├── MigError                 a MIG request the machine refuses (carries the NVML return code)
-    └── LibraryError             ``fakegpu lib`` cannot build here: no cc, Python.h or libpython
+    ├── LibraryError             ``fakegpu lib`` cannot build here: no cc, Python.h or libpython
+    └── NvidiaSmiError           NVIDIA's nvidia-smi cannot be fetched (no apt-get, no network, wrong .deb)
 """
 
 from __future__ import annotations
@@ -45,3 +46,7 @@ class MigError(FakeGpuError):
 class LibraryError(FakeGpuError):
     """The C library ``libnvidia-ml.so.1`` cannot be built: no C compiler, no Python headers, or a
     Python without a shared libpython; the message names the fix."""
+
+
+class NvidiaSmiError(FakeGpuError):
+    """NVIDIA's ``nvidia-smi`` cannot be fetched or is not there; the message names the fix."""

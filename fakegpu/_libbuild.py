@@ -31,7 +31,7 @@ from pathlib import Path
 import filelock
 
 from . import _codes
-from ._csyms import MAX_ARGS, SIGNATURES, exported, table_digest
+from ._csyms import ANSWERED_IN_C, MAX_ARGS, SIGNATURES, exported, table_digest
 from ._errors import LibraryError
 from ._install import env_defaults
 
@@ -154,7 +154,7 @@ def build_header(facts: PythonFacts) -> str:
 
 def symbols_source() -> str:
     """``symbols.c``: a typed function per modelled symbol, a stub per other export, and
-    ``nvmlErrorString``."""
+    ``nvmlErrorString`` (``nvmlInternalGetExportTable`` is in ``front.c``)."""
     lines = [
         "/* written by fakegpu/_libbuild.py from fakegpu/_csyms.py and fakegpu/_codes.py */",
         "#include <stdint.h>",
@@ -182,7 +182,7 @@ def symbols_source() -> str:
         "/* not modelled: NVML_ERROR_NOT_SUPPORTED, whatever the arguments (the caller pops them) */"
     )
     for name in exported():
-        if name not in SIGNATURES and name != "nvmlErrorString":
+        if name not in SIGNATURES and name not in ANSWERED_IN_C:
             lines.append(f"FG_EXPORT int {name}(void) {{ return {_codes.ERROR_NOT_SUPPORTED}; }}")
     lines.append("")
     lines.append("FG_EXPORT const char *nvmlErrorString(int result) {")

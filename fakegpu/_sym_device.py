@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import re
+import time
 import uuid as uuidlib
 from typing import Any
 
 from . import _codes as c
 from . import _mig
 from ._cstructs import GpuFabricInfo_v3, struct_version
-from ._ctypes import Status, check_version, handle_out, num, put, put_str, target, text_in
+from ._ctypes import (
+    Status,
+    array_out,
+    check_version,
+    element,
+    handle_out,
+    num,
+    put,
+    put_str,
+    target,
+    text_in,
+)
 from ._models import MIB, MODELS
 from ._profiles import mig_uuid
 from ._symbase import Resolved, SymbolBase
@@ -19,6 +31,21 @@ _UUID_TEXT = re.compile(rf"^(GPU|MIG)-({_HEX_UUID})$")
 _LEGACY_MIG_UUID = re.compile(rf"^MIG-(GPU-{_HEX_UUID})/(\d+)/(\d+)$")
 """The MIG UUID form of drivers before R470, which NVML still resolves."""
 _BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.([0-7]))?$")
+
+_LOCATION_DRAM = 2
+"""NVML_MEMORY_LOCATION_DRAM (``nvmlMemoryLocation_t``)."""
+_MEMORY_LOCATIONS = 8
+"""NVML_MEMORY_LOCATION_COUNT: L1, L2, DRAM, register file, texture, texture shared, CBU, SRAM."""
+
+_FI_POWER_INSTANT = 186
+_FI_POWER_DEFAULT_LIMIT = 189
+_FI_POWER_CURRENT_LIMIT = 190
+_FI_POWER_REQUESTED_LIMIT = 192
+"""NVML_FI_DEV_POWER_* field ids (nvml.h), the values in milliwatts."""
+_POWER_SCOPE_GPU = 0
+"""NVML_POWER_SCOPE_GPU: a power field's ``scopeId`` for the GPU (1, the module, is not modelled)."""
+_VALUE_TYPE_UINT = 1
+"""NVML_VALUE_TYPE_UNSIGNED_INT."""
 
 MIG_USED_MIB = 13
 """What an idle MIG device reports as used memory."""
@@ -30,6 +57,11 @@ def _mig_name(r: Resolved) -> str:
     if r.ci.size == p.slices:
         return f"{r.model.name} MIG {p.name}"
     return f"{r.model.name} MIG {r.ci.size}c.{p.name}"
+
+
+def _power_mw(r: Resolved) -> int:
+    """What a GPU draws: its model's idle power, a watt more or less per GPU."""
+    return r.model.idle_power_mw + 1000 * (r.gpu.index % 3)
 
 
 class DeviceSymbols(SymbolBase):
@@ -166,7 +198,13 @@ class DeviceSymbols(SymbolBase):
         return c.SUCCESS
 
     def nvmlDeviceGetIndex(self, handle: Any, out: Any) -> int:
-        put(out, self.dev(handle).gpu.index)
+        r = self.dev(handle)
+        if r.is_mig:
+            # nvml.h: for a MIG device, the index nvmlDeviceGetMigDeviceHandleByIndex takes
+            devices = _mig.mig_devices(r.gpu)
+            put(out, next(i for i, (gi, ci) in enumerate(devices) if gi is r.gi and ci is r.ci))
+        else:
+            put(out, r.gpu.index)
         return c.SUCCESS
 
     def nvmlDeviceGetMinorNumber(self, handle: Any, out: Any) -> int:
@@ -338,7 +376,7 @@ class DeviceSymbols(SymbolBase):
 
     def nvmlDeviceGetPowerUsage(self, handle: Any, out: Any) -> int:
         r = self.physical(handle)
-        put(out, r.model.idle_power_mw + 1000 * (r.gpu.index % 3))
+        put(out, _power_mw(r))
         return c.SUCCESS
 
     def nvmlDeviceGetPowerManagementLimit(self, handle: Any, out: Any) -> int:
@@ -347,6 +385,43 @@ class DeviceSymbols(SymbolBase):
 
     nvmlDeviceGetEnforcedPowerLimit = nvmlDeviceGetPowerManagementLimit
     nvmlDeviceGetPowerManagementDefaultLimit = nvmlDeviceGetPowerManagementLimit
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, count: Any, values: Any) -> int:
+        # The call succeeds and each field carries its own status, as nvml.h has it; a field
+        # the fake does not model answers NOT_SUPPORTED in its nvmlReturn (nvidia-smi -q asks
+        # for the power limits here and prints whatever a field left in place on failure).
+        r = self.full(handle)
+        n = num(count)
+        arr, length = array_out(values)
+        if n < 0 or (length is not None and n > length):
+            raise Status(c.ERROR_INVALID_ARGUMENT)
+        answers = {} if r.is_mig else self._power_fields(r)
+        stamp = time.time_ns() // 1000
+        for i in range(n):
+            field = element(arr, i)
+            value = answers.get(field.fieldId) if field.scopeId == _POWER_SCOPE_GPU else None
+            field.timestamp = stamp
+            field.latencyUsec = 0
+            if value is None:
+                field.nvmlReturn = c.ERROR_NOT_SUPPORTED
+            else:
+                field.valueType = _VALUE_TYPE_UINT
+                field.value.uiVal = value
+                field.nvmlReturn = c.SUCCESS
+        return c.SUCCESS
+
+    @staticmethod
+    def _power_fields(r: Resolved) -> dict[int, int]:
+        """The NVML_FI_DEV_POWER_* fields the model has, in milliwatts (min and max it has not)."""
+        limit = r.model.power_limit_mw
+        if not limit:
+            return {}
+        return {
+            _FI_POWER_INSTANT: _power_mw(r),
+            _FI_POWER_DEFAULT_LIMIT: limit,
+            _FI_POWER_CURRENT_LIMIT: limit,
+            _FI_POWER_REQUESTED_LIMIT: limit,
+        }
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any, out: Any) -> int:
         r = self.physical(handle)
@@ -423,6 +498,17 @@ class DeviceSymbols(SymbolBase):
     def nvmlDeviceGetMemoryErrorCounter(
         self, handle: Any, error_type: Any, counter_type: Any, location: Any, out: Any
     ) -> int:
+        r = self.full(handle)
+        loc = num(location)
+        if not 0 <= loc < _MEMORY_LOCATIONS:
+            raise Status(c.ERROR_INVALID_ARGUMENT)
+        if r.is_mig:
+            # nvml.h: a MIG device answers per instance only "non-DRAM uncorrectable volatile
+            # errors" (nvidia-smi's MIG table asks for SRAM); every injected error is DRAM, so 0
+            if (num(error_type), num(counter_type)) != (1, 0) or loc == _LOCATION_DRAM:
+                raise Status(c.ERROR_NOT_SUPPORTED)
+            put(out, 0)
+            return c.SUCCESS
         n = self._ecc(handle, error_type, counter_type)
-        put(out, n if num(location) == 2 else 0)  # all injected errors are device memory (DRAM)
+        put(out, n if loc == _LOCATION_DRAM else 0)  # all injected errors are device memory (DRAM)
         return c.SUCCESS

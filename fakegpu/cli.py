@@ -15,6 +15,8 @@ Examples::
     fakegpu --state-dir /tmp/node1 reset            # every GPU; or `reset 3`
     fakegpu lib                                     # the dir of the fake libnvidia-ml.so.1 (built once)
     fakegpu --state-dir /tmp/node1 root /tmp/node1/driver   # a fake driver root for that machine
+    fakegpu nvidia-smi --fetch                      # NVIDIA's nvidia-smi 535.261.03 (Debian non-free)
+    fakegpu --state-dir /tmp/node1 nvidia-smi -- -q # ... run over the fake library on that machine
 
 ``--state-dir`` defaults to ``$FAKEGPU_STATE_DIR``. Exit status: 0 done, 1 refused (the message
 says why), 2 bad usage.
@@ -24,14 +26,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from . import _codes
+from . import _codes, _nvsmi
 from ._driverroot import make_driver_root
 from ._errors import FakeGpuError, FaultError
-from ._install import DEFAULT_PROFILE, ENV_NODE_NAME, ENV_PROFILE, ENV_STATE_DIR, env_defaults
+from ._install import DEFAULT_PROFILE, ENV_NODE_NAME, ENV_PROFILE, ENV_STATE_DIR, EnvDefaults, env_defaults
 from ._libbuild import library_dir
 from ._machine import ECC_KINDS, FakeMachine
 from ._profiles import available_profiles, load_profile
@@ -126,6 +129,22 @@ def _parser() -> argparse.ArgumentParser:
         "--profile", help="the machine's profile when --state-dir holds none yet (default $FAKEGPU_PROFILE)"
     )
 
+    smi = sub.add_parser(
+        "nvidia-smi",
+        help=f"run NVIDIA's own nvidia-smi ({_nvsmi.VERSION}) over the fake library",
+        description=f"Run NVIDIA's nvidia-smi {_nvsmi.VERSION} on the machine of --state-dir (or "
+        f"${ENV_STATE_DIR} / ${ENV_PROFILE}) through the fake libnvidia-ml.so.1; its arguments follow "
+        "`--` (fakegpu nvidia-smi -- -q). It is fetched once with --fetch (apt-get download from "
+        "Debian bookworm non-free, its own sources list; the host's apt setup is not changed) into "
+        f"$XDG_CACHE_HOME/dra-conformance/fakegpu/nvidia-smi/{_nvsmi.VERSION}/; an nvidia-smi of that "
+        "version on PATH is used as well.",
+    )
+    smi.add_argument("--fetch", action="store_true", help="download it (once) and print its path")
+    smi.add_argument(
+        "--profile", help=f"the machine's profile when there is no state dir (default ${ENV_PROFILE})"
+    )
+    smi.add_argument("args", nargs="*", help="nvidia-smi's arguments, after --")
+
     heal = sub.add_parser("heal", help="clear a GPU's faults")
     heal.add_argument("gpu", type=_gpu)
     reset = sub.add_parser(
@@ -178,7 +197,8 @@ def _list(snap: dict[str, Any]) -> str:
             (gi, ci) for gi in (g.get("mig") or {}).get("gpu_instances", []) for ci in gi["compute_instances"]
         ]
         for n, (gi, ci) in enumerate(devices):
-            lines.append(f"  MIG {gi['profile']:<14} Device {n:>2}: (UUID: {ci['uuid']})")
+            # the profile padded to 11, as NVIDIA's nvidia-smi 535.261.03 prints it (test_nvidia_smi)
+            lines.append(f"  MIG {gi['profile']:<11} Device {n:>2}: (UUID: {ci['uuid']})")
     return "\n".join(lines)
 
 
@@ -207,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             lib_dir = library_dir(env.cache_root, progress=lambda m: print(f"fakegpu: {m}", file=sys.stderr))
             print(make_driver_root(Path(args.dir), machine, lib_dir, warn=_say))
             return 0
+        if args.command == "nvidia-smi":
+            return _nvidia_smi(args, env, state_dir)
         if args.command == "show":
             profile = args.profile or env.profile
             node = args.node_name or env.node_name
@@ -228,6 +250,23 @@ def main(argv: list[str] | None = None) -> int:
     except FakeGpuError as e:
         print(f"fakegpu: error: {e}", file=sys.stderr)
         return 1
+
+
+def _nvidia_smi(args: argparse.Namespace, env: EnvDefaults, state_dir: str | None) -> int:
+    if args.fetch:
+        print(_nvsmi.fetch(env.cache_root))
+        return 0
+    binary = _nvsmi.find(env.cache_root, os.environ.get("PATH"))
+    if binary is None:
+        print(
+            f"fakegpu: error: NVIDIA's nvidia-smi {_nvsmi.VERSION} is neither in "
+            f"{_nvsmi.cached(env.cache_root)} nor on PATH: fetch it with `fakegpu nvidia-smi --fetch`",
+            file=sys.stderr,
+        )
+        return 1
+    lib_dir = library_dir(env.cache_root, progress=lambda m: print(f"fakegpu: {m}", file=sys.stderr))
+    run_env = _nvsmi.environment(lib_dir, os.environ, state_dir=state_dir, profile=args.profile)
+    return _nvsmi.run(binary, args.args, run_env)
 
 
 def _change(machine: FakeMachine, args: argparse.Namespace) -> int:

@@ -112,3 +112,35 @@ int fg_call_init(int index, const uint64_t *args) {
     pthread_mutex_unlock(&fg_mutex);
     return rc != 0 ? rc : fg_call(index, args);
 }
+
+/*
+ * nvmlInternalGetExportTable: NVML's private, undocumented entry point. NVIDIA's nvidia-smi calls
+ * it right after nvmlInitWithFlags with a 16-byte table id and, when it fails, stops with
+ * "Mismatch in versions between nvidia-smi and NVML". The table it gets is a size word (bytes,
+ * itself included) followed by function pointers whose meanings NVIDIA does not publish.
+ *
+ * We answer as the real library does where that can be observed (libnvidia-ml 535.261.03, called
+ * before nvmlInit): the one id nvidia-smi asks for succeeds, any other id answers
+ * NVML_ERROR_INVALID_ARGUMENT and a NULL table, a NULL argument answers INVALID_ARGUMENT. No
+ * nvmlInit is needed. The table we hand out holds only its size word, no entries: we do not
+ * know what any entry does, so we offer none. nvidia-smi checks the size before it calls an
+ * entry and falls back to the public NVML calls (fakegpu/README.md, "NVIDIA's nvidia-smi").
+ */
+#define FG_ERROR_INVALID_ARGUMENT 2
+
+/* 6c3efec4-8fc9-4e6c-a327-ee696e12f7c4 in memory order: the id nvidia-smi 535 asks for */
+static const unsigned char fg_smi_table_id[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
+                                                  0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+static const uint64_t fg_smi_table[1] = {sizeof fg_smi_table}; /* the size word, no entries */
+
+__attribute__((visibility("default"))) int nvmlInternalGetExportTable(const void **table, const void *id) {
+    if (table == NULL || id == NULL) {
+        return FG_ERROR_INVALID_ARGUMENT;
+    }
+    if (memcmp(id, fg_smi_table_id, sizeof fg_smi_table_id) != 0) {
+        *table = NULL;
+        return FG_ERROR_INVALID_ARGUMENT;
+    }
+    *table = fg_smi_table;
+    return 0;
+}
