@@ -201,7 +201,11 @@ def build_slices(
     """
     pool = pool_name or node_name
     taints = taints or {}
-    devices = [device_body(dev, taints.get(dev.name, ())) for dev in inventory]
+    # devices to attach on demand last: kube-scheduler's allocator takes the first devices that fit,
+    # in the order of the slice, so a claim gets a device that is ready at once while one is free,
+    # and its pod does not wait out the scheduler's 5 s look at binding conditions (PreBind)
+    ordered = sorted(inventory, key=lambda dev: bool(dev.binding_conditions))
+    devices = [device_body(dev, taints.get(dev.name, ())) for dev in ordered]
     specs: list[Body] = []
     counter_sets = [
         {"name": name, "counters": {k: {"value": str(v)} for k, v in counters.items()}}

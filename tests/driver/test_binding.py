@@ -15,7 +15,7 @@ from driver.devices import discover
 from driver.devicestatus import entry
 from driver.errors import SettingsError
 from driver.settings import from_args
-from driver.slicing import device_body
+from driver.slicing import build_slices, device_body
 from tests.driver.drvkit import DRIVER, NODE, Node, make_claim, result
 
 WHEN = datetime(2026, 12, 4, 5, 6, 7, tzinfo=UTC)
@@ -49,6 +49,16 @@ def test_only_the_named_whole_gpus_carry_binding_conditions(node: Node) -> None:
     assert bodies["gpu-1"]["bindingFailureConditions"] == [ATTACH_FAILED]
     assert not any("bindingConditions" in b for name, b in bodies.items() if name != "gpu-1")
     assert attach_on_demand(node.inventory, []) is node.inventory
+
+
+def test_gpus_attached_on_demand_come_last_in_the_slice(node: Node) -> None:
+    """kube-scheduler's allocator takes the first devices that fit in slice order: a claim gets a GPU
+    that is ready at once while one is free, not one its pod waits in PreBind for (5 s a look)."""
+    inventory = attach_on_demand(node.inventory, [1])
+    slices = build_slices(inventory, driver_name=DRIVER, node_name=NODE, generation=1)
+    names = [d["name"] for s in slices for d in s["spec"].get("devices", [])]
+    assert names[-1] == "gpu-1"
+    assert names[:-1] == [d.name for d in inventory if d.name != "gpu-1"]  # the rest in their order
 
 
 def test_a_gpu_that_cannot_be_attached_alone_is_refused_by_name(node: Node) -> None:
