@@ -1,6 +1,7 @@
-"""nox sessions: conformance, kind, k3s, tests, lint, typecheck, bench, parity, fakegpu, report.
+"""nox sessions: conformance, kind, k3s, tests, unit, lint, typecheck, bench, parity, fakegpu, report.
 
-``nox -s tests`` runs the project's own tests in parallel; ``nox -s lint`` and
+``nox -s tests`` runs the project's own tests in parallel (``nox -s unit``: the quick loop, the tests
+that need no cluster and no Go build); ``nox -s lint`` and
 ``nox -s typecheck`` are what CI adds. Extra arguments after ``--`` go to the
 tool the session runs.
 """
@@ -112,6 +113,20 @@ def tests(session: nox.Session) -> None:
     workers = str((os.cpu_count() or 1) + 3)
     args = session.posargs or ["-n", workers, "--dist", "loadgroup", "--durations=30"]
     session.run("pytest", *args, env=WRITE_BYTECODE)
+
+
+UNIT = "not cluster and not selftest and not gobuild and not hardware"
+"""The tests of ``nox -s unit``: no control-plane binaries, no cluster, no Go build, no GPU."""
+
+
+@nox.session(python=PYTHON)
+def unit(session: nox.Session) -> None:
+    """The quick loop: the project's tests that need no cluster, no Go build and no GPU (most of them,
+    in about a minute); ``nox -s tests`` runs them all. Arguments after ``--`` go to pytest."""
+    _install(session)
+    workers = str((os.cpu_count() or 1) + 1)
+    args = session.posargs or ["-n", workers, "--durations=10"]
+    session.run("pytest", "-m", UNIT, *args, env=WRITE_BYTECODE)
 
 
 @nox.session(python=PYTHON)

@@ -90,7 +90,13 @@ def _parser() -> argparse.ArgumentParser:
         "{driver_bin} for --driver-bin)",
     )
     _add_selection(r)
-    r.add_argument("-n", dest="workers", default="auto", help="parallel workers: a number, auto, or 0")
+    r.add_argument(
+        "-n",
+        dest="workers",
+        default="auto",
+        help="parallel workers: a number, 0 (no xdist), or auto (default: two per node, at least one "
+        "per CPU, at most 12)",
+    )
     r.add_argument(
         "--nodes",
         type=int,
@@ -126,7 +132,10 @@ def _parser() -> argparse.ArgumentParser:
         help="also write the run directory as one tarball beside it, <reports>/<run-id>.tar.gz",
     )
     r.add_argument(
-        "--keep-cluster", action="store_true", help="leave the local or kind cluster running afterwards"
+        "--keep-cluster",
+        action="store_true",
+        help="leave the local or kind cluster running afterwards; a local one kept so is reused by the next "
+        "run with --keep-cluster (its drivers replaced) when it fits: same version, nodes and driver",
     )
     r.add_argument(
         "--node-kind",

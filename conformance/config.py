@@ -20,7 +20,7 @@ from conformance import catalogue
 from conformance.errors import ProfileError, UnknownRule, UsageError
 from conformance.profiles import DriverProfile, load, node_labels, valid_image
 
-__all__ = ["CLUSTER_KINDS", "IN_CLUSTER", "SuiteConfig", "new_run_id", "select"]
+__all__ = ["CLUSTER_KINDS", "IN_CLUSTER", "MAX_AUTO_WORKERS", "SuiteConfig", "auto_workers", "new_run_id", "select"]
 
 CLUSTER_KINDS = ("local", "kind", "k3s", "external")
 """Cluster backends ``--cluster`` accepts."""
@@ -34,6 +34,22 @@ def new_run_id(now: float | None = None) -> str:
     """A run id that sorts by time: ``20261201-013800-ab12cd``."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
     return f"{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+MAX_AUTO_WORKERS = 12
+"""The most workers ``-n auto`` starts."""
+
+
+def auto_workers(nodes: int) -> int:
+    """The workers of ``-n auto``: two per node, at least one per CPU, at most
+    :data:`MAX_AUTO_WORKERS`.
+
+    The suite's tests wait (on pods, restarts, "nothing happens for N s") far more than they
+    compute, so more of them overlap than there are CPUs. What bounds the overlap is the nodes: a
+    test that must be alone on a node (a restart, every device, a fault) holds it, and a second
+    worker per node runs the tests that share one meanwhile.
+    """
+    return max(os.cpu_count() or 1, min(2 * max(nodes, 1), MAX_AUTO_WORKERS))
 
 
 @dataclass(frozen=True)
@@ -224,6 +240,15 @@ class SuiteConfig:
             manifests=install.manifests,
             images=install.images,
         )
+
+    @property
+    def worker_count(self) -> str:
+        """:attr:`workers` with ``auto`` resolved: :func:`auto_workers` of the run's nodes, and no more
+        than the rules a narrowed run has (a worker costs a second of CPU to start)."""
+        if self.workers != "auto":
+            return self.workers
+        wide = auto_workers(self.local_nodes)
+        return str(min(wide, max(len(self.selected), 1)) if self.narrowed else wide)
 
     @property
     def local_nodes(self) -> int:

@@ -39,7 +39,7 @@ from clusters.errors import ClusterError
 from clusters.external import command_capabilities
 from clusters.k3s import K3S_CAPABILITIES, K3sCluster, K3sSettings
 from clusters.kind import KIND_CAPABILITIES, KindCluster, KindSettings
-from clusters.local import daemon, gobins
+from clusters.local import daemon, gobins, kept
 from clusters.local.cluster import LOCAL_CAPABILITIES
 from clusters.local.settings import LocalSettings, normalize_version
 from conformance import report
@@ -101,7 +101,7 @@ def pytest_command(
         cmd += [f"--dra-image={config.image}"]
     if config.node_selector is not None:
         cmd += [f"--dra-node-selector={config.node_selector}"]
-    chosen = workers if workers is not None else config.workers
+    chosen = workers if workers is not None else config.worker_count
     cmd += ["-p", "no:xdist"] if chosen == "0" else ["-n", chosen, "--dist", "load"]
     cmd += ["-q", "-rfEs", *config.pytest_args]
     return cmd
@@ -301,19 +301,29 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
                 raise ConformanceError(f"the driver's binary is not available: {e}") from e
             settings = dataclasses.replace(settings, driver_command=tuple(filled))
         settings.work_dir.mkdir(parents=True, exist_ok=True)
-        state_dir = Path(tempfile.mkdtemp(prefix="drac-run-", dir=settings.work_dir))
-        say(f"starting a local cluster: Kubernetes {settings.k8s_version}, {settings.nodes} node(s) ...")
         started = time.monotonic()
-        try:
-            state = daemon.launch(
-                settings,
-                state_dir,
-                watch_pid=None if config.keep_cluster else os.getpid(),
-                echo=progress is not None and os.environ.get("DRAC_VERBOSE") == "1",
+        state = kept.reuse(settings, say) if config.keep_cluster else None
+        if state is not None:
+            state_dir = kept.kept_dir(settings)
+            took = time.monotonic() - started
+            say(f"reused the kept cluster in {took:.1f} s: nodes {', '.join(state['nodes'])}")
+        else:
+            state_dir = (
+                kept.kept_dir(settings)
+                if config.keep_cluster
+                else Path(tempfile.mkdtemp(prefix="drac-run-", dir=settings.work_dir))
             )
-        except ClusterError as e:
-            raise ConformanceError(f"the local cluster did not start: {e}") from e
-        say(f"cluster ready in {time.monotonic() - started:.1f} s: nodes {', '.join(state['nodes'])}")
+            say(f"starting a local cluster: Kubernetes {settings.k8s_version}, {settings.nodes} node(s) ...")
+            try:
+                state = daemon.launch(
+                    settings,
+                    state_dir,
+                    watch_pid=None if config.keep_cluster else os.getpid(),
+                    echo=progress is not None and os.environ.get("DRAC_VERBOSE") == "1",
+                )
+            except ClusterError as e:
+                raise ConformanceError(f"the local cluster did not start: {e}") from e
+            say(f"cluster ready in {time.monotonic() - started:.1f} s: nodes {', '.join(state['nodes'])}")
     watcher = _Watcher(run_dir, say, live, config.quiet)  # one for both phases: each line comes once
     result: report.Report | None = None
     try:
@@ -335,7 +345,7 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
         chosen = f"{len(config.selected)} selected rule(s)" if config.narrowed else "every rule"
         # the run reports preflight's tests again (from its verdict): allure keeps one result per test
         shutil.rmtree(run_dir / "allure-results", ignore_errors=True)
-        say(f"running {chosen} with -n {config.workers} ...")
+        say(f"running {chosen} with -n {config.worker_count} ...")
         code = _phase(config, pytest_command(config, state_dir=state_dir, started=began), watcher)
         if code not in (0, 1):
             say(f"pytest exited with {code}; see {run_dir / 'pytest.log'}")
@@ -354,6 +364,7 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
                 found = daemon.read_state(state_dir)
                 if found is not None:
                     say(f"the cluster keeps running: export KUBECONFIG={found['kubeconfig']}")
+                    say("the next 'run --keep-cluster' reuses it if it fits (same version, nodes, driver)")
                     say(f"stop it with: dra-conformance cluster down --state-dir {state_dir}")
             else:
                 say("stopping the cluster ...")

@@ -28,10 +28,28 @@ LONG_FIRST = (
 for one to four minutes on CI's 2 cores."""
 
 
+CLUSTER_FIXTURES = frozenset(
+    {"local_binaries", "control_plane", "cluster_pool", "example_driver", "dra_cluster", "namespace"}
+)
+"""Fixtures that need the control-plane binaries (a download or a Go build) or start processes of a
+cluster: a test that uses one is marked ``cluster`` (``nox -s unit`` leaves those out)."""
+
+GOBUILD_FIXTURES = frozenset({"walker"})
+"""Fixtures that build Go code: a test that uses one is marked ``gobuild``."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the tests of :data:`LONG_FIRST` first: xdist hands tests out in this order, so the long
-    ones start at once and the short ones fill the end, rather than one worker running the last long
-    test while the others idle (the last minute of CI was 60 % busy). The rest keep their order."""
+    """Mark every test that uses one of :data:`CLUSTER_FIXTURES` ``cluster`` (of :data:`GOBUILD_FIXTURES`
+    ``gobuild``), and run the tests of
+    :data:`LONG_FIRST` first: xdist hands tests out in this order, so the long ones start at once and
+    the short ones fill the end, rather than one worker running the last long test while the others
+    idle (the last minute of CI was 60 % busy). The rest keep their order."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if CLUSTER_FIXTURES & used:
+            item.add_marker(pytest.mark.cluster)
+        if GOBUILD_FIXTURES & used:
+            item.add_marker(pytest.mark.gobuild)
 
     def rank(item: pytest.Item) -> int:
         ranks = (i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix))

@@ -60,6 +60,14 @@ from draproto.rest import q
 from nodeagent.layout import NodeLayout
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+PODS = "/api/v1/pods"
+CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
+
+
+def _key(obj: dict[str, Any]) -> str:
+    m = obj.get("metadata") or {}
+    return f"{m.get('namespace')}/{m.get('name')}"
+
 
 _T = TypeVar("_T")
 
@@ -200,6 +208,30 @@ class LocalClusterBase(Cluster):
         if port.is_file():  # written when the node is made
             values["metrics_port"] = port.read_text().strip()
         return values
+
+    def wait_quiet(self, timeout: float) -> None:
+        """Wait until no pod is bound to the cluster's nodes and no claim is allocated (what a run
+        before left is gone); ``TimeoutError`` names what is left after ``timeout`` seconds."""
+        nodes = set(self.nodes())
+        rest = self.rest()
+        deadline = time.monotonic() + timeout
+        while True:
+            pods = [
+                _key(p)
+                for p in rest.send("GET", PODS)["items"]
+                if (p.get("spec") or {}).get("nodeName") in nodes
+            ]
+            claims = [
+                _key(c)
+                for c in rest.send("GET", CLAIMS)["items"]
+                if (c.get("status") or {}).get("allocation")
+            ]
+            if not pods and not claims:
+                return
+            if time.monotonic() > deadline:
+                left = f"pods {pods[:5]}, allocated claims {claims[:5]}"
+                raise TimeoutError(f"after {timeout:.0f} s still on the nodes: {left}")
+            time.sleep(0.2)
 
     def container_view(self, pod: PodRef, container: str) -> ContainerView:
         """Read the view the node agent wrote for a running container."""

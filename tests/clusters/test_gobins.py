@@ -138,6 +138,7 @@ def test_fakecri_source_is_a_complete_go_module() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.gobuild
 def test_fakecri_go_tests_pass(tmp_path: Path) -> None:
     """fakecri's own Go tests (CDI resolution), run on a copy of its module as CI has it."""
     go = shutil.which("go")

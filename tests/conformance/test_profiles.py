@@ -409,3 +409,18 @@ def test_run_takes_the_local_node_kind() -> None:
         SuiteConfig.build("reference-gpu", node_kind="robot")
     with pytest.raises(UsageError, match=r"^--node-kind is for the local tier"):
         SuiteConfig.build("reference-gpu", cluster="kind", node_kind="kubelet")
+
+
+def test_auto_workers_are_two_per_node_at_least_one_per_cpu_at_most_twelve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from conformance.config import MAX_AUTO_WORKERS, auto_workers
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert [auto_workers(n) for n in (1, 2, 4, 10)] == [2, 4, 8, MAX_AUTO_WORKERS]
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert auto_workers(4) == 16
+    config = SuiteConfig.build("reference-gpu")
+    assert config.workers == "auto" and config.worker_count == str(auto_workers(config.local_nodes))
+    assert SuiteConfig.build("reference-gpu", rules="REG-EMPTY").worker_count == "1"  # one rule: one worker
+    assert SuiteConfig.build("reference-gpu", workers="3").worker_count == "3"

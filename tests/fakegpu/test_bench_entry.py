@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -30,6 +32,7 @@ def test_fakegpu_bench_is_the_first_entry() -> None:
     assert out.stdout.strip() == "fakegpu_calls"
 
 
+@pytest.mark.gobuild
 def test_the_c_abi_bench_times_both_paths_and_the_go_walks(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "benchmarks", "fakegpu_cabi", "--out", str(tmp_path)]
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, timeout=600)
