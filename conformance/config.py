@@ -20,7 +20,15 @@ from conformance import catalogue
 from conformance.errors import ProfileError, UnknownRule, UsageError
 from conformance.profiles import DriverProfile, load, node_labels, valid_image
 
-__all__ = ["CLUSTER_KINDS", "IN_CLUSTER", "MAX_AUTO_WORKERS", "SuiteConfig", "auto_workers", "new_run_id", "select"]
+__all__ = [
+    "CLUSTER_KINDS",
+    "IN_CLUSTER",
+    "MAX_AUTO_WORKERS",
+    "SuiteConfig",
+    "auto_workers",
+    "new_run_id",
+    "select",
+]
 
 CLUSTER_KINDS = ("local", "kind", "k3s", "external")
 """Cluster backends ``--cluster`` accepts."""
