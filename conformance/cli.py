@@ -36,6 +36,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -617,11 +618,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141
 
 
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "cluster":
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
         return cluster_cli.run_command(args)
+    if args.command == "run":  # a stop from a CI runner or `timeout` ends a run as a Ctrl-C does
+        signal.signal(signal.SIGTERM, _interrupted)
     try:
         command = _COMMANDS.get(args.command)
         if command is not None:

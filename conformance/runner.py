@@ -26,6 +26,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -206,20 +207,43 @@ class _Watcher:
         self.progress(text)
 
 
+INTERRUPT_GRACE = 60.0
+"""Seconds pytest has, after a Ctrl-C, to tear its tests down and write the report."""
+
+
+def _interrupt(proc: subprocess.Popen[bytes], say: Progress) -> None:
+    """Pass a Ctrl-C on to pytest once: its tests stop, their teardown deletes what they made, and its
+    report says the run was cut short; it is stopped after :data:`INTERRUPT_GRACE` seconds."""
+    say(f"interrupted: the tests are stopping and cleaning up (at most {INTERRUPT_GRACE:.0f} s) ...")
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(INTERRUPT_GRACE)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def _phase(config: SuiteConfig, cmd: list[str], watcher: _Watcher) -> int:
     log = config.run_dir / "pytest.log"
     started = time.time()
     with log.open("ab") as out:
         out.write(f"\n$ {' '.join(cmd)}\n".encode())
         out.flush()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=config.run_dir)
+        # its own session: a Ctrl-C reaches only this process, which passes it on once (_interrupt)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, cwd=config.run_dir, start_new_session=True
+        )
         try:
             while proc.poll() is None:
                 watcher.poll(started)
                 time.sleep(0.25)
         except KeyboardInterrupt:
-            proc.terminate()
-            proc.wait(30)
+            _interrupt(proc, watcher.progress)
             raise
         watcher.poll(started)
     if watcher.shown:
@@ -351,6 +375,11 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
             say(f"pytest exited with {code}; see {run_dir / 'pytest.log'}")
         result = _report(config)
         return result
+    except KeyboardInterrupt:
+        with contextlib.suppress(ConformanceError, OSError, ValueError):
+            result = _report(config)  # what ran, and that the run was cut short
+        say(f"the run was cut short; the report of what ran: {run_dir / 'index.html'}")
+        raise
     finally:
         if made is not None:
             if result is None or not result.ok:

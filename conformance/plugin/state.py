@@ -264,6 +264,10 @@ class ConformanceRun:
     def pytest_runtestloop(self, session: pytest.Session) -> None:
         self._session = session
 
+    def pytest_keyboard_interrupt(self) -> None:
+        if not self._stopped:
+            self._stopped = "interrupted (Ctrl-C): the rules without a verdict did not run, or not to the end"
+
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if not self.controller:
             return
