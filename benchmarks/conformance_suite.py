@@ -1,19 +1,26 @@
-"""The conformance suite against the reference driver: wall time at -n 1 and -n 2, per-area time.
+"""The conformance suite against the reference driver: the main job as it was and as it is, a broken
+driver, and a kept cluster reused.
 
-``run()`` makes two complete ``conformance.run()`` runs of profile ``reference-gpu`` on the local
-tier (binaries cached), one with one pytest worker and one with two, and reports each run's wall
-time (cluster start to report, and the suite phase alone), the speedup of -n 2 over -n 1, and the
-time the tests of each area took (the sum of their durations, so the areas of one run add up to
-more than its wall time when they ran in parallel), and the figures tests record (``measures``,
-``"<rule> <name>"``, the largest of a run: e.g. ``HEALTH-TAINT fault_to_taint_s``, the time from a
-fault to its taint). Env ``BENCH_SUITE_PROFILE`` picks another profile, ``BENCH_SUITE_WORKERS``
-other worker counts (``1,2``).
+``run()`` makes complete ``conformance.run()`` runs of profile ``reference-gpu`` on the local tier
+(binaries cached), in one session so that their ratios hold on any machine:
 
-Beside the clean runs, one run at the largest worker count judges a broken driver: the same
-profile with the driver started with ``--testing-break-rule invalid-cdi-spec`` (CDI specs the node
-refuses, so no pod of it can start), the case vendors meet most. Its wall time next to the clean
-run's, in the same session, is ``broken_over_clean``: how much longer a broken driver takes to be
-judged (the waits that fail fast keep it near 1). ``BENCH_SUITE_BROKEN=0`` leaves it out.
+- ``before``: 2 nodes at ``-n 2``, the main job until 5 Dec 2026 (its profile said 2 nodes, and
+  ``-n auto`` was one worker per CPU: 2 on CI's machines);
+- ``now``: the profile's nodes at ``-n auto`` (two workers a node);
+- ``broken``: as ``now``, the driver started with ``--testing-break-rule invalid-cdi-spec`` (CDI
+  specs the node refuses, so no pod of it can start), the case vendors meet most;
+  ``broken_over_clean`` is its wall time over ``now``'s (the waits that fail fast keep it near 1);
+- ``kept``: two runs of one rule with ``--keep-cluster``; the second reuses the first's cluster,
+  and ``kept_start_to_first_rule_s`` is its time from the start of the run to its first rule's start
+  (``new_start_to_first_rule_s``: the first run's, on a new cluster).
+
+Each run reports its wall time (cluster start to report) and the suite phase alone, the time the
+tests of each area took (the sum of their durations, so the areas of one run add up to more than
+its wall time when they ran in parallel), its slowest tests, and the figures tests record
+(``measures``, ``"<rule> <name>"``, the largest of a run: e.g. ``HEALTH-TAINT fault_to_taint_s``).
+``suite_now_over_before`` is the ratio of the suite phases. Env ``BENCH_SUITE_PROFILE`` picks another
+profile; ``BENCH_SUITE_BEFORE=0``, ``BENCH_SUITE_BROKEN=0`` and ``BENCH_SUITE_KEPT=0`` leave those
+runs out.
 """
 
 from __future__ import annotations
@@ -33,13 +40,31 @@ BROKEN_SWITCH = "invalid-cdi-spec"
 """The switch of the broken-driver run."""
 
 
-def _one(profile: str, workers: str, reports: Path, breaks: str = "") -> dict[str, Any]:
+def _one(
+    profile: str,
+    workers: str,
+    reports: Path,
+    breaks: str = "",
+    *,
+    nodes: int | None = None,
+    rules: str = "",
+    keep: bool = False,
+) -> dict[str, Any]:
     command = None
     if breaks:
         local = load(profile).local
         assert local is not None, f"profile {profile} has no local command"
         command = f"{local.command} --testing-break-rule {breaks}"
-    config = SuiteConfig.build(profile, workers=workers, reports_dir=reports, driver_command=command)
+    config = SuiteConfig.build(
+        profile,
+        workers=workers,
+        reports_dir=reports,
+        driver_command=command,
+        nodes=nodes,
+        rules=rules,
+        keep_cluster=keep,
+    )
+    began = time.time()
     started = time.monotonic()
     report = run_suite(config)
     wall = time.monotonic() - started
@@ -52,12 +77,15 @@ def _one(profile: str, workers: str, reports: Path, breaks: str = "") -> dict[st
         for test in result.tests:
             for name, value in test.measures.items():
                 measures.setdefault(f"{result.rule.id} {name}", []).append(value)
+    suite = [t for t in tests if t.rule and not t.rule.startswith("PRE-")] or tests
     return {
-        "workers": workers,
+        "workers": config.worker_count,
+        "nodes": config.local_nodes,
         "breaks": breaks or None,
         "wall_s": round(wall, 1),
         # from the first test's start to the last one's end: the suite phase without the cluster
-        "suite_s": round(max(t.started + t.duration_s for t in tests) - min(t.started for t in tests), 1),
+        "suite_s": round(max(t.started + t.duration_s for t in suite) - min(t.started for t in suite), 1),
+        "start_to_first_rule_s": round(min(t.started for t in suite) - began, 1),
         "ok": report.ok,
         "totals": {k: v for k, v in report.totals.items() if v},
         "area_test_seconds": {a: round(per_area[a], 1) for a in AREAS if a in per_area},
@@ -66,21 +94,42 @@ def _one(profile: str, workers: str, reports: Path, breaks: str = "") -> dict[st
     }
 
 
+def _kept(profile: str, reports: Path) -> dict[str, Any]:
+    """Two one-rule runs with ``--keep-cluster``: a new cluster, then the same one reused."""
+    from clusters.local import daemon, kept
+    from clusters.local.settings import LocalSettings
+
+    directory = kept.kept_dir(LocalSettings.from_env(os.environ))
+    daemon.shutdown(directory)  # a cluster someone kept: not this bench's to measure
+    try:
+        new = _one(profile, "auto", reports, rules="SLICE-NAMES", keep=True)
+        again = _one(profile, "auto", reports, rules="SLICE-NAMES", keep=True)
+    finally:
+        daemon.shutdown(directory)
+    return {"new": new, "reused": again}
+
+
+def _on(name: str) -> bool:
+    return os.environ.get(name, "1") != "0"
+
+
 def run() -> dict[str, Any]:
-    """Run the suite once per worker count; figures, not verdicts."""
+    """The runs of this module's doc; figures, not verdicts."""
     profile = os.environ.get("BENCH_SUITE_PROFILE", "reference-gpu")
-    counts = [w.strip() for w in os.environ.get("BENCH_SUITE_WORKERS", "1,2").split(",") if w.strip()]
+    out: dict[str, Any] = {"profile": profile}
     with tempfile.TemporaryDirectory(prefix="bench-suite-") as tmp:
-        runs = [_one(profile, workers, Path(tmp)) for workers in counts]
-        broken = None
-        if os.environ.get("BENCH_SUITE_BROKEN", "1") != "0":
-            broken = _one(profile, counts[-1], Path(tmp), breaks=BROKEN_SWITCH)
-    out: dict[str, Any] = {"profile": profile, "runs": runs}
-    if broken is not None:
-        out["broken"] = broken
-        out["broken_over_clean"] = round(broken["wall_s"] / max(runs[-1]["wall_s"], 0.1), 2)
-    by = {r["workers"]: r for r in runs}
-    if "1" in by and "2" in by:
-        out["speedup_suite_n2_over_n1"] = round(by["1"]["suite_s"] / max(by["2"]["suite_s"], 0.1), 2)
-        out["speedup_wall_n2_over_n1"] = round(by["1"]["wall_s"] / max(by["2"]["wall_s"], 0.1), 2)
+        reports = Path(tmp)
+        if _on("BENCH_SUITE_BEFORE"):
+            out["before"] = _one(profile, "2", reports, nodes=2)
+        out["now"] = now = _one(profile, "auto", reports)
+        if _on("BENCH_SUITE_BROKEN"):
+            out["broken"] = broken = _one(profile, "auto", reports, breaks=BROKEN_SWITCH)
+            out["broken_over_clean"] = round(broken["wall_s"] / max(now["wall_s"], 0.1), 2)
+        if _on("BENCH_SUITE_KEPT"):
+            kept_runs = _kept(profile, reports)
+            out["kept"] = kept_runs
+            out["new_start_to_first_rule_s"] = kept_runs["new"]["start_to_first_rule_s"]
+            out["kept_start_to_first_rule_s"] = kept_runs["reused"]["start_to_first_rule_s"]
+    if "before" in out:
+        out["suite_now_over_before"] = round(now["suite_s"] / max(out["before"]["suite_s"], 0.1), 2)
     return out
