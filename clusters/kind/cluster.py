@@ -1,15 +1,20 @@
 """``KindCluster``: a kind cluster (nodes as Docker containers) with the driver under test in pods.
 
-Lifecycle (:meth:`KindCluster.start`): check the tools (``docker`` with an engine that answers,
-``kubectl``, ``helm``, ``kind``: from PATH, else built from Go modules and cached); create the
-cluster from the generated config, or reuse one of the same name; check it serves DRA; build the
+Lifecycle (:meth:`KindCluster.start`): find the Docker engine (the user's, else as root a private
+one: :mod:`clusters.engine`); check the tools (``kubectl``, ``helm``, ``kind``: from PATH, else
+built from Go modules and cached); with ``DRAC_KIND_NODE_IMAGE=build``, build the air-gapped node
+image (:mod:`clusters.kind.nodeimage`) and load it into the engine; create the
+cluster from the generated config, or reuse one of the same name; where the engine has a network
+namespace of its own, reach the API server through a relay (:func:`clusters.engine.forward`: the
+kubeconfig names the relay's port); check it serves DRA; build the
 driver's image from ``driver/deploy/Dockerfile`` and import it into every node (``docker save |
 docker exec -i NODE ctr -n k8s.io images import -``, which works across kind versions); install
 the chart with the fake backend; wait until every worker publishes slices. Another driver than
 the reference one (a :class:`~clusters.release.VendorRelease`, from a profile's ``install``
 section) has its images imported the same way, then its chart or manifests installed. A failure on the way
 writes the nodes' and the driver pods' logs to ``<work dir>/<name>/logs/`` and deletes a cluster
-this object created (unless kept). :meth:`stop` deletes it too, unless ``keep``.
+this object created (unless kept). :meth:`stop` deletes it too, unless ``keep``, and stops the
+relay and a private engine this object started.
 
 A node's ``{root}`` is the driver pod's fake machine dir and ``{python}`` the pod's interpreter:
 :meth:`on_node` runs a profile's fault command inside the driver pod of the node.
@@ -19,19 +24,25 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import subprocess
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from clusters import apicheck, tools
 from clusters.base import ContainerView, PodRef, pod_key
+from clusters.engine import Engine, Forward, PrivateEngine, find_or_start, forward
 from clusters.errors import ClusterError, ToolError
-from clusters.incluster import CAT_SPECS, InCluster, find_tools, give_up, parse_specs
+from clusters.incluster import CAT_SPECS, InCluster, Tools, give_up, parse_specs
 from clusters.kind.config import dra_gates, render
+from clusters.kind.nodeimage import ensure_node_image, node_archive
+from clusters.kind.nodeparts import resolve_parts
 from clusters.kind.settings import KindSettings
 from clusters.local.gobins import GoBinary, cached_build
 from clusters.local.settings import LocalSettings
 from clusters.podcluster import PodCluster
+from clusters.release import Release
 
 __all__ = ["KIND_BINARY", "KIND_CAPABILITIES", "KindCluster", "find_kind"]
 
@@ -48,6 +59,24 @@ KIND_BINARY = GoBinary("kind", "sigs.k8s.io/kind", "sigs.k8s.io/kind")
 
 def _say(message: str) -> None:
     log.info("%s", message)
+
+
+def find_tools(
+    engine: Engine, env: Mapping[str, str], release: Release | None, kubectl_built: Path | None = None
+) -> Tools:
+    """``kubectl`` (else ``kubectl_built``, the node image's) and (to install ``release``) ``helm``,
+    beside the engine's client, and what ``release`` installs from (:class:`ToolError` or
+    :class:`DriverDeployError` names what is missing)."""
+    try:
+        kubectl = tools.find("kubectl", env)
+    except ToolError:
+        if kubectl_built is None or env.get("DRAC_KUBECTL"):
+            raise
+        kubectl = kubectl_built
+    helm = tools.find("helm", env) if release is not None and release.uses_helm else None
+    if release is not None:
+        release.check()
+    return Tools(engine.docker, kubectl, helm)
 
 
 def find_kind(settings: KindSettings, env: Mapping[str, str], progress: Progress = _say) -> Path:
@@ -85,6 +114,10 @@ class KindCluster(PodCluster[KindSettings]):
         self._created = False
         self._kind: Path | None = None
         self._workers: list[str] = []
+        self._engine: Engine | None = None
+        self._private: PrivateEngine | None = None
+        self._relay: Forward | None = None
+        self._tool_env: dict[str, str] = dict(self._env)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -101,21 +134,30 @@ class KindCluster(PodCluster[KindSettings]):
     def start(self) -> KindCluster:
         """Make (or reuse) the cluster and install the driver; see the module docstring."""
         s = self.settings
-        found = find_tools(self._env, s.release if s.install_driver else None)
-        self._docker = docker = found.docker
-        self._kind = kind = find_kind(s, self._env, self._say)
+        self._engine, self._private = engine, _ = find_or_start(s.engine, self._env, self._say)
+        self._tool_env = engine.env(self._env)
+        try:
+            found = find_tools(
+                engine, self._env, s.release if s.install_driver else None, self._kubectl_built()
+            )
+            self._docker = docker = found.docker
+            self._kind = kind = find_kind(s, self._env, self._say)
+        except BaseException:
+            self._stop_engine()
+            raise
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._in = InCluster(self.kubeconfig, s.release.pods, kubectl=found.kubectl, helm=found.helm)
-        existing = tools.run([kind, "get", "clusters"], timeout=60).stdout.split()
         try:
+            existing = self._run([kind, "get", "clusters"], timeout=60).stdout.split()
             if s.name in existing:
                 self._say(f"reusing kind cluster {s.name}")
-                tools.run(
+                self._run(
                     [kind, "export", "kubeconfig", "--name", s.name, "--kubeconfig", self.kubeconfig],
                     timeout=60,
                 )
             else:
-                self._create(kind)
+                self._create(kind, self._node_image(engine))
+            self._reach_api(engine)
             version = apicheck.check(self.kubeconfig)
             self._say(f"kind cluster {s.name}: Kubernetes {version}, workers {', '.join(self.nodes())}")
             if s.install_driver:
@@ -125,13 +167,58 @@ class KindCluster(PodCluster[KindSettings]):
             raise
         return self
 
+    def _run(
+        self, argv: list[str | Path], timeout: float = 600.0, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """A ``kind`` or ``docker`` command, against the engine in use."""
+        return tools.run(argv, timeout=timeout, check=check, env=self._tool_env)
+
+    def _kubectl_built(self) -> Path | None:
+        """With a node image built here, the kubectl built for it (cached: no build of its own)."""
+        if not self.settings.build_image:
+            return None
+        local = LocalSettings.from_env(self._env).with_version(self.settings.k8s_version)
+        return resolve_parts(local, self.settings.kind_version, self._say).node_tools / "kubectl"
+
+    def _node_image(self, engine: Engine) -> str:
+        """The node image: the one built here (``DRAC_KIND_NODE_IMAGE=build``), else the setting's."""
+        s = self.settings
+        if not s.build_image:
+            return s.node_image
+        local = LocalSettings.from_env(self._env).with_version(s.k8s_version)
+        return ensure_node_image(engine, node_archive(local, s.kind_version, self._say), self._say)
+
+    def _reach_api(self, engine: Engine) -> None:
+        """Where the engine's network is apart, relay the API server's published port to this
+        machine's loopback and point the kubeconfig at the relay (kind's own copy stays beside)."""
+        if engine.netns_pid is None:
+            return
+        text = self.kubeconfig.read_text()
+        match = re.search(r"server: https://127\.0\.0\.1:(\d+)", text)
+        if match is None:
+            raise ClusterError(
+                f"the kubeconfig kind wrote ({self.kubeconfig}) names no API server on 127.0.0.1"
+            )
+        if self._relay is not None:
+            self._relay.close()
+        self._relay = forward(engine.netns_pid, int(match.group(1)))
+        (self.state_dir / "kubeconfig.engine").write_text(text)
+        self.kubeconfig.write_text(
+            text.replace(match.group(0), f"server: https://127.0.0.1:{self._relay.port}")
+        )
+        self._say(
+            f"API server port {match.group(1)} of the engine's network: 127.0.0.1:{self._relay.port} here"
+        )
+
     def info(self) -> dict[str, str]:
         """What another process needs to :meth:`attach` to this cluster."""
+        engine = {"docker_host": self._engine.host} if self._engine is not None and self._engine.host else {}
         return {
             "backend": self.backend,
             "kubeconfig": str(self.kubeconfig),
             "name": self.settings.name,
             "work_dir": str(self.settings.work_dir),
+            **engine,
             **self._pods_info(),
         }
 
@@ -141,19 +228,22 @@ class KindCluster(PodCluster[KindSettings]):
         base = KindSettings.from_env(os.environ if env is None else env)
         settings = base.with_options(name=info["name"], work_dir=Path(info["work_dir"]))
         cluster = cls(settings, env=env)
+        if info.get("docker_host"):
+            cluster._tool_env["DOCKER_HOST"] = info["docker_host"]
         cluster._attach_tools(info)
         cluster._kind = find_kind(settings, cluster._env, cluster._say)
         return cluster
 
-    def _create(self, kind: Path) -> None:
+    def _create(self, kind: Path, image: str) -> None:
         s = self.settings
         gates = dra_gates(s.k8s_version, self._env, self._say)
         config = self.state_dir / "kind-config.yaml"
-        config.write_text(render(workers=s.workers, gates=gates, image=s.node_image))
-        self._say(f"creating kind cluster {s.name} ({s.node_image}, {s.workers} worker(s)) ...")
+        # the node image built here has no CoreDNS: leave it out rather than wait on it for ever
+        config.write_text(render(workers=s.workers, gates=gates, image=image, coredns=not s.build_image))
+        self._say(f"creating kind cluster {s.name} ({image}, {s.workers} worker(s)) ...")
         started = time.monotonic()
         self._created = True  # from here on, a failure deletes what kind made
-        tools.run(
+        self._run(
             [
                 kind,
                 "create",
@@ -163,11 +253,12 @@ class KindCluster(PodCluster[KindSettings]):
                 "--config",
                 config,
                 "--image",
-                s.node_image,
+                image,
                 "--kubeconfig",
                 self.kubeconfig,
                 "--wait",
                 "180s",
+                "--retain",  # a failed create keeps its nodes for their logs; give_up then deletes them
             ],
             timeout=900,
         )
@@ -180,28 +271,40 @@ class KindCluster(PodCluster[KindSettings]):
         """The logs of every node (``kind export logs``) and of the driver pods, into ``dest``."""
         dest.mkdir(parents=True, exist_ok=True)
         if self._kind is not None:
-            tools.run(
+            self._run(
                 [self._kind, "export", "logs", dest / "nodes", "--name", self.settings.name], check=False
             )
         if self._in is not None:
             self._in.logs(dest / "driver")
 
     def stop(self) -> None:
-        """Delete the cluster if this object created it (unless ``keep``); close the API client."""
+        """Delete the cluster if this object created it (unless ``keep``); close the API client and the
+        relay; stop a private engine this object started (unless ``keep``: the cluster lives in it;
+        ``python -m clusters.engine stop`` ends it later)."""
         self.close_client()
         if self._created and not self.settings.keep and self._kind is not None:
             self._say(f"deleting kind cluster {self.settings.name}")
-            tools.run(
+            self._run(
                 [self._kind, "delete", "cluster", "--name", self.settings.name], timeout=300, check=False
             )
             self._created = False
             self.kubeconfig.unlink(missing_ok=True)  # the config and any logs stay, for a look afterwards
+        if self._relay is not None:  # a later start() of a kept cluster makes its own
+            self._relay.close()
+            self._relay = None
+        if not self.settings.keep:
+            self._stop_engine()
+
+    def _stop_engine(self) -> None:
+        if self._private is not None and self._private.started_here:
+            self._private.stop()
+        self._private = None
 
     # --- nodes ------------------------------------------------------------------------------
 
     def _all_nodes(self) -> list[str]:
         assert self._kind is not None
-        out = tools.run([self._kind, "get", "nodes", "--name", self.settings.name], timeout=60).stdout
+        out = self._run([self._kind, "get", "nodes", "--name", self.settings.name], timeout=60).stdout
         return sorted(out.split())
 
     def nodes(self) -> list[str]:
@@ -213,7 +316,7 @@ class KindCluster(PodCluster[KindSettings]):
     def _docker_exec(self, node: str, *argv: str, timeout: float = 120.0) -> str:
         if self._docker is None:
             raise ClusterError("the kind cluster is not started")
-        return tools.run([self._docker, "exec", node, *argv], timeout=timeout).stdout
+        return self._run([self._docker, "exec", node, *argv], timeout=timeout).stdout
 
     # --- what tests ask for -----------------------------------------------------------------
 

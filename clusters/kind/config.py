@@ -19,7 +19,16 @@ from clusters.local import binaries, features
 from clusters.local.controlplane import features_binaries
 from clusters.local.settings import LocalSettings
 
-__all__ = ["CDI_PATCH", "KNOWN_GATES", "dra_gates", "dra_gates_for", "render"]
+__all__ = [
+    "CDI_PATCH",
+    "CGROUP_V1_PATCH",
+    "KNOWN_GATES",
+    "LEFT_OFF",
+    "NO_COREDNS_PATCH",
+    "dra_gates",
+    "dra_gates_for",
+    "render",
+]
 
 KNOWN_GATES: Mapping[str, tuple[str, ...]] = {
     "1.37": (
@@ -36,16 +45,33 @@ KNOWN_GATES: Mapping[str, tuple[str, ...]] = {
         "DRAResourceClaimGranularStatusAuthorization",
         "DRAResourcePoolStatus",
         "DRASchedulerFilterTimeout",
-        "DRAWorkloadResourceClaims",
         "ResourceHealthStatus",
     ),
 }
 """The DRA gates (alpha or beta) the local tier turns on, per minor, read from the binaries'
-``--help`` (used when the binaries of the version are not in the cache)."""
+``--help`` less :data:`LEFT_OFF` (used when the binaries of the version are not in the cache)."""
+
+LEFT_OFF: Mapping[str, str] = {
+    "DRAWorkloadResourceClaims": "GenericWorkload",
+}
+"""DRA gates left off, with the gate outside DRA each depends on: a kubelet (and an API server) with
+one of these on and its dependency off refuses to start (``... is enabled, but depends on features
+that are disabled``). The local tier learns the same at its first start (its flag fixes)."""
 
 CDI_PATCH = '[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = true\n'
 """containerd config patch that turns CDI on (off by default in containerd 1.7; 2.x has it on and
 reads this old key only through its config migration)."""
+
+
+CGROUP_V1_PATCH = "kind: KubeletConfiguration\nfailCgroupV1: false\n"
+"""kubeadm config patch that lets the kubelet run on a host with cgroups v1 (kubelets from 1.35 on
+refuse it by default; the machines of this project mount v1 controllers). Harmless on v2."""
+
+
+NO_COREDNS_PATCH = "kind: InitConfiguration\nskipPhases:\n- preflight\n- addon/coredns\n"
+"""kubeadm config patch that leaves CoreDNS out (kind skips ``preflight`` itself): for the node image
+built here, which has no CoreDNS image (its Go module is not to be had) and so would leave its pods
+waiting for ever. Nothing in the suite resolves names."""
 
 
 def dra_gates_for(k8s_version: str, cache_root: Path) -> tuple[dict[str, bool], str]:
@@ -55,7 +81,8 @@ def dra_gates_for(k8s_version: str, cache_root: Path) -> tuple[dict[str, bool], 
         paths = [entry / name for name in features_binaries()]
         if all(p.is_file() for p in paths):
             tables = [features.parse_feature_gates(features.read_help(p)) for p in paths]
-            return features.dra_gates(tables), f"the --help of the {k8s_version} binaries in {entry}"
+            gates = {g: on for g, on in features.dra_gates(tables).items() if g not in LEFT_OFF}
+            return gates, f"the --help of the {k8s_version} binaries in {entry}"
     minor = ".".join(k8s_version.split(".")[:2])
     if minor in KNOWN_GATES:
         return {g: True for g in KNOWN_GATES[minor]}, f"the table of {minor} gates (KNOWN_GATES)"
@@ -77,15 +104,18 @@ def render(
     gates: Mapping[str, bool],
     runtime_config: Sequence[str] = (),
     image: str = "",
+    coredns: bool = True,
 ) -> str:
     """The kind ``Cluster`` config (YAML): one control plane and ``workers`` workers, the gates on
     every component, ``runtime_config`` API versions served (only for an older API a run wants),
-    and CDI on in containerd."""
+    CDI on in containerd, kubelets that accept cgroups v1 (:data:`CGROUP_V1_PATCH`), and CoreDNS
+    unless ``coredns`` is False (:data:`NO_COREDNS_PATCH`)."""
     node: dict[str, Any] = {"image": image} if image else {}
     config: dict[str, Any] = {
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",
         "containerdConfigPatches": [CDI_PATCH],
+        "kubeadmConfigPatches": [CGROUP_V1_PATCH] + ([] if coredns else [NO_COREDNS_PATCH]),
         "nodes": [{"role": "control-plane", **node}] + [{"role": "worker", **node} for _ in range(workers)],
     }
     if gates:

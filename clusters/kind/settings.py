@@ -5,11 +5,15 @@ env var                        what
 =============================  ===========================================================
 ``DRAC_KIND_NAME``             cluster name (default ``dra-conformance``)
 ``DRAC_KIND_VERSION``          kind version built from Go modules when ``kind`` is not on PATH
-``DRAC_KIND_NODE_IMAGE``       node image (default: :data:`NODE_IMAGES` for the version)
+``DRAC_KIND_NODE_IMAGE``       node image (default: :data:`NODE_IMAGES` for the version); ``build``:
+                               the air-gapped image built here (:mod:`clusters.kind.nodeimage`)
 ``DRAC_KIND_KEEP``             ``1``: leave the cluster after the run
 ``DRAC_KIND``                  the ``kind`` binary (else PATH, else a Go build)
 ``DRAC_K8S_VERSION``           Kubernetes version of the nodes (as the local tier)
 =============================  ===========================================================
+
+The Docker engine comes from :class:`~clusters.engine.settings.EngineSettings` (``DOCKER_HOST``,
+``DRAC_ENGINE``, ``DRAC_ENGINE_DIR``, ...): a running engine, else, as root, a private one.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from clusters.engine.settings import EngineSettings
 from clusters.local.settings import normalize_version, xdg_state_dir
 from clusters.podcluster import PodClusterSettings
 
-__all__ = ["KIND_VERSION", "NODE_IMAGES", "KindSettings", "node_image"]
+__all__ = ["BUILD", "KIND_VERSION", "NODE_IMAGES", "KindSettings", "node_image"]
 
 KIND_VERSION = "v0.33.0"
 """kind built from Go modules (``sigs.k8s.io/kind``) when none is on PATH."""
@@ -37,6 +42,9 @@ NODE_IMAGES: Mapping[str, str] = {
 """Node image per Kubernetes minor: the images the release notes of kind v0.33.0 list as built for
 it, pinned by digest (a tag alone may point at a build for another kind release). Another kind
 version wants the images of its own release notes: ``DRAC_KIND_NODE_IMAGE=image@sha256:...``."""
+
+BUILD = "build"
+"""The node image value that asks for the air-gapped image built here (:mod:`clusters.kind.nodeimage`)."""
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -73,11 +81,18 @@ class KindSettings(PodClusterSettings):
     """Leave the cluster after the run (a run always reuses a cluster of the same name)."""
     work_dir: Path = field(default_factory=lambda: xdg_state_dir("kind", {}))
     """Where the kubeconfig, the cluster config and logs go."""
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    """Which Docker engine runs the nodes (the user's, else a private one: :mod:`clusters.engine`)."""
 
     @property
     def node_image(self) -> str:
-        """The node image in use."""
+        """The node image in use (:data:`BUILD`: the one built here; its name comes with the build)."""
         return self.image or node_image(self.k8s_version)
+
+    @property
+    def build_image(self) -> bool:
+        """Whether the node image is built here (:data:`BUILD`)."""
+        return self.image == BUILD
 
     @property
     def kubeconfig(self) -> Path:
@@ -95,6 +110,7 @@ class KindSettings(PodClusterSettings):
         if env.get("DRAC_KIND_NODE_IMAGE"):
             changes["image"] = env["DRAC_KIND_NODE_IMAGE"]
         changes["keep"] = env.get("DRAC_KIND_KEEP", "").lower() in _TRUE
+        changes["engine"] = EngineSettings.from_env(env)
         return dataclasses.replace(cls(), **changes)
 
     def with_options(self, **options: object) -> KindSettings:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,9 +14,18 @@ import pytest
 import yaml
 
 from clusters import tools
+from clusters.engine import Engine, EngineSettings
 from clusters.errors import DriverDeployError, ToolError
 from clusters.kind import KindCluster, KindSettings
-from clusters.kind.config import CDI_PATCH, KNOWN_GATES, dra_gates_for, render
+from clusters.kind.config import (
+    CDI_PATCH,
+    CGROUP_V1_PATCH,
+    KNOWN_GATES,
+    LEFT_OFF,
+    NO_COREDNS_PATCH,
+    dra_gates_for,
+    render,
+)
 from clusters.kind.settings import NODE_IMAGES, node_image
 from clusters.release import CHART_DIR, DOCKERFILE, FAKE_ROOT, DriverRelease
 from tests.clusters.apistub import api_stub, write_kubeconfig
@@ -54,7 +64,9 @@ def _fake(tmp_path: Path, api: str, *, existing: bool = False, slices: list[str]
 
 
 def _settings(tmp_path: Path, **changes: object) -> KindSettings:
-    base = KindSettings(name="drac", work_dir=tmp_path / "state", slices_timeout=2.0)
+    # the user's engine only: a test never starts a private one (test_engine.py does that)
+    engine = EngineSettings(mode="user", state_dir=tmp_path / "engine")
+    base = KindSettings(name="drac", work_dir=tmp_path / "state", slices_timeout=2.0, engine=engine)
     return base.with_options(**changes)
 
 
@@ -73,6 +85,11 @@ def test_the_config_has_the_gates_cdi_and_the_nodes() -> None:
     assert config["runtimeConfig"] == {"resource.k8s.io/v1beta2": "true"}
     assert config["containerdConfigPatches"] == [CDI_PATCH]
     assert "enable_cdi = true" in CDI_PATCH
+    assert config["kubeadmConfigPatches"] == [CGROUP_V1_PATCH]
+    assert yaml.safe_load(CGROUP_V1_PATCH) == {"kind": "KubeletConfiguration", "failCgroupV1": False}
+    no_dns = yaml.safe_load(render(workers=1, gates={}, coredns=False))["kubeadmConfigPatches"]
+    assert no_dns == [CGROUP_V1_PATCH, NO_COREDNS_PATCH]
+    assert yaml.safe_load(NO_COREDNS_PATCH)["skipPhases"] == ["preflight", "addon/coredns"]
 
 
 def test_runtime_config_only_when_an_older_api_is_wanted() -> None:
@@ -83,6 +100,7 @@ def test_runtime_config_only_when_an_older_api_is_wanted() -> None:
 def test_gates_come_from_the_cached_binaries_else_the_table(tmp_path: Path) -> None:
     gates, source = dra_gates_for("1.37.2", tmp_path / "empty-cache")
     assert set(gates) == set(KNOWN_GATES["1.37"]) and "table" in source
+    assert not set(gates) & set(LEFT_OFF)  # a kubelet with one of them on refuses to start
     gates, source = dra_gates_for("1.99.0", tmp_path / "empty-cache")
     assert gates == {} and "only GA DRA" in source
 
@@ -353,3 +371,50 @@ def test_live_kind_cluster_runs_the_driver(tmp_path: Path) -> None:
         KindSettings.from_env(os.environ).with_options(name=name, work_dir=tmp_path)
     ).start() as cluster:
         assert cluster.nodes()
+
+
+# --- an engine with a network of its own ------------------------------------------------------
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("nsenter") is None, reason="nsenter --net needs root")
+def test_an_engine_apart_is_reached_through_a_relay(tmp_path: Path) -> None:
+    """The kubeconfig kind wrote names a port of the engine's network; the backend relays it here and
+    points the kubeconfig at the relay (this process's own namespace stands in for the engine's)."""
+    import http.server
+    import threading
+    import urllib.request
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cluster = KindCluster(_settings(tmp_path), env={"PATH": os.environ.get("PATH", "")})
+        cluster.state_dir.mkdir(parents=True)
+        original = f"clusters:\n- cluster:\n    server: https://127.0.0.1:{server.server_port}\n"
+        cluster.kubeconfig.write_text(original)
+        engine = Engine(Path("/usr/bin/docker"), "unix:///x.sock", "20.10", netns_pid=os.getpid())
+        cluster._reach_api(engine)
+        relayed = cluster.kubeconfig.read_text()
+        port = int(relayed.rsplit(":", 1)[1])
+        assert (
+            port != server.server_port and (cluster.state_dir / "kubeconfig.engine").read_text() == original
+        )
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as answer:
+            assert answer.status == 200
+        cluster.stop()
+        assert cluster._relay is None
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_node_images_kubectl_serves_when_none_is_on_path(tmp_path: Path) -> None:
+    from clusters.kind.cluster import find_tools
+
+    fake = FakeBin(tmp_path / "bin", tools=["docker"])
+    engine = Engine(fake.dir / "docker", "", "27")
+    built = tmp_path / "kubectl"
+    assert find_tools(engine, fake.env(), None, built).kubectl == built
+    with pytest.raises(ToolError, match="kubectl is not on PATH"):
+        find_tools(engine, fake.env(), None)
+    with pytest.raises(ToolError, match="DRAC_KUBECTL"):  # one asked for by name is never replaced
+        find_tools(engine, fake.env(DRAC_KUBECTL=str(tmp_path / "nope")), None, built)

@@ -1,0 +1,3 @@
+module dra-conformance.local/pause
+
+go 1.24

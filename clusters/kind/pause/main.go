@@ -1,0 +1,27 @@
+// pause: the process of a pod sandbox. It sleeps as PID 1, reaps the zombies its pod leaves, and
+// exits on SIGINT or SIGTERM, like the pause program of Kubernetes (which is C); built here from
+// Go so the kind node image needs no image from a registry.
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	signals := make(chan os.Signal, 8)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCHLD)
+	for sig := range signals {
+		if sig != syscall.SIGCHLD {
+			os.Exit(0)
+		}
+		for {
+			var status syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &status, syscall.WNOHANG, nil)
+			if pid <= 0 || err != nil {
+				break
+			}
+		}
+	}
+}

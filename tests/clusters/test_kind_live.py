@@ -1,0 +1,76 @@
+"""kind for real on a machine like ours: a private Docker engine, the air-gapped node image built
+here, a cluster of one control plane and two workers, the API through the relay, a kubelet
+restarted by ``systemctl``. Minutes even warm, so it runs only when asked: ``DRAC_LIVE_KIND=1``
+(and as root, with Debian's ``dockerd`` and ``mmdebstrap``, and Go for the parts not yet cached)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clusters.engine import EngineSettings
+from clusters.kind import KindCluster, KindSettings
+from clusters.kind.nodeparts import resolve_parts
+from clusters.kind.settings import BUILD
+from clusters.local.settings import LocalSettings
+
+
+def _reason() -> str:
+    if os.environ.get("DRAC_LIVE_KIND", "") != "1":
+        return "set DRAC_LIVE_KIND=1 to run kind for real (minutes)"
+    if os.geteuid() != 0:
+        return "needs root (a private Docker engine, mmdebstrap)"
+    for tool, package in (("dockerd", "docker.io"), ("mmdebstrap", "mmdebstrap"), ("nsenter", "util-linux")):
+        if shutil.which(tool) is None:
+            return f"no {tool} (apt-get install {package})"
+    if shutil.which("go") is None:
+        return "no go to build the node's parts"
+    return ""
+
+
+@pytest.fixture
+def state() -> Iterator[Path]:
+    reason = _reason()
+    if reason:
+        pytest.skip(f"no live kind run: {reason}")
+    path = Path(tempfile.mkdtemp(prefix="drac-kind-", dir="/tmp"))  # the engine's socket path stays short
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_live_kind_cluster_of_the_node_image_built_here(state: Path) -> None:
+    local = LocalSettings.from_env(os.environ)
+    kubectl = resolve_parts(local, KindSettings().kind_version).node_tools / "kubectl"
+    env = {k: v for k, v in os.environ.items() if k != "DRAC_KUBECTL"}  # the node image's kubectl serves
+    settings = KindSettings.from_env(env).with_options(
+        name="drac-live",
+        work_dir=state / "kind",
+        image=BUILD,
+        install_driver=False,
+        engine=EngineSettings(mode="private", state_dir=state / "engine"),
+    )
+    cluster = KindCluster(settings, env=env)
+    with cluster.start():
+        workers = cluster.nodes()
+        assert workers == ["drac-live-worker", "drac-live-worker2"]
+        ready = subprocess.run(
+            [kubectl, "--kubeconfig", cluster.kubeconfig, "get", "nodes", "-o",
+             "jsonpath={.items[*].status.conditions[?(@.type=='Ready')].status}"],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout.split()  # fmt: skip
+        assert ready == ["True", "True", "True"]
+        deployments = subprocess.run(
+            [kubectl, "--kubeconfig", cluster.kubeconfig, "get", "deploy", "-n", "kube-system", "-o", "name"],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout  # fmt: skip
+        assert "coredns" not in deployments  # left out: the image has none
+        cluster.restart_kubelet(workers[0])
+        assert cluster.node_cdi_specs(workers[0]) == []
+    assert not (state / "engine" / "docker.sock").exists()  # the private engine stopped with the cluster
