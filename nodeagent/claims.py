@@ -4,7 +4,10 @@ Pods and claims are JSON dicts as the API server sends them. A pod names its
 claims in ``spec.resourceClaims``: directly (``resourceClaimName``) or through a
 template, whose generated claim's name the resourceclaim controller records in
 ``status.resourceClaimStatuses``. Before the kubelet prepares a claim it must be
-allocated and reserved for the pod.
+allocated and reserved for the pod, and a claim from a template must be controlled by
+the pod: the status could name any claim of the namespace, and a pod must not get
+another's devices that way (kubelet 1.37.2 ``pkg/kubelet/cm/dra/manager.go:287-310``:
+``resourceclaim.Name`` says ``mustCheckOwner``, then ``resourceclaim.IsForPod``).
 
 A pod that asks ``resources.requests`` (or ``limits``) for an extended resource a
 DeviceClass names (KEP-5004, ``DRAExtendedResource``) has one more claim: the
@@ -21,13 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from nodeagent.errors import ClaimNotReady
+from nodeagent.errors import ClaimNotForPod, ClaimNotReady
 
 __all__ = [
     "EXTENDED_RESOURCES",
     "ContainerClaimRef",
     "PodClaim",
     "check_claim",
+    "check_owner",
     "claim_drivers",
     "container_claim_refs",
     "extended_resource_refs",
@@ -49,6 +53,9 @@ class PodClaim:
     """The name containers reference in ``resources.claims[].name``."""
     claim_name: str
     """The ResourceClaim object's name."""
+    must_check_owner: bool = False
+    """Whether the claim was generated from a template, so that :func:`check_claim` must find it
+    controlled by the pod (``resourceclaim.Name``'s ``mustCheckOwner``)."""
 
 
 def pod_claims(pod: Obj) -> list[PodClaim]:
@@ -70,7 +77,7 @@ def pod_claims(pod: Obj) -> list[PodClaim]:
                 )
             generated = status_names[name]
             if generated:  # None: the controller decided no claim is needed
-                out.append(PodClaim(name, generated))
+                out.append(PodClaim(name, generated, must_check_owner=True))
     extended = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
     if extended.get("resourceClaimName"):
         out.append(PodClaim(EXTENDED_RESOURCES, extended["resourceClaimName"]))
@@ -134,8 +141,35 @@ def extended_resource_refs(pod: Obj) -> list[ContainerClaimRef]:
     return out
 
 
-def check_claim(claim: Obj, pod: Obj) -> None:
-    """ClaimNotReady unless ``claim`` is allocated and reserved for ``pod``."""
+def check_owner(claim: Obj, pod: Obj) -> None:
+    """ClaimNotForPod unless ``claim`` was created for ``pod``: same namespace, and its controller
+    (the first owner reference with ``controller: true``) has the pod's UID.
+
+    ``resourceclaim.IsForPod`` (dynamic-resource-allocation v0.37.2 ``resourceclaim/resourceclaim.go
+    :123-140``) with the kubelet's ``acceptPodGroupOwner`` false, as with ``DRAWorkloadResourceClaims``
+    off (its default in 1.37, and off in this project's clusters): a claim controlled by the pod's
+    PodGroup is refused too. With the gate on the kubelet would accept a controller of kind
+    ``PodGroup`` in ``scheduling.k8s.io`` named by ``spec.schedulingGroup.podGroupName`` (lines
+    131-135, ``isForPodGroupByPod`` 162-173), and a PodGroup's reservation (``IsReservedForPod``
+    181-197), which :func:`check_claim` does not accept either. Messages are the kubelet's.
+    """
+    md = claim.get("metadata") or {}
+    pmd = pod.get("metadata") or {}
+    where = f"ResourceClaim {md.get('namespace')}/{md.get('name')}"
+    pod_name = f"Pod {pmd.get('namespace')}/{pmd.get('name')}"
+    if md.get("namespace") != pmd.get("namespace"):
+        raise ClaimNotForPod(f"{where} is not in the same namespace as {pod_name}")
+    controller = next((r for r in md.get("ownerReferences") or [] if r.get("controller")), None)
+    if controller is None or controller.get("uid") != pmd.get("uid"):
+        raise ClaimNotForPod(f"{where} was not created for {pod_name} (Pod is not owner)")
+
+
+def check_claim(claim: Obj, pod: Obj, *, must_check_owner: bool = False) -> None:
+    """ClaimNotReady unless ``claim`` is allocated and reserved for ``pod``; first, with
+    ``must_check_owner`` (a claim from a template), ClaimNotForPod unless it was created for the
+    pod (:func:`check_owner`), as the kubelet checks before ``reservedFor``."""
+    if must_check_owner:
+        check_owner(claim, pod)
     md = claim.get("metadata") or {}
     where = f"ResourceClaim {md.get('namespace')}/{md.get('name')}"
     status = claim.get("status") or {}

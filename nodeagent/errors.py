@@ -7,12 +7,21 @@
     ├── PluginError       a DRA plugin is unknown, failed its handshake or a call failed
     │   └── PrepareError  NodePrepareResources / NodeUnprepareResources gave no usable answer
     ├── ClaimNotReady     a pod's claim is missing, not allocated or not reserved for the pod
+    │   └── ClaimNotForPod  a claim named as generated for the pod was not created for it
     └── KubeError         the API server refused a request
 """
 
 from __future__ import annotations
 
-__all__ = ["AgentError", "CDIError", "ClaimNotReady", "KubeError", "PluginError", "PrepareError"]
+__all__ = [
+    "AgentError",
+    "CDIError",
+    "ClaimNotForPod",
+    "ClaimNotReady",
+    "KubeError",
+    "PluginError",
+    "PrepareError",
+]
 
 
 class AgentError(Exception):
@@ -33,6 +42,11 @@ class PrepareError(PluginError):
 
 class ClaimNotReady(AgentError):
     """A pod's ResourceClaim does not exist yet, is not allocated, or is not reserved for the pod."""
+
+
+class ClaimNotForPod(ClaimNotReady):
+    """The claim ``pod.status.resourceClaimStatuses`` names for one of the pod's templates is not
+    controlled by the pod (the kubelet's ``resourceclaim.IsForPod``): it is not prepared."""
 
 
 class KubeError(AgentError):

@@ -168,7 +168,7 @@ class PodManager:
                 claim = self.kube.get_claim(ns, pc.claim_name)
                 if claim is None:
                     raise ClaimNotReady(f"ResourceClaim {ns}/{pc.claim_name} not found")
-                claims.check_claim(claim, pod)
+                claims.check_claim(claim, pod, must_check_owner=pc.must_check_owner)
                 by_pod_claim[pc.pod_claim_name] = claim
             by_claim_uid = self.dra.prepare_pod(ns, uid, list(by_pod_claim.values()))
             prepared = {pc: by_claim_uid[c["metadata"]["uid"]] for pc, c in by_pod_claim.items()}

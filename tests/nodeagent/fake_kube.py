@@ -365,12 +365,26 @@ def make_claim(
     requests: tuple[str, ...] = ("gpu",),
     reserved_for: tuple[str, ...] = (),
     allocated: bool = True,
+    owner: str | None = None,
 ) -> Obj:
-    """A ResourceClaim as the scheduler leaves it."""
+    """A ResourceClaim as the scheduler leaves it; ``owner``: the UID of the pod that controls it,
+    as the ResourceClaim controller sets it on a claim it makes from a pod's template."""
+    md: Obj = {"name": name, "namespace": namespace, "uid": uid}
+    if owner is not None:
+        md["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": "p",
+                "uid": owner,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
     claim: Obj = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "metadata": md,
         "spec": {"devices": {"requests": [{"name": r} for r in requests]}},
         "status": {},
     }

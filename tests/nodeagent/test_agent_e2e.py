@@ -99,20 +99,7 @@ def world(local_binaries: Binaries) -> Iterator[World]:
         assert agent.plugins.wait_for(DRIVER, 10)
         w.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
         w.create("/apis/resource.k8s.io/v1/deviceclasses", manifests.device_class(DRIVER))
-        w.create(
-            "/apis/resource.k8s.io/v1/resourceslices",
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceSlice",
-                "metadata": {"name": f"{NODE}-gpu"},
-                "spec": {
-                    "driver": DRIVER,
-                    "nodeName": NODE,
-                    "pool": {"name": "pool-a", "generation": 1, "resourceSliceCount": 1},
-                    "devices": [{"name": f"gpu-{i}"} for i in range(6)],  # 2 for p-again beside 3 held
-                },
-            },
-        )
+        _publish_slice(w)
         yield w
     finally:
         plugin.stop()
@@ -120,6 +107,26 @@ def world(local_binaries: Binaries) -> Iterator[World]:
         kube.close()
         cp.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _publish_slice(world: World) -> None:
+    """The node's ResourceSlice, as the driver would publish it. An agent that starts deletes every
+    slice of its node (as a kubelet does), so a test that starts one publishes it again."""
+    world.create(
+        "/apis/resource.k8s.io/v1/resourceslices",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{NODE}-gpu"},
+            "spec": {
+                "driver": DRIVER,
+                "nodeName": NODE,
+                "pool": {"name": "pool-a", "generation": 1, "resourceSliceCount": 1},
+                # 2 for p-again beside the 3 that p3, p4 and p5 hold; gpu-5 is p-notmine's when it runs
+                "devices": [{"name": f"gpu-{i}"} for i in range(6)],
+            },
+        },
+    )
 
 
 def _claim(name: str, device_class: str = DRIVER) -> dict[str, Any]:
@@ -348,6 +355,76 @@ def test_failed_prepare_is_an_event_on_the_pod(world: World) -> None:
     until(lambda: world.pod("p3")["status"]["phase"] == "Running", 60, "Running after retry")
 
 
+def test_a_claim_the_pod_status_names_but_the_pod_does_not_own_is_not_prepared(world: World) -> None:
+    """As the kubelet (``resourceclaim.IsForPod``): the claim ``status.resourceClaimStatuses`` names
+    for a template is prepared only when the pod controls it. Here it names a claim made by hand,
+    allocated and reserved for the pod, so the owner check alone keeps the pod from it. The pod is
+    bound by hand (the scheduler would refuse it too) and its template does not exist, so the
+    ResourceClaim controller cannot replace the claim the status names."""
+    claims = f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims"
+    world.create(claims, _claim("not-mine"))
+    body = _pod("p-notmine", {"resourceClaimTemplateName": "no-such-template"})
+    body["spec"]["nodeName"] = NODE
+    pod = world.create(f"/api/v1/namespaces/{NS}/pods", body)
+    if "metadata" not in pod:
+        pod = world.pod("p-notmine")
+    claim = world.send("GET", f"{claims}/not-mine")
+    uid = claim["metadata"]["uid"]
+    claim["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpu", "driver": DRIVER, "pool": "pool-a", "device": "gpu-5"}]
+            }
+        },
+        "reservedFor": [{"resource": "pods", "name": "p-notmine", "uid": pod["metadata"]["uid"]}],
+    }
+    world.send("PUT", f"{claims}/not-mine/status", claim)
+    world.kube._send(
+        "PATCH",
+        f"/api/v1/namespaces/{NS}/pods/p-notmine/status",
+        body={"status": {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "not-mine"}]}},
+        content_type="application/merge-patch+json",
+    )
+    try:
+        message = (
+            f"Failed to prepare dynamic resources: ResourceClaim {NS}/not-mine was not created for "
+            f"Pod {NS}/p-notmine (Pod is not owner)"
+        )
+
+        def event() -> Any:
+            items = world.send("GET", f"/api/v1/namespaces/{NS}/events").get("items", [])
+            return [
+                e
+                for e in items
+                if e["involvedObject"]["name"] == "p-notmine"
+                and e["reason"] == "FailedPrepareDynamicResources"
+                and e["message"] == message
+            ]
+
+        (found,) = until(event, 60, "FailedPrepareDynamicResources event naming the owner")
+        assert found["type"] == "Warning" and found["involvedObject"]["uid"] == pod["metadata"]["uid"]
+
+        def waiting() -> Any:
+            status = world.pod("p-notmine")["status"]
+            statuses = status.get("containerStatuses") or [{}]
+            reason = statuses[0].get("state", {}).get("waiting", {}).get("reason")
+            return status["phase"] == "Pending" and reason == "ContainerCreating" and status
+
+        status = until(waiting, 30, "Pending, container waiting in ContainerCreating")
+        ready = {c["type"]: c["status"] for c in status["conditions"]}
+        assert ready["Ready"] == "False" and ready["PodReadyToStartContainers"] == "False", status
+        # still named and still reserved for the pod: only the owner check stands in the way
+        assert status["resourceClaimStatuses"] == [{"name": "gpus", "resourceClaimName": "not-mine"}]
+        assert not [c for c in world.plugin.prepare_calls if any(x[1] == uid for x in c)]
+        assert world.view("p-notmine", "app") is None
+    finally:  # gpu-5 is the slice's spare device: free it for the tests after this one
+        world.send("DELETE", f"/api/v1/namespaces/{NS}/pods/p-notmine")
+        until(lambda: world.pod("p-notmine") is None, 30, "pod gone")
+        world.send("DELETE", f"{claims}/not-mine")
+        until(lambda: world.kube.get_claim(NS, "not-mine") is None, 30, "claim gone")
+    assert not [c for c in world.plugin.unprepare_calls if any(x[1] == uid for x in c)]
+
+
 def test_device_health_reaches_the_pod_status(world: World) -> None:
     world.plugin.fixed_devices = [{"request_names": ["gpu"], "pool": "pool-a", "device": "gpu-2", "cdi": []}]
     world.create(f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims", _claim("c4"))
@@ -385,7 +462,8 @@ def test_after_an_agent_restart_the_running_pod_is_prepared_again(world: World) 
     assert world.plugin.prepare_calls.count(call) == 1
     world.agent.stop()
     world.agent = Agent(world.agent.settings, world.kube)
-    world.agent.start()
+    world.agent.start()  # deletes the node's slices before it returns
+    _publish_slice(world)  # what the driver would do: the tests after this one schedule pods
     until(lambda: world.plugin.prepare_calls.count(call) == 2, 30, "prepare called again")
     assert world.pod("p5")["status"]["phase"] == "Running"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -14,7 +15,9 @@ from typing import Any
 import pytest
 
 import draproto
+from nodeagent import claims
 from nodeagent.checkpoint import Checkpoint
+from nodeagent.errors import ClaimNotForPod
 from nodeagent.health import HealthCache
 from nodeagent.plugins import PluginManager
 from nodeagent.pods import FAILED_PREPARE, PodManager
@@ -192,7 +195,7 @@ def test_missing_claim_and_missing_template_claim_give_events(env: Env) -> None:
 
 
 def test_template_claim_name_comes_from_pod_status(env: Env) -> None:
-    env.kube.add_claim(make_claim("p1-gpus-x7k", "u1", reserved_for=("pod-1",)))
+    env.kube.add_claim(make_claim("p1-gpus-x7k", "u1", reserved_for=("pod-1",), owner="pod-1"))
     env.spec("dev-u1")
     env.kube.add_pod(
         make_pod(
@@ -206,6 +209,90 @@ def test_template_claim_name_comes_from_pod_status(env: Env) -> None:
     env.sync()
     assert env.plugin.prepare_calls == [[("default", "u1", "p1-gpus-x7k")]]
     assert env.view("p1", "a")["cdi_devices"] == ["example.com/gpu=dev-u1"]
+
+
+def test_a_template_claim_not_created_for_the_pod_is_not_prepared(env: Env) -> None:
+    """The kubelet prepares the claim ``status.resourceClaimStatuses`` names for a template only when
+    the pod controls it (``resourceclaim.IsForPod``); otherwise the pod stays Pending with a Warning,
+    even though the claim is allocated and reserved for it."""
+    env.kube.add_claim(make_claim("someone-elses", "u1", reserved_for=("pod-1",), owner="pod-9"))
+    env.spec("dev-u1")
+    env.kube.add_pod(
+        make_pod(
+            "p1",
+            "pod-1",
+            templates={"gpus": "tmpl"},
+            claim_statuses={"gpus": "someone-elses"},
+            containers={"a": [("gpus", None)]},
+        )
+    )
+    delay = env.sync()["pod-1"]
+    assert delay is not None and delay > 0
+    assert env.plugin.prepare_calls == []
+    assert env.pods.checkpoint.get("u1") is None  # refused before anything was recorded
+    event = env.kube.events[-1]
+    assert event["reason"] == FAILED_PREPARE and event["type"] == "Warning"
+    assert event["message"] == (
+        "Failed to prepare dynamic resources: ResourceClaim default/someone-elses was not created "
+        "for Pod default/p1 (Pod is not owner)"
+    )
+    pending = env.kube.pod_now("default", "p1")["status"]  # type: ignore[index]
+    assert pending["phase"] == "Pending"
+    assert pending["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    # once the pod controls it (as the ResourceClaim controller makes it), it is prepared
+    env.kube.add_claim(make_claim("someone-elses", "u1", reserved_for=("pod-1",), owner="pod-1"))
+    assert env.sync()["pod-1"] is None
+    assert env.plugin.prepare_calls == [[("default", "u1", "someone-elses")]]
+    assert env.kube.phase("p1") == "Running"
+
+
+def _owned(*refs: dict[str, Any], namespace: str = "default") -> dict[str, Any]:
+    claim = make_claim("c", "u1", namespace=namespace, reserved_for=("pod-1",))
+    claim["metadata"]["ownerReferences"] = list(refs)
+    return claim
+
+
+_POD_GROUP = {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "name": "g", "uid": "pg-1"}
+
+
+@pytest.mark.parametrize(
+    ("claim", "refused"),
+    [
+        (_owned({"kind": "Pod", "name": "p1", "uid": "pod-1", "controller": True}), None),
+        # the first controller reference counts (metav1.GetControllerOfNoCopy), other owners do not
+        (
+            _owned(
+                {"kind": "Pod", "name": "p1", "uid": "pod-1"},
+                {"kind": "Pod", "name": "p9", "uid": "pod-9", "controller": True},
+            ),
+            "(Pod is not owner)",
+        ),
+        (_owned({"kind": "Pod", "name": "p1", "uid": "pod-1", "controller": False}), "(Pod is not owner)"),
+        (_owned(), "(Pod is not owner)"),
+        # DRAWorkloadResourceClaims off (1.37's default): the pod's PodGroup is no owner for it
+        (_owned({**_POD_GROUP, "controller": True}), "(Pod is not owner)"),
+        (
+            _owned({"kind": "Pod", "name": "p1", "uid": "pod-1", "controller": True}, namespace="other"),
+            "ResourceClaim other/c is not in the same namespace as Pod default/p1",
+        ),
+    ],
+    ids=["controlled", "owned-not-controlled", "controller-false", "no-owner", "pod-group", "namespace"],
+)
+def test_claim_owner_check_follows_is_for_pod(claim: dict[str, Any], refused: str | None) -> None:
+    pod = make_pod("p1", "pod-1", templates={"gpus": "tmpl"}, claim_statuses={"gpus": "c"})
+    pod["spec"]["schedulingGroup"] = {"podGroupName": "g"}
+    (pc,) = claims.pod_claims(pod)
+    assert pc == claims.PodClaim("gpus", "c", must_check_owner=True)
+    if refused is None:
+        claims.check_claim(claim, pod, must_check_owner=True)
+    else:
+        with pytest.raises(ClaimNotForPod, match=re.escape(refused)):
+            claims.check_claim(claim, pod, must_check_owner=True)
+    # a claim the pod names itself is not checked (resourceclaim.Name: mustCheckOwner false)
+    direct = make_pod("p1", "pod-1", claims={"gpus": "c"})
+    assert claims.pod_claims(direct) == [claims.PodClaim("gpus", "c")]
+    if claim["metadata"]["namespace"] == "default":
+        claims.check_claim(claim, direct)
 
 
 def test_failed_prepare_is_reported_and_retried(env: Env) -> None:
