@@ -90,6 +90,17 @@ def give_up(cluster: LogsSource, dest: Path, progress: Progress) -> None:
     cluster.stop()
 
 
+EXEC_TRIES = 3
+"""Tries of a container view's ``kubectl exec`` when kubectl lost its output
+(:meth:`InCluster.container_view`)."""
+
+REGISTRATION_SETTLE = 3.0
+"""Seconds :meth:`InCluster.restart_driver` waits after the new pod is Ready. Ready says its
+registration socket exists; the kubelet registers the plugin once its watcher sees it (under a
+second on kind), and a pod whose prepare comes in that gap fails with "driver ... is not
+registered" and was not retried by the kubelet for a minute (RES-DRIVER-RESTART on kind)."""
+
+
 class InCluster:
     """``kubectl`` and ``helm`` on one cluster (its admin kubeconfig), and the driver's pods there."""
 
@@ -174,11 +185,48 @@ class InCluster:
                     "--timeout=90s",
                     timeout=120,
                 )
+                time.sleep(REGISTRATION_SETTLE)
                 return
             time.sleep(1.0)
         raise DriverDeployError(
             f"no new driver pod ran on {node} within {timeout:.0f} s of deleting {old}\n{self.pods_report()}"
         )
+
+    def crash_driver(self, node: str, kill: Callable[[str], object], *, timeout: float = 150.0) -> None:
+        """Kill the driver container on ``node`` as a crash would (``kill`` of its container ID, as
+        the runtime names it: SIGKILL, nothing the driver can answer) and wait until the kubelet has
+        started it again in the same pod and it is ready. Deleting the pod, even with no grace,
+        lets the driver hear SIGTERM and clean up: no crash."""
+        pod = self.driver_pod(node)
+        container_id, restarts, _ = self._container_state(pod)
+        if not container_id:
+            raise DriverDeployError(f"driver pod {pod} on {node} has no running container to kill")
+        kill(container_id.partition("://")[2] or container_id)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            _, now, ready = self._container_state(pod)
+            if now > restarts and ready:
+                time.sleep(REGISTRATION_SETTLE)
+                return
+            time.sleep(1.0)
+        raise DriverDeployError(
+            f"the driver container of {pod} on {node} was not running and ready again within {timeout:.0f} s "
+            f"of its kill\n{self.pods_report()}"
+        )
+
+    def _container_state(self, pod: str) -> tuple[str, int, bool]:
+        """The driver container's ID, restart count and readiness in ``pod``."""
+        out = self.kubectl("get", "pod", "-n", self.pods.namespace, pod, "-o", "json")
+        statuses = (json.loads(out or "{}").get("status") or {}).get("containerStatuses") or []
+        for status in statuses:
+            if not self.pods.container or status.get("name") == self.pods.container:
+                running = "running" in (status.get("state") or {})
+                return (
+                    str(status.get("containerID", "")) if running else "",
+                    int(status.get("restartCount", 0)),
+                    bool(status.get("ready")) and running,
+                )
+        return "", 0, False
 
     def exec_driver(self, node: str, argv: Sequence[str]) -> list[str]:
         """The argv that runs ``argv`` in the driver container (:attr:`DriverPods.container`) on ``node``."""
@@ -204,9 +252,31 @@ class InCluster:
         namespace, name = pod_key(pod)
 
         def run(*cmd: str) -> str:
-            return self.kubectl("exec", "-n", namespace, name, "-c", container, "--", *cmd, timeout=60)
+            for attempt in range(EXEC_TRIES):
+                try:
+                    return self.kubectl(
+                        "exec", "-n", namespace, name, "-c", container, "--", *cmd, timeout=60
+                    )
+                except ToolError as e:
+                    # kubectl's websocket exec now and then loses a command's output and exits 1
+                    # ("Unknown stream id 1, discarding message"; seen once a run on kind)
+                    if "Unknown stream id" not in str(e) or attempt == EXEC_TRIES - 1:
+                        raise
+                    log.info("kubectl exec lost its output; again: %s", e)
+            raise AssertionError("unreachable")
 
-        return parse_view(run("env"), run("ls", "-l", "/dev"), run("cat", "/proc/mounts"), specs)
+        try:
+            env = run("env")
+        except ToolError as e:
+            if "container not found" not in str(e):
+                raise
+            # It ran and exited (an init container): nothing can be exec'd in it any more, but the
+            # suite's init containers print their env (``sh -c env``), so their log is that env.
+            # Their device nodes and mounts are gone with them: a device counts by its env alone.
+            log.info("container %s of pod %s/%s has exited: its view is its log", container, namespace, name)
+            text = self.kubectl("logs", "-n", namespace, name, "-c", container, timeout=60)
+            return parse_view(text, "", "", specs, nodes_seen=False)
+        return parse_view(env, run("ls", "-l", "/dev"), run("cat", "/proc/mounts"), specs)
 
     def logs(self, dest: Path) -> list[Path]:
         """Write each driver pod's log (and the previous one, after a restart) into ``dest``."""
@@ -269,9 +339,12 @@ def wait_slices(
         time.sleep(1.0)
 
 
-def parse_view(env: str, dev: str, mounts: str, specs: Iterable[Mapping[str, Any]]) -> ContainerView:
+def parse_view(
+    env: str, dev: str, mounts: str, specs: Iterable[Mapping[str, Any]], *, nodes_seen: bool = True
+) -> ContainerView:
     """A :class:`ContainerView` from the output of ``env``, ``ls -l /dev`` and ``cat /proc/mounts`` in a
-    container, with the CDI devices of ``specs`` whose edits the container shows."""
+    container, with the CDI devices of ``specs`` whose edits the container shows (``nodes_seen``
+    False: its device nodes could not be listed, so a device counts by its env alone, and needs some)."""
     env_map: dict[str, str] = {}
     for line in env.splitlines():
         key, sep, value = line.partition("=")
@@ -313,6 +386,10 @@ def parse_view(env: str, dev: str, mounts: str, specs: Iterable[Mapping[str, Any
             ]
             if not wanted_env and not wanted_nodes:
                 continue
+            if not nodes_seen:
+                wanted_nodes = []
+                if not wanted_env:
+                    continue
             env_ok = all(
                 e.partition("=")[0] in env_map and env_map[e.partition("=")[0]] == e.partition("=")[2]
                 for e in wanted_env

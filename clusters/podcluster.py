@@ -73,6 +73,8 @@ class PodCluster(Cluster, Generic[S]):
         self._env = dict(os.environ if env is None else env)
         self._docker: Path | None = None
         self._in: InCluster | None = None
+        self._tool_env: dict[str, str] = dict(self._env)
+        """The env of ``docker`` commands: :attr:`_env`, with what names the engine in use."""
 
     def _incluster(self) -> InCluster:
         if self._in is None:
@@ -91,11 +93,14 @@ class PodCluster(Cluster, Generic[S]):
         pods = self._in.pods if self._in is not None else self.settings.release.pods
         return pods.info()
 
-    def _install_driver(self, docker: Path, containers: Sequence[str]) -> None:
-        """Load the driver's images into the node ``containers``, install it, wait for slices."""
+    def _install_driver(
+        self, docker: Path, containers: Sequence[str], release: Release | None = None
+    ) -> None:
+        """Load the driver's images into the node ``containers``, install it, wait for slices
+        (``release``: instead of :attr:`settings`' own)."""
         incluster = self._incluster()
-        release = self.settings.release
-        release.load(docker, containers, self._say)
+        release = release or self.settings.release
+        release.load(docker, containers, self._say, self._tool_env)
         release.install(incluster, self._say)
         wait_slices(
             incluster.kubectl,

@@ -13,6 +13,7 @@ run a command in it and read its logs. Both install through an :class:`Installer
 
 from __future__ import annotations
 
+import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -123,8 +124,15 @@ class Release(Protocol):
         cluster is made)."""
         ...
 
-    def load(self, docker: Path, containers: Sequence[str], progress: Progress) -> None:
-        """Put its images into the node ``containers``."""
+    def load(
+        self,
+        docker: Path,
+        containers: Sequence[str],
+        progress: Progress,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Put its images into the node ``containers`` (``env``: of the ``docker`` commands, which
+        name the engine; None: this process's)."""
         ...
 
     def install(self, cluster: Installer, progress: Progress, timeout: float = 300.0) -> None:
@@ -150,6 +158,9 @@ class DriverRelease:
     """Helm release name."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """More chart values (override the above)."""
+    build: bool = True
+    """Build :attr:`image` from :data:`DOCKERFILE` (False: the engine has it already, as the kind
+    backend's air-gapped clusters load it: :mod:`clusters.kind.appimages`)."""
 
     def values(self) -> dict[str, Any]:
         """The chart values of this release."""
@@ -192,9 +203,19 @@ class DriverRelease:
                 "of dra-conformance, or install the driver yourself and use --cluster external"
             )
 
-    def load(self, docker: Path, containers: Sequence[str], progress: Progress) -> None:
-        """Build :attr:`image` and import it into the nodes (:func:`load_image`)."""
-        load_image(docker, self.image, containers, progress)
+    def load(
+        self,
+        docker: Path,
+        containers: Sequence[str],
+        progress: Progress,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Build :attr:`image` (unless not :attr:`build`) and import it into the nodes
+        (:func:`load_image`, :func:`import_image`)."""
+        if self.build:
+            load_image(docker, self.image, containers, progress, env)
+        else:
+            import_image(docker, self.image, containers, progress, env)
 
     def install(self, cluster: Installer, progress: Progress, timeout: float = 300.0) -> None:
         """``helm upgrade --install`` the chart with :meth:`values`."""
@@ -228,24 +249,68 @@ class DriverRelease:
             values_file.unlink(missing_ok=True)
 
 
-def load_image(docker: Path, image: str, containers: Sequence[str], progress: Progress) -> None:
+def load_image(
+    docker: Path,
+    image: str,
+    containers: Sequence[str],
+    progress: Progress,
+    env: Mapping[str, str] | None = None,
+) -> None:
     """Build ``image`` from :data:`DOCKERFILE` and import it into the node ``containers``
     (:func:`import_image`)."""
     progress(f"building image {image} from {DOCKERFILE} ...")
-    tools.run([docker, "build", "-f", DOCKERFILE, "-t", image, DOCKERFILE.parent.parent.parent], timeout=1200)
-    import_image(docker, image, containers, progress)
+    tools.run(
+        [docker, "build", "-f", DOCKERFILE, "-t", image, DOCKERFILE.parent.parent.parent],
+        timeout=1200,
+        env=env,
+    )
+    import_image(docker, image, containers, progress, env)
 
 
-def import_image(docker: Path, image: str, containers: Sequence[str], progress: Progress) -> None:
-    """Import ``image`` from the local Docker engine into the containerd of each node container
+def import_image(
+    docker: Path,
+    image: str,
+    containers: Sequence[str],
+    progress: Progress,
+    env: Mapping[str, str] | None = None,
+) -> None:
+    """Import ``image`` from the Docker engine into the containerd of each node container
     (``docker save | docker exec -i NODE ctr -n k8s.io images import -``: the same on kind, across
-    its versions, and on k3s)."""
+    its versions, and on k3s). ``env``: of the ``docker`` commands (None: this process's)."""
     for node in containers:
         progress(f"importing {image} into node {node} ...")
-        tools.pipe(
-            [docker, "save", image],
-            [docker, "exec", "-i", node, "ctr", "-n", "k8s.io", "images", "import", "-"],
-        )
+        save: list[str | Path] = [docker, "save", image]
+        load: list[str | Path] = [docker, "exec", "-i", node, "ctr", "-n", "k8s.io", "images", "import", "-"]
+        if env is None:
+            tools.pipe(save, load)
+        else:
+            _pipe(save, load, env)
+
+
+def _pipe(producer: Sequence[str | Path], consumer: Sequence[str | Path], env: Mapping[str, str]) -> None:
+    """:func:`clusters.tools.pipe` with ``env`` for both commands (the private engine's
+    ``DOCKER_HOST``), through a file: the producer writes it, then the consumer reads it."""
+    shown = " ".join(str(a) for a in producer)
+    with tempfile.TemporaryDirectory(prefix="drac-image-") as tmp:
+        archive = Path(tmp) / "image.tar"
+        with archive.open("wb") as out:
+            try:
+                done = subprocess.run(
+                    [str(a) for a in producer],
+                    stdout=out,
+                    stderr=subprocess.PIPE,
+                    env=dict(env),
+                    timeout=900,
+                    check=False,
+                )
+            except (OSError, subprocess.TimeoutExpired) as e:
+                raise ToolError(f"{shown} did not run: {e}") from e
+        if done.returncode != 0:
+            raise ToolError(
+                f"{shown} exited {done.returncode}: {done.stderr.decode(errors='replace')[-2000:]}"
+            )
+        with archive.open("rb") as data:
+            tools.run(consumer, timeout=900, env=env, stdin=data.fileno())
 
 
 @dataclass(frozen=True)
@@ -311,10 +376,16 @@ class VendorRelease:
                     "paths are from the profile's folder)"
                 )
 
-    def load(self, docker: Path, containers: Sequence[str], progress: Progress) -> None:
-        """Import :attr:`images` into the node ``containers``."""
+    def load(
+        self,
+        docker: Path,
+        containers: Sequence[str],
+        progress: Progress,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Import :attr:`images` into the node ``containers`` (``env``: of the ``docker`` commands)."""
         for image in self.images:
-            import_image(docker, image, containers, progress)
+            import_image(docker, image, containers, progress, env)
 
     def install(self, cluster: Installer, progress: Progress, timeout: float = 300.0) -> None:
         """Install the chart (after ``helm repo add`` of its repository, when given), or apply the

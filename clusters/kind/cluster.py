@@ -7,7 +7,9 @@ image (:mod:`clusters.kind.nodeimage`) and load it into the engine; create the
 cluster from the generated config, or reuse one of the same name; where the engine has a network
 namespace of its own, reach the API server through a relay (:func:`clusters.engine.forward`: the
 kubeconfig names the relay's port); check it serves DRA; build the
-driver's image from ``driver/deploy/Dockerfile`` and import it into every node (``docker save |
+driver's image from ``driver/deploy/Dockerfile`` (with the node image built here, where nothing
+can be pulled: the driver's and the test pods' images built here instead, and ``helm`` built
+when none is on PATH: :mod:`clusters.kind.appimages`) and import it into every node (``docker save |
 docker exec -i NODE ctr -n k8s.io images import -``, which works across kind versions); install
 the chart with the fake backend; wait until every worker publishes slices. Another driver than
 the reference one (a :class:`~clusters.release.VendorRelease`, from a profile's ``install``
@@ -22,12 +24,13 @@ A node's ``{root}`` is the driver pod's fake machine dir and ``{python}`` the po
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from clusters import apicheck, tools
@@ -35,6 +38,7 @@ from clusters.base import ContainerView, PodRef, pod_key
 from clusters.engine import Engine, Forward, PrivateEngine, find_or_start, forward
 from clusters.errors import ClusterError, ToolError
 from clusters.incluster import CAT_SPECS, InCluster, Tools, give_up, parse_specs
+from clusters.kind.appimages import busybox_archive, driver_archive, ensure_image
 from clusters.kind.config import dra_gates, render
 from clusters.kind.nodeimage import ensure_node_image, node_archive
 from clusters.kind.nodeparts import resolve_parts
@@ -42,9 +46,17 @@ from clusters.kind.settings import KindSettings
 from clusters.local.gobins import GoBinary, cached_build
 from clusters.local.settings import LocalSettings
 from clusters.podcluster import PodCluster
-from clusters.release import Release
+from clusters.release import DriverRelease, Release, import_image
 
-__all__ = ["KIND_BINARY", "KIND_CAPABILITIES", "KindCluster", "find_kind"]
+__all__ = [
+    "HELM_BINARY",
+    "HELM_VERSION",
+    "KIND_BINARY",
+    "KIND_CAPABILITIES",
+    "KindCluster",
+    "build_helm",
+    "find_kind",
+]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +67,10 @@ KIND_CAPABILITIES = frozenset({"view", "restart-driver", "restart-kubelet"})
 
 KIND_BINARY = GoBinary("kind", "sigs.k8s.io/kind", "sigs.k8s.io/kind")
 """kind, built from its Go module when none is on PATH."""
+HELM_VERSION = "v4.3.2"
+"""helm built for clusters of the node image built here, when none is on PATH (85 s on 2 cores)."""
+HELM_BINARY = GoBinary("helm", "helm.sh/helm/v4", "helm.sh/helm/v4/cmd/helm")
+"""helm, from its Go module."""
 
 
 def _say(message: str) -> None:
@@ -62,18 +78,29 @@ def _say(message: str) -> None:
 
 
 def find_tools(
-    engine: Engine, env: Mapping[str, str], release: Release | None, kubectl_built: Path | None = None
+    engine: Engine,
+    env: Mapping[str, str],
+    release: Release | None,
+    kubectl_built: Path | None = None,
+    build_helm: Callable[[], Path] | None = None,
 ) -> Tools:
-    """``kubectl`` (else ``kubectl_built``, the node image's) and (to install ``release``) ``helm``,
-    beside the engine's client, and what ``release`` installs from (:class:`ToolError` or
-    :class:`DriverDeployError` names what is missing)."""
+    """``kubectl`` (else ``kubectl_built``, the node image's) and (to install ``release``) ``helm``
+    (else what ``build_helm`` builds), beside the engine's client, and what ``release`` installs
+    from (:class:`ToolError` or :class:`DriverDeployError` names what is missing)."""
     try:
         kubectl = tools.find("kubectl", env)
     except ToolError:
         if kubectl_built is None or env.get("DRAC_KUBECTL"):
             raise
         kubectl = kubectl_built
-    helm = tools.find("helm", env) if release is not None and release.uses_helm else None
+    helm = None
+    if release is not None and release.uses_helm:
+        try:
+            helm = tools.find("helm", env)
+        except ToolError:
+            if build_helm is None or env.get("DRAC_HELM"):
+                raise
+            helm = build_helm()
     if release is not None:
         release.check()
     return Tools(engine.docker, kubectl, helm)
@@ -101,6 +128,23 @@ def find_kind(settings: KindSettings, env: Mapping[str, str], progress: Progress
             raise ToolError(f"{missing}; building it failed too: {e}") from e
 
 
+def build_helm(env: Mapping[str, str], progress: Progress = _say) -> Path:
+    """``helm`` :data:`HELM_VERSION`, built from its Go module into the cache (once)."""
+    local = LocalSettings.from_env(env)
+    entry = local.binaries.cache_root.parent / "tools" / "helm" / HELM_VERSION
+    try:
+        return cached_build(
+            HELM_BINARY,
+            HELM_VERSION,
+            entry,
+            build=local.binaries.build,
+            progress=progress,
+            instead="install helm 3 or 4, or set DRAC_HELM=PATH",
+        )
+    except ClusterError as e:
+        raise ToolError(f"helm is not on PATH; building it failed too: {e}") from e
+
+
 class KindCluster(PodCluster[KindSettings]):
     """A kind cluster for the suite (see the module docstring)."""
 
@@ -117,7 +161,6 @@ class KindCluster(PodCluster[KindSettings]):
         self._engine: Engine | None = None
         self._private: PrivateEngine | None = None
         self._relay: Forward | None = None
-        self._tool_env: dict[str, str] = dict(self._env)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -138,7 +181,11 @@ class KindCluster(PodCluster[KindSettings]):
         self._tool_env = engine.env(self._env)
         try:
             found = find_tools(
-                engine, self._env, s.release if s.install_driver else None, self._kubectl_built()
+                engine,
+                self._env,
+                s.release if s.install_driver else None,
+                self._kubectl_built(),
+                (lambda: build_helm(self._env, self._say)) if s.build_image else None,
             )
             self._docker = docker = found.docker
             self._kind = kind = find_kind(s, self._env, self._say)
@@ -160,8 +207,10 @@ class KindCluster(PodCluster[KindSettings]):
             self._reach_api(engine)
             version = apicheck.check(self.kubeconfig)
             self._say(f"kind cluster {s.name}: Kubernetes {version}, workers {', '.join(self.nodes())}")
+            if s.build_image:  # nothing can be pulled: the images the suite needs, built here
+                self._import_built_images(engine, self._all_nodes())
             if s.install_driver:
-                self._install_driver(docker, self._all_nodes())
+                self._install_driver(docker, self._all_nodes(), self._release_to_install())
         except BaseException:
             self._after_failure()
             raise
@@ -187,6 +236,27 @@ class KindCluster(PodCluster[KindSettings]):
             return s.node_image
         local = LocalSettings.from_env(self._env).with_version(s.k8s_version)
         return ensure_node_image(engine, node_archive(local, s.kind_version, self._say), self._say)
+
+    def _import_built_images(self, engine: Engine, nodes: Sequence[str]) -> None:
+        """With the node image built here: the test pods' image, built here
+        (:mod:`clusters.kind.appimages`), loaded into the engine and imported into ``nodes``; and
+        (when the reference driver is installed) the driver's, built here and loaded into the
+        engine (its release imports it: :meth:`_release_to_install`)."""
+        s = self.settings
+        cache = LocalSettings.from_env(self._env).binaries.cache_root.parent / "kind-node"
+        pods = ensure_image(engine, busybox_archive(cache, s.pod_image, progress=self._say), self._say)
+        import_image(engine.docker, pods, nodes, self._say, self._tool_env)
+        release = s.release
+        if s.install_driver and isinstance(release, DriverRelease):
+            ensure_image(engine, driver_archive(cache, release.image, self._say), self._say)
+
+    def _release_to_install(self) -> Release:
+        """The release to install: the reference driver's told not to build its image where
+        :meth:`_import_built_images` loaded one into the engine."""
+        release = self.settings.release
+        if self.settings.build_image and isinstance(release, DriverRelease):
+            return dataclasses.replace(release, build=False)
+        return release
 
     def _reach_api(self, engine: Engine) -> None:
         """Where the engine's network is apart, relay the API server's published port to this
@@ -329,6 +399,17 @@ class KindCluster(PodCluster[KindSettings]):
             self._docker_exec(node, "systemctl", "restart", "kubelet")
         self._incluster().kubectl(
             "wait", "--for=condition=Ready", f"node/{node}", "--timeout=120s", timeout=150
+        )
+
+    def restart_driver(self, node: str, *, crash: bool = False) -> None:
+        """Delete the driver pod of ``node`` (its DaemonSet makes a new one); ``crash``: kill its
+        container instead (``crictl stop --timeout 0`` in the node: SIGKILL, as the local tier's
+        crash), so the kubelet starts it again in the same pod."""
+        if not crash:
+            super().restart_driver(node)
+            return
+        self._incluster().crash_driver(
+            node, lambda container: self._docker_exec(node, "crictl", "stop", "--timeout", "0", container)
         )
 
     def stop_kubelet(self, node: str) -> None:

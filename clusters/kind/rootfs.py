@@ -78,6 +78,7 @@ def build_rootfs(
     packages: Sequence[str] = PACKAGES,
     mirror: str = "",
     progress: Progress = _say,
+    what: str = "the node image's",
 ) -> Path:
     """The ``rootfs.tar`` of ``suite`` with ``packages``: from the cache under ``cache_root``
     (``.../kind-node/rootfs``), or made now (about a minute; needs root and ``mmdebstrap``).
@@ -90,13 +91,9 @@ def build_rootfs(
     if target.is_file() and (entry / STAMP).is_file():
         return target
     if shutil.which("mmdebstrap") is None:
-        raise ToolError(
-            "mmdebstrap is not on PATH to make the node image's Debian base: apt-get install mmdebstrap"
-        )
+        raise ToolError(f"mmdebstrap is not on PATH to make {what} Debian base: apt-get install mmdebstrap")
     if os.geteuid() != 0:
-        raise ToolError(
-            f"making the node image's Debian base needs root (this process runs as uid {os.geteuid()})"
-        )
+        raise ToolError(f"making {what} Debian base needs root (this process runs as uid {os.geteuid()})")
     cache_root.mkdir(parents=True, exist_ok=True)
     with cache_lock(cache_root / f".{digest}.lock", f"waiting for another process making {entry}", progress):
         if target.is_file() and (entry / STAMP).is_file():
@@ -117,9 +114,7 @@ def build_rootfs(
             ]
             if mirror:
                 argv.append(mirror)
-            progress(
-                f"making the node image's Debian {suite} base with mmdebstrap ({len(packages)} packages)"
-            )
+            progress(f"making {what} Debian {suite} base with mmdebstrap ({len(packages)} packages)")
             started = time.monotonic()
             log_file = tmp / "mmdebstrap.log"
             with log_file.open("wb") as out:

@@ -8,6 +8,7 @@ env var                        what
 ``DRAC_KIND_NODE_IMAGE``       node image (default: :data:`NODE_IMAGES` for the version); ``build``:
                                the air-gapped image built here (:mod:`clusters.kind.nodeimage`)
 ``DRAC_KIND_KEEP``             ``1``: leave the cluster after the run
+``DRAC_KIND_POD_IMAGE``        the test pods' image built here with ``build`` (default ``busybox:1.36``)
 ``DRAC_KIND``                  the ``kind`` binary (else PATH, else a Go build)
 ``DRAC_K8S_VERSION``           Kubernetes version of the nodes (as the local tier)
 =============================  ===========================================================
@@ -81,6 +82,9 @@ class KindSettings(PodClusterSettings):
     """Leave the cluster after the run (a run always reuses a cluster of the same name)."""
     work_dir: Path = field(default_factory=lambda: xdg_state_dir("kind", {}))
     """Where the kubeconfig, the cluster config and logs go."""
+    pod_image: str = "busybox:1.36"
+    """The test pods' image, built here and imported into the nodes with a node image built here
+    (:data:`BUILD`): the suite's default (``DRAC_KIND_POD_IMAGE``: another name for it)."""
     engine: EngineSettings = field(default_factory=EngineSettings)
     """Which Docker engine runs the nodes (the user's, else a private one: :mod:`clusters.engine`)."""
 
@@ -109,6 +113,8 @@ class KindSettings(PodClusterSettings):
             changes["kind_version"] = env["DRAC_KIND_VERSION"]
         if env.get("DRAC_KIND_NODE_IMAGE"):
             changes["image"] = env["DRAC_KIND_NODE_IMAGE"]
+        if env.get("DRAC_KIND_POD_IMAGE"):
+            changes["pod_image"] = env["DRAC_KIND_POD_IMAGE"]
         changes["keep"] = env.get("DRAC_KIND_KEEP", "").lower() in _TRUE
         changes["engine"] = EngineSettings.from_env(env)
         return dataclasses.replace(cls(), **changes)

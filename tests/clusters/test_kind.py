@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -306,12 +306,31 @@ def test_restart_driver_deletes_the_pod_and_waits_for_the_next(tmp_path: Path, a
         ]
     }
     fake.first("kubectl", "get", "pods", "spec.nodeName=drac-worker", stdout=json.dumps(both))
-    cluster.restart_driver("drac-worker", crash=True)
+    cluster.restart_driver("drac-worker")
     kubectl = fake.argvs("kubectl")
     delete = next(a for a in kubectl if "delete" in a)
     pod = ["delete", "pod", "-n", "dra-gpu-driver", "dra-gpu-driver-q7"]
-    assert delete[delete.index("delete") :] == [*pod, "--wait=false", "--grace-period=0", "--force"]
+    assert delete[delete.index("delete") :] == [*pod, "--wait=false"]
     assert any("pod/dra-gpu-driver-z9" in a for a in kubectl if "wait" in a)
+
+
+def test_a_driver_crash_kills_its_container_in_the_node(
+    tmp_path: Path, api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash is SIGKILL, as on the local tier (``crictl stop --timeout 0``), not a pod deletion:
+    the driver must not hear SIGTERM and clean up (RES-SLICES-SURVIVE-QUICK-RESTART)."""
+    cluster, fake = _running(tmp_path, api)
+    seen: list[str] = []
+
+    def crash(self: object, node: str, kill: Callable[[str], object], **_: object) -> None:
+        seen.append(node)
+        kill("abc123")
+
+    monkeypatch.setattr("clusters.incluster.InCluster.crash_driver", crash)
+    cluster.restart_driver("drac-worker", crash=True)
+    assert seen == ["drac-worker"]
+    assert ["exec", "drac-worker", "crictl", "stop", "--timeout", "0", "abc123"] in fake.argvs("docker")
+    assert not [a for a in fake.argvs("kubectl") if "delete" in a]
 
 
 def test_container_view_reads_the_container_and_the_node_specs(tmp_path: Path, api: str) -> None:

@@ -74,3 +74,25 @@ def test_live_kind_cluster_of_the_node_image_built_here(state: Path) -> None:
         cluster.restart_kubelet(workers[0])
         assert cluster.node_cdi_specs(workers[0]) == []
     assert not (state / "engine" / "docker.sock").exists()  # the private engine stopped with the cluster
+
+
+@pytest.mark.slow
+def test_live_kind_cluster_runs_the_reference_driver_from_its_chart(state: Path) -> None:
+    """The driver's image and the pods' busybox built here (no registry, no ``docker build``), the
+    chart installed by a helm built from its module when none is on PATH; every worker publishes
+    slices, the driver pods become Ready (the chart's probe finds this pod's socket), and a driver
+    pod deleted comes back Ready."""
+    env = {k: v for k, v in os.environ.items() if k != "DRAC_KUBECTL"}
+    settings = KindSettings.from_env(env).with_options(
+        name="drac-live",
+        work_dir=state / "kind",
+        image=BUILD,
+        engine=EngineSettings(mode="private", state_dir=state / "engine"),
+    )
+    cluster = KindCluster(settings, env=env)
+    with cluster.start():
+        workers = cluster.nodes()
+        cluster.restart_driver(workers[0])  # waits for the new pod to be Ready
+        argv = cluster.on_node(workers[1], ["python", "-m", "fakegpu", "--help"])
+        assert subprocess.run(argv, capture_output=True, timeout=120, check=False).returncode == 0
+    assert not (state / "engine" / "docker.sock").exists()

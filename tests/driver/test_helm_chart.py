@@ -10,7 +10,9 @@ ones its README uses) get the same check.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -167,10 +169,12 @@ def test_daemonset_mounts_only_the_registry_its_own_plugin_dir_and_the_cdi_dir()
         "/var/run/cdi",
         "/var/lib/dra-gpu-driver/fakegpu",
     }
+    # this pod's registration socket: the driver names it by the pod's UID (DRA_GPU_POD_UID)
     assert driver["readinessProbe"]["exec"]["command"] == [
-        "test",
-        "-S",
-        f"/var/lib/kubelet/plugins_registry/{DRIVER}-reg.sock",
+        "sh",
+        "-c",
+        f'test -S "/var/lib/kubelet/plugins_registry/{DRIVER}-'
+        '$(printf %s "$DRA_GPU_POD_UID" | tr -d - | cut -c1-12)-reg.sock"',
     ]
 
 
@@ -242,7 +246,14 @@ def test_driver_reads_the_daemonset_as_meant(values: dict[str, Any] | None) -> N
         used.append(settings.backend.fake_state_dir)
     for path in used:
         assert any(path == m or m in path.parents for m in mounted), f"{path} is not on a host path"
-    assert driver["readinessProbe"]["exec"]["command"][-1] == str(settings.registration_socket)
+    probe = driver["readinessProbe"]["exec"]["command"]
+    uid = "e5c9b447-4440-4f2b-9c1e-0123456789ab"
+    shown = subprocess.run(
+        ["sh", "-c", probe[-1].replace("test -S", "echo", 1)],
+        env={"DRA_GPU_POD_UID": uid, "PATH": os.defpath},
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert shown == str(dataclasses.replace(settings, pod_uid=uid).registration_socket)
 
 
 def test_fake_backend_settings_reach_the_driver() -> None:
