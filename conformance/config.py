@@ -196,7 +196,8 @@ class SuiteConfig:
         """What ``kind`` and ``k3s`` install. The reference driver: its chart, with its fake machine,
         device kinds, GPU sharing, GPUs attached on demand and device metadata read from the
         profile's local command (``--fake-profile``, ``--device-kinds``, ``--gpu-sharing``,
-        ``--consumable-gpus``, ``--attach-on-demand``, ``--device-metadata``). Another driver: the
+        ``--consumable-gpus``, ``--attach-on-demand``, ``--device-metadata``,
+        ``--compatibility-groups``). Another driver: the
         profile's ``install`` section; :class:`UsageError` when it has none."""
         if not self.runs_reference:
             return self._vendor_release()
@@ -213,6 +214,8 @@ class SuiteConfig:
             sharing["attachOnDemand"] = flag("--attach-on-demand", "")
         if "--device-metadata" in words:
             sharing["deviceMetadata"] = True
+        if "--compatibility-groups" in words:
+            sharing["compatibilityGroups"] = True
         return DriverRelease(
             driver=self.profile.driver,
             fake_profile=flag("--fake-profile", "dgx-h100"),

@@ -177,6 +177,7 @@ def test_kind_and_k3s_install_the_reference_chart_for_the_reference_driver() -> 
     assert mig.values()["gpuSharing"] == "exclusive" and "consumableGpus" not in mig.values()
     assert gpu.values()["attachOnDemand"] == "2" and "attachOnDemand" not in mig.values()
     assert gpu.values()["deviceMetadata"] is True and "deviceMetadata" not in mig.values()
+    assert gpu.values()["compatibilityGroups"] is True and "compatibilityGroups" not in mig.values()
     with pytest.raises(UsageError, match=r"example-gpu.*has no 'install' section.*--cluster external"):
         SuiteConfig.build("example-gpu", cluster="kind")
 
