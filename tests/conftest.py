@@ -20,13 +20,12 @@ from tests import kube
 kube.preload()
 
 LONG_FIRST = (
-    "tests/conformance/test_nvidia_driver.py::",
     "tests/conformance/test_example_driver.py::",
     "tests/conformance/test_selftest.py::test_clean_run_passes",
     "tests/conformance/test_selftest.py::",
 )
 """Where the longest tests are, longest first: each runs the conformance suite in a child pytest,
-for one to six minutes on CI's 2 cores (NVIDIA's driver 380 s: started last, it was CI's tail)."""
+for one to four minutes on CI's 2 cores."""
 
 
 CLUSTER_FIXTURES = frozenset(
