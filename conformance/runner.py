@@ -44,6 +44,7 @@ from clusters.local import daemon, gobins, kept
 from clusters.local.cluster import LOCAL_CAPABILITIES
 from clusters.local.settings import LocalSettings, normalize_version
 from conformance import report
+from conformance._files import write_atomic
 from conformance.catalogue import AREAS, RULES, Rule, by_id
 from conformance.config import CLUSTER_KINDS, IN_CLUSTER, SuiteConfig
 from conformance.errors import ConformanceError, UsageError
@@ -376,8 +377,8 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
         result = _report(config)
         return result
     except KeyboardInterrupt:
-        with contextlib.suppress(ConformanceError, OSError, ValueError):
-            result = _report(config)  # what ran, and that the run was cut short
+        with contextlib.suppress(ConformanceError, OSError, ValueError, report.ReportError):
+            result = _cut_short(config.run_dir)
         say(f"the run was cut short; the report of what ran: {run_dir / 'index.html'}")
         raise
     finally:
@@ -425,6 +426,19 @@ def _details(result: report.RuleResult) -> list[str]:
         if body:
             return body[:DETAIL_LINES]
     return []
+
+
+def _cut_short(run_dir: Path) -> report.Report:
+    """The report of what ran before a Ctrl-C, saying the run was cut short. pytest's plugin says so
+    when the Ctrl-C reached its session; one that came before (pytest still starting, its
+    preflight's report the last one written) or that outlived its grace is marked here."""
+    path = run_dir / "run.json"
+    run = report.RunInfo.from_dict(json.loads(path.read_text()))
+    if not run.stopped:
+        run = dataclasses.replace(run, stopped=report.INTERRUPTED, finished=run.finished or time.time())
+        write_atomic(path, run.to_json())
+        report.write(report.build(run_dir), run_dir)
+    return report.load(run_dir / "conformance.json")
 
 
 def _report(config: SuiteConfig) -> report.Report:

@@ -286,7 +286,7 @@ class ConformanceRun:
 
     def pytest_keyboard_interrupt(self) -> None:
         if not self._stopped:
-            self._stopped = "interrupted (Ctrl-C): the rules without a verdict did not run, or not to the end"
+            self._stopped = report.INTERRUPTED
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if not self.controller:

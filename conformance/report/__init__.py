@@ -27,6 +27,7 @@ from conformance.report.manifest import (
 from conformance.report.model import SCHEMA_VERSION, Report, ReportError, build
 from conformance.report.provenance import suite_commit, suite_version
 from conformance.report.results import (
+    INTERRUPTED,
     RULE_OUTCOMES,
     TEST_OUTCOMES,
     RuleOutcome,
@@ -42,6 +43,7 @@ from conformance.report.verdict import STATES, Unchecked, Verdict, VerdictState,
 from conformance.report.writing import write
 
 __all__ = [
+    "INTERRUPTED",
     "MANIFEST",
     "RULE_OUTCOMES",
     "SCHEMA_VERSION",

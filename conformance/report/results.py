@@ -103,6 +103,10 @@ class TestRecord:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+INTERRUPTED = "interrupted (Ctrl-C): the rules without a verdict did not run, or not to the end"
+"""``RunInfo.stopped`` of a run a Ctrl-C (or SIGTERM) cut short."""
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """What a run was: written once per run as ``<run dir>/run.json`` by the plugin."""
@@ -130,7 +134,7 @@ class RunInfo:
     known_failures: dict[str, str] = field(default_factory=dict)
     """The profile's known failures, rule id -> reason."""
     stopped: str = ""
-    """Why the run stopped early (a preflight failure), else empty."""
+    """Why the run stopped early (a preflight failure, :data:`INTERRUPTED`), else empty."""
     suite_version: str = ""
     """The version of the dra-conformance that ran (empty in runs older than this field)."""
     suite_commit: str = ""

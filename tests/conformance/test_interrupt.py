@@ -15,8 +15,6 @@ import pytest
 
 from clusters.local.binaries import Binaries
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
-
 
 def _daemons_watching(pid: int) -> list[str]:
     found = []
@@ -32,6 +30,8 @@ def _daemons_watching(pid: int) -> list[str]:
     return found
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ctrl_c_while_rules_wait_cleans_up_and_the_report_says_cut_short(
     local_binaries: Binaries, tmp_path: Path
@@ -66,3 +66,21 @@ def test_ctrl_c_while_rules_wait_cleans_up_and_the_report_says_cut_short(
     assert data["stopped"].startswith("interrupted (Ctrl-C)"), data["stopped"]
     assert data["verdict"]["state"] == "INCOMPLETE"
     assert (reports / "latest" / "manifest.sha256").exists()
+
+
+@pytest.mark.parametrize("plugin_said", [False, True], ids=["before-pytest-said", "pytest-said"])
+def test_a_run_cut_short_says_so_even_when_pytest_did_not(tmp_path: Path, plugin_said: bool) -> None:
+    """A Ctrl-C while pytest is still starting leaves the preflight's report, which says nothing of
+    it: the runner's own mark makes it say the run was cut short, and keeps pytest's words."""
+    from conformance import report, runner
+    from tests.conformance.reportkit import record, write_run
+
+    stopped = "pytest's own words" if plugin_said else ""
+    run_dir = write_run(tmp_path / "run", [record("PRE-API", "passed")], stopped=stopped, finished=0.0)
+    report.write(report.build(run_dir), run_dir)
+
+    cut = runner._cut_short(run_dir)
+
+    assert cut.run.stopped == (stopped or report.INTERRUPTED)
+    assert json.loads((run_dir / "conformance.json").read_text())["stopped"] == cut.run.stopped
+    assert (cut.run.finished > 0) is not plugin_said
