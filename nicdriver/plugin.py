@@ -225,6 +225,14 @@ class _Registration(registration_pb2_grpc.RegistrationServicer):
     def NotifyRegistrationStatus(self, request: Any, context: Any) -> Any:
         if not request.plugin_registered:
             log.error("the kubelet refused the registration", extra={"error": request.error})
+        else:
+            # a kubelet that (re)starts deletes every slice of its node before it registers the
+            # plugins again (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go, wipeResourceSlices):
+            # publish the slice once more
+            try:
+                self._nic.publish()
+            except (OSError, RestError) as e:
+                log.error("publishing the slice after registration failed", extra={"error": str(e)})
         return registration_pb2.RegistrationStatusResponse()
 
 

@@ -129,3 +129,44 @@ def test_prepare_refuses_what_is_not_its_own_naming_why(
         driver.prepare("ns", "c", "u2")
     with pytest.raises(ValueError, match="not found"):
         driver.prepare("ns", "c", "another-uid")
+
+
+class _Published(_Objects):
+    """Records the slices the driver writes."""
+
+    def __init__(self) -> None:
+        super().__init__({f"/api/v1/nodes/{NODE}": {"metadata": {"uid": "uid-1"}}})
+        self.sent: list[tuple[str, str]] = []
+
+    def send(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        self.sent.append((method, path))
+        return {}
+
+
+@pytest.mark.parametrize("registered", [True, False])
+def test_a_registration_publishes_the_slice_again(registered: bool) -> None:
+    """A kubelet that restarts wipes its node's slices, then registers the plugins again: the
+    driver publishes once more on each registration it is told of (and not on a refusal)."""
+    rest = _Published()
+    short = tempfile.TemporaryDirectory(prefix="nic-", dir="/tmp")  # socket paths: at most 107 bytes
+    tmp_path = Path(short.name)
+    driver = NicDriver(
+        rest,  # type: ignore[arg-type]
+        driver=DRIVER,
+        node=NODE,
+        registry_dir=tmp_path / "reg",
+        plugin_dir=tmp_path / "plugin",
+        cdi_dir=tmp_path / "cdi",
+        nics=2,
+        numa_nodes=2,
+    )
+    driver.start()
+    try:
+        with grpc.insecure_channel(f"unix://{driver.registration_socket}") as channel:
+            registration_pb2_grpc.RegistrationStub(channel).NotifyRegistrationStatus(
+                registration_pb2.RegistrationStatus(plugin_registered=registered), timeout=5
+            )
+    finally:
+        driver.stop()
+        short.cleanup()
+    assert rest.sent == ([("POST", "/apis/resource.k8s.io/v1/resourceslices")] if registered else [])
