@@ -453,8 +453,11 @@ def test_deallocate_after_last_pod(dra: Harness) -> None:
 def test_reuse(dra: Harness) -> None:
     """create, delete and recreate a pod five times: each time it runs with a device"""
     claim = dra.claim()
-    pod = dra.name("reused")
     for attempt in range(1, 6):
+        # a new pod name each time: Kubernetes' claim controller drops a reservation whose pod
+        # name its (lagging) informer still holds with another UID, and deallocates the claim
+        # under the running pod (pkg/controller/resourceclaim/controller.go, "pod got replaced")
+        pod = dra.name("reused")
         dra.pod(pod, claims={"gpu": _name(claim)})
         dra.wait_running(pod)
         devices = _devices_of(dra, _current(dra, claim))
