@@ -68,7 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     nic.start()
     log.info("serving", extra={"driver": ns.driver_name, "node": ns.node_name, "socket": str(nic.dra_socket)})
-    stop.wait()
+    # in slices: a signal that lands on another thread wakes no untimed wait of this one, and
+    # Python runs its handler only here
+    while not stop.wait(0.5):
+        pass
     nic.stop()
     return 0
 

@@ -94,7 +94,10 @@ class Agent:
 
     def wait(self) -> None:
         """Block until ``stop()``."""
-        self._stop.wait()
+        # in slices: a signal that lands on another thread wakes no untimed wait of the main one,
+        # where Python runs its handler (request_stop)
+        while not self._stop.wait(0.5):
+            pass
 
     def _spawn(self, target: object, name: str) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]

@@ -26,6 +26,7 @@ from draproto import dra_v1_pb2, dra_v1_pb2_grpc
 from tests import kube, manifests
 from tests.driver.test_helm_chart import only, render
 from tests.polling import until
+from tests.procs import signal_a_side_thread
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -163,7 +164,8 @@ def test_driver_publishes_prepares_from_the_api_and_cleans_up(control_plane: Con
         subprocess.run([*fake, "heal", "2"], env=env, check=True, capture_output=True, timeout=60)
         until(lambda: "taints" not in _device(api, "gpu-2"), 30, "gpu-2 without taints")
 
-        proc.send_signal(signal.SIGTERM)
+        # to a side thread (gRPC's, the publisher's): the kernel may pick any; the main one must wake
+        signal_a_side_thread(proc.pid, signal.SIGTERM)
         _, stderr = proc.communicate(timeout=30)
         assert proc.returncode == 0, stderr.decode()[-3000:]
         assert _slices(api) == []
