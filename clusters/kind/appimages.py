@@ -48,7 +48,7 @@ from clusters.kind.ociarchive import (
     write_layer,
 )
 from clusters.kind.rootfs import build_rootfs, rootfs_digest
-from clusters.local.binaries import STAMP, cache_lock, fill_entry
+from clusters.local.binaries import STAMP, cache_lock, fill_entry, prune_others
 
 __all__ = [
     "DRIVER_PACKAGES",
@@ -158,19 +158,9 @@ def _cached(
             nonlocal image_id
             image_id = build(tmp)
 
-        seconds = fill_entry(entry, entry.name, fill, stamp)
-        data = json.loads((entry / STAMP).read_text())
-        data["image_id"] = image_id
-        (entry / STAMP).write_text(json.dumps(data, indent=2) + "\n")
+        seconds = fill_entry(entry, entry.name, fill, lambda: {**stamp, "image_id": image_id})
         progress(f"image {ref} built in {seconds:.0f} s ({(target.stat().st_size) >> 20} MiB, {entry})")
-        for other in entry.parent.iterdir():  # older inputs: nothing asks for them again
-            if (
-                other.is_dir()
-                and other != entry
-                and not other.name.startswith(".")
-                and (other / STAMP).is_file()
-            ):
-                shutil.rmtree(other, ignore_errors=True)
+        prune_others(entry)
     return NodeArchive(target, ref, image_id)
 
 
@@ -248,14 +238,7 @@ def _deps_layer(cache: Path, deps: Sequence[str], progress: Progress) -> Path:
             shutil.rmtree(site)
 
         fill_entry(entry, entry.name, fill, {"python": PYTHON, "dependencies": sorted(deps)})
-        for other in entry.parent.iterdir():
-            if (
-                other.is_dir()
-                and other != entry
-                and not other.name.startswith(".")
-                and (other / STAMP).is_file()
-            ):
-                shutil.rmtree(other, ignore_errors=True)
+        prune_others(entry)
     return layer
 
 

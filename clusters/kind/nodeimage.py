@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import tarfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -48,7 +47,7 @@ from clusters.kind.nodeparts import (
 )
 from clusters.kind.ociarchive import Entry, ImageConfig, write_archive, write_layer
 from clusters.kind.rootfs import build_rootfs, rootfs_digest
-from clusters.local.binaries import STAMP, cache_lock, fill_entry
+from clusters.local.binaries import STAMP, cache_lock, fill_entry, prune_others
 from clusters.local.settings import LocalSettings
 
 __all__ = [
@@ -367,23 +366,12 @@ def build_node_archive(
             progress(f"  node image archive {(tmp / ARCHIVE).stat().st_size >> 20} MiB")
 
         stamp = {"ref": ref, "k8s_version": parts.version, "kind_version": kind_version, "source": "build"}
-        # fill_entry writes the stamp after build(): the image ID goes in through a closure
-        seconds = fill_entry(entry, digest[:16], build, stamp)
-        full = json.loads((entry / STAMP).read_text())
-        full["image_id"] = image_id
-        (entry / STAMP).write_text(json.dumps(full, indent=2) + "\n")
+        # the stamp is read after build(), which notes the image ID
+        seconds = fill_entry(entry, digest[:16], build, lambda: {**stamp, "image_id": image_id})
         progress(f"kind node image {ref} built in {seconds:.0f} s ({entry})")
-        _prune(root, keep=entry, progress=progress)
+        for older in prune_others(entry):  # 1.2 GiB each
+            progress(f"  removed the older node image {older}")
     return NodeArchive(target, ref, image_id)
-
-
-def _prune(root: Path, *, keep: Path, progress: Progress) -> None:
-    """Remove the other node images of a version (1.2 GiB each): their inputs changed, so nothing
-    asks for them again. The caller holds a lock of ``root``; another build's temp dir is left."""
-    for other in root.iterdir():
-        if other.is_dir() and other != keep and not other.name.startswith(".") and (other / STAMP).is_file():
-            shutil.rmtree(other, ignore_errors=True)
-            progress(f"  removed the older node image {other}")
 
 
 def ensure_node_image(engine: Engine, archive: NodeArchive, progress: Progress = _say) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from clusters.errors import ToolError
-from clusters.local.binaries import STAMP, cache_lock, fill_entry
+from clusters.local.binaries import STAMP, cache_lock, fill_entry, prune_others
 
 __all__ = ["PACKAGES", "SUITE", "build_rootfs", "rootfs_digest"]
 
@@ -128,12 +128,5 @@ def build_rootfs(
 
         stamp = {"suite": suite, "variant": "minbase", "packages": sorted(packages), "source": "mmdebstrap"}
         fill_entry(entry, digest, make, stamp)
-        for other in cache_root.iterdir():  # bases of older package lists: nothing asks for them again
-            if (
-                other.is_dir()
-                and other != entry
-                and not other.name.startswith(".")
-                and (other / STAMP).is_file()
-            ):
-                shutil.rmtree(other, ignore_errors=True)
+        prune_others(entry)  # bases of older package lists
     return target

@@ -52,6 +52,7 @@ __all__ = [
     "cache_lock",
     "download_release",
     "fill_entry",
+    "prune_others",
     "read_stamp",
     "resolve",
     "resolve_kubelet",
@@ -207,17 +208,24 @@ def _download_or_build(
     raise BinariesError(f"{nothing}:\n  {detail}\n{advice}")
 
 
-def fill_entry(entry: Path, version: str, fetch: Callable[[Path], object], stamp: Mapping[str, Any]) -> float:
+def fill_entry(
+    entry: Path,
+    version: str,
+    fetch: Callable[[Path], object],
+    stamp: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
+) -> float:
     """Fill the cache entry ``entry`` of ``version`` at once: ``fetch`` into a temp dir beside it,
-    write its ``stamp.json`` (``stamp``, the seconds ``fetch`` took, the time), rename it into place;
-    the seconds. A failed ``fetch`` leaves nothing behind, so the cache never holds a partial entry.
-    The caller holds the entry's lock (:func:`cache_lock`)."""
+    write its ``stamp.json`` (``stamp``, or what it returns once ``fetch`` is done; the seconds
+    ``fetch`` took, the time), rename it into place; the seconds. A failed ``fetch`` leaves nothing
+    behind, so the cache never holds a partial entry. The caller holds the entry's lock
+    (:func:`cache_lock`)."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{version}.tmp-", dir=entry.parent))
     try:
         start = time.monotonic()
         fetch(tmp)
         seconds = time.monotonic() - start
-        full = {**stamp, "seconds": round(seconds, 1), "created": time.time()}
+        noted = stamp() if callable(stamp) else stamp
+        full = {**noted, "seconds": round(seconds, 1), "created": time.time()}
         (tmp / STAMP).write_text(json.dumps(full, indent=2) + "\n")
         if entry.exists():  # an incomplete leftover (no stamp): we hold the lock
             shutil.rmtree(entry)
@@ -225,6 +233,18 @@ def fill_entry(entry: Path, version: str, fetch: Callable[[Path], object], stamp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return seconds
+
+
+def prune_others(keep: Path) -> list[Path]:
+    """Remove the cache entries beside ``keep`` (stamped directories; not another fill's hidden
+    temp dir or lock): their inputs changed, so nothing asks for them again; those removed. The
+    caller holds the lock of ``keep``'s directory."""
+    removed = []
+    for other in sorted(keep.parent.iterdir()):
+        if other.is_dir() and other != keep and not other.name.startswith(".") and (other / STAMP).is_file():
+            shutil.rmtree(other, ignore_errors=True)
+            removed.append(other)
+    return removed
 
 
 def _filler(settings: BinariesSettings, progress: Progress, *, kubelet: bool = False) -> Fill:

@@ -333,3 +333,23 @@ def test_kubelet_from_a_bin_dir_or_the_other_ways(tmp_path: Path) -> None:
     (bin_dir / "kubelet").write_bytes(_script("kubelet"))
     (bin_dir / "kubelet").chmod(0o755)
     assert binaries.resolve_kubelet(settings) == bin_dir / "kubelet"
+
+
+def test_a_cache_entry_is_stamped_after_its_fill_and_replaces_the_older_ones(tmp_path: Path) -> None:
+    STAMP, fill_entry, prune_others = binaries.STAMP, binaries.fill_entry, binaries.prune_others
+    older, other_fill = tmp_path / "old", tmp_path / ".new.tmp-x"
+    older.mkdir()
+    (older / STAMP).write_text("{}")
+    other_fill.mkdir()  # another process's fill in progress: not ours to remove
+    noted = {}
+
+    def fetch(tmp: Path) -> None:
+        (tmp / "thing").write_text("x")
+        noted["id"] = "sha256:1"  # known only once the fill ran
+
+    entry = tmp_path / "new"
+    fill_entry(entry, "new", fetch, lambda: {"image_id": noted["id"]})
+
+    assert json.loads((entry / STAMP).read_text())["image_id"] == "sha256:1"
+    assert prune_others(entry) == [older]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".new.tmp-x", "new"]
