@@ -3,16 +3,20 @@
 It marks the test with ``dra_rule`` (the id) and its area's marker (``registration``, ...), and
 refuses an id the catalogue does not have when the suite is imported. A test's docstring is the
 rule's sentence; :func:`check_docstring` (run by the plugin at collection) holds them to that.
+
+pytest is imported by the functions that use it, not with this module: the catalogue is data, and
+``import conformance.catalogue`` (a profile's validation, ``dra-conformance rules``) needs no pytest.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
-
-import pytest
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from conformance.catalogue.rules import AREAS, Rule, by_id
+
+if TYPE_CHECKING:
+    import pytest
 
 __all__ = [
     "EXCLUSIVE_CLUSTER_MARK",
@@ -41,7 +45,9 @@ READS_EVERY_NODE_MARK = "dra_reads_every_node"
 
 def rule(rule_id: str) -> Callable[[F], F]:
     """Mark a test as the check of ``rule_id`` (and of its area)."""
-    found = by_id(rule_id)  # KeyError at import for an unknown id
+    import pytest
+
+    found = by_id(rule_id)  # UnknownRule (a KeyError) at import for an unknown id
     area = AREAS[found.area]
 
     def mark(test: F) -> F:
@@ -53,11 +59,15 @@ def rule(rule_id: str) -> Callable[[F], F]:
 
 def exclusive(test: F) -> F:
     """Mark a test that needs its node to itself (every device, restarts, faults)."""
+    import pytest
+
     return getattr(pytest.mark, EXCLUSIVE_MARK)(test)  # type: ignore[no-any-return]
 
 
 def exclusive_cluster(test: F) -> F:
     """Mark a test that needs the whole cluster to itself (an API server restart affects every test)."""
+    import pytest
+
     return getattr(pytest.mark, EXCLUSIVE_CLUSTER_MARK)(test)  # type: ignore[no-any-return]
 
 
@@ -67,6 +77,8 @@ def reads_every_node(test: F) -> F:
     driver or kubelet, deletes its slices, injects faults) runs meanwhile, and its verdict does not
     depend on what runs beside it. With :func:`exclusive` it holds its own node alone and the others
     shared."""
+    import pytest
+
     return getattr(pytest.mark, READS_EVERY_NODE_MARK)(test)  # type: ignore[no-any-return]
 
 
@@ -78,6 +90,8 @@ def rule_of(item: pytest.Item) -> Rule | None:
 
 def check_docstring(item: pytest.Item, rule: Rule) -> None:
     """Refuse a suite test whose docstring is not its rule's sentence (whitespace aside)."""
+    import pytest
+
     function = getattr(item, "function", None)
     doc = " ".join(((function.__doc__ if function else "") or "").split())
     if doc != rule.sentence:

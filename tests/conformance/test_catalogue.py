@@ -9,8 +9,15 @@ from pathlib import Path
 import pytest
 
 from conformance.catalogue import AREAS, RULES, area_of_marker, by_id, closest, matching, select
+from conformance.errors import UnknownRule, UsageError
 from conformance.report import MANIFEST, verify_manifest
 from tests.conformance.suitekit import SUITE_INI
+
+ROOT = Path(__file__).resolve().parents[2]
+PROSE = ("README.md", "conformance/README.md", "docs/*.md", "conformance/catalogue/rules.py")
+"""Where prose states how many rules (or areas) the catalogue has."""
+COUNTS = re.compile(r"\b(\d+)\s+(?:(MUST|SHOULD)\s+)?(rules\b|in\s+\d+\s+areas\b|areas\b)")
+"""``115 rules``, ``74 MUST rules``, ``(115 in 8 areas)``, ``8 areas``: a count, of what."""
 
 COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES")
 """Areas the suite has tests for: all of them."""
@@ -43,6 +50,11 @@ def test_lookups_name_what_is_allowed() -> None:
         KeyError, match=r"unknown rule id 'NOPE'; closest: \S+, \S+, \S+ \('dra-conformance rules'"
     ):
         by_id("NOPE")
+    with pytest.raises(UnknownRule) as raised:
+        by_id("PRE-APi")
+    assert isinstance(raised.value, UsageError)  # the CLI's exit 2, with the message as is
+    assert isinstance(raised.value, KeyError)  # for a caller that looks a rule up
+    assert str(raised.value).startswith("unknown rule id 'PRE-APi'; closest: PRE-API")
     area = area_of_marker("Allocation")
     assert area is not None and area.id == "ALLOC"
     assert [r.id for r in select(["PRE-API"], ["preflight"])] == [
@@ -52,6 +64,38 @@ def test_lookups_name_what_is_allowed() -> None:
         "PRE-SLICES",
         "PRE-NODES",
     ]
+
+
+def test_prose_counts_the_rules_there_are() -> None:
+    """Every count of rules (or areas) in the READMEs, docs/ and the catalogue's docstring is the
+    catalogue's: write ``N`` in an example that is not the whole catalogue."""
+    want = {
+        "rules": len(RULES),
+        "MUST rules": sum(r.level == "MUST" for r in RULES),
+        "SHOULD rules": sum(r.level == "SHOULD" for r in RULES),
+        "areas": len(AREAS),
+    }
+    found, wrong = 0, []
+    for pattern in PROSE:
+        for path in sorted(ROOT.glob(pattern)):
+            text = path.read_text()
+            for m in COUNTS.finditer(text):
+                count, level, what = int(m[1]), m[2], m[3]
+                kind = "areas" if what == "areas" else f"{level} rules" if level else "rules"
+                line = text.count("\n", 0, m.start()) + 1
+                found += 1
+                if count != want[kind]:
+                    wrong.append(
+                        f"{path.relative_to(ROOT)}:{line}: {m[0]!r} (the catalogue: {want[kind]} {kind})"
+                    )
+                if what.startswith("in"):  # "115 in 8 areas": the areas too
+                    areas = int(re.findall(r"\d+", what)[0])
+                    if areas != len(AREAS):
+                        wrong.append(
+                            f"{path.relative_to(ROOT)}:{line}: {m[0]!r} (the catalogue: {len(AREAS)} areas)"
+                        )
+    assert found, f"no count of rules found in {PROSE}: has the prose, or this pattern, changed?"
+    assert not wrong, f"prose that miscounts the catalogue: {wrong}"
 
 
 def test_globs_select_and_skip_rules() -> None:
