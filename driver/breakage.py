@@ -61,6 +61,7 @@ RULES: dict[str, str] = {
     "config-to-whole-request": "a config scoped to one subrequest (gpu/sub0) applies to every one of gpu",
     "claims-by-name": "a claim re-created under the same name (a new UID) is answered from the old one",
     "exceed-consumable-share": "a container is told it has the whole shared GPU, not its consumedCapacity",
+    "drop-share-id": "a device allocated as a share (shareID) is answered without its share_id",
     "metadata-to-every-container": "every container of a claim gets the device metadata of every request",
     "metadata-of-whole-claim": "each request's device metadata file lists every device of the claim",
     "metrics-broken": "the metrics endpoint answers every scrape with 500",

@@ -121,7 +121,7 @@ class _DRAPlugin:
             "device_name": device.device,
             "cdi_device_ids": device.cdi_ids,
         }
-        if self._share_ids and device.share_id:
+        if self._share_ids and device.share_id and not self._settings.breaks("drop-share-id"):
             fields["share_id"] = device.share_id
         return self._pb2.Device(**fields)
 

@@ -1143,6 +1143,21 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "PREP-SHARE-ID",
+        "PREP",
+        "each device of a claim allocated as a share (its result's `shareID`) is answered with that "
+        "`share_id` (DRAPlugin v1)",
+        ("grpc", "consumable-capacity"),
+        "1.36 (DRAConsumableCapacity, beta)",
+        "KEP-5075",
+        level="SHOULD",
+        source=(
+            "kubelet api.proto (pkg/apis/dra/v1) Device.share_id 'Optional'; pkg/kubelet/cm/dra/manager.go "
+            "prepareResources keeps it in the claim's checkpoint, whose one reader is the PodResources API "
+            "(container_manager_linux.go GetDynamicResources): no workload depends on it"
+        ),
+    ),
+    Rule(
         "PREP-CONFIG-CLASS",
         "PREP",
         "a class's opaque config reaches the device",

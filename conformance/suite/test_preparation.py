@@ -16,9 +16,20 @@ import pytest
 
 from conformance import manifests
 from conformance.catalogue import exclusive, rule
-from conformance.harness import Harness, allocated_devices, gaps, meta, pod_phase, ref, until, watch_until
+from conformance.harness import (
+    Harness,
+    allocated_devices,
+    cel_literal,
+    gaps,
+    meta,
+    pod_phase,
+    ref,
+    until,
+    watch_until,
+)
 from conformance.manifests import Container
 from conformance.profiles import ExampleConfig
+from draproto import DRA_V1
 from draproto.cdi import parse_qualified_name, validate_spec
 
 FAILED_PREPARE = "FailedPrepareDynamicResources"
@@ -325,6 +336,27 @@ def test_pool_and_device(dra: Harness) -> None:
         assert answered == allocated, f"allocated {sorted(allocated)}, the driver answered {sorted(answered)}"
     finally:
         client.unprepare([claim])
+
+
+@rule("PREP-SHARE-ID")
+def test_share_id_answered(dra: Harness) -> None:
+    """each device of a claim allocated as a share (its result's `shareID`) is answered with that
+    `share_id` (DRAPlugin v1)"""
+    if DRA_V1 not in dra.plugin_info().versions:
+        pytest.skip(f"{dra.driver} does not serve {DRA_V1}: v1beta1 answers have no share_id")
+    free = set(dra.free_devices())
+    shared = sorted(n for n, d in dra.devices().items() if d.get("allowMultipleAllocations") and n in free)
+    assert shared, f"profile claims consumable-capacity, but {dra.node} has no free multi-allocatable device"
+    every = dra.make_class([manifests.cel(f"device.driver == {cel_literal(dra.driver)}")])
+    _pod, claim = dra.run_pod({"device_class": every, "selectors": [dra.exact(shared[0])]})
+    shares = {(r.pool, r.device): r.share_id for r in allocated_devices(claim)}
+    if not all(shares.values()):
+        pytest.skip(f"the scheduler allocated {shared[0]} with no shareID ({shares}): nothing to answer")
+    # the kubelet prepared it for the pod; preparing it again is idempotent (REG-IDEMPOTENT-PREPARE)
+    answer = dra.plugin().prepare([ref(claim)])[meta(claim)["uid"]]
+    assert not answer.error, f"preparing claim {meta(claim)['name']} again failed: {answer.error}"
+    answered = {(d.pool_name, d.device_name): d.share_id for d in answer.devices}
+    assert answered == shares, f"allocated with shareIDs {shares}; the driver answered share_id {answered}"
 
 
 @rule("PREP-CONFIG-CLASS")

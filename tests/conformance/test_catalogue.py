@@ -24,8 +24,8 @@ COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES
 
 
 def test_catalogue_shape() -> None:
-    assert len(RULES) == 115
-    assert len({r.id for r in RULES}) == 115
+    assert len(RULES) == 116
+    assert len({r.id for r in RULES}) == 116
     counts = {a: sum(r.area == a for r in RULES) for a in AREAS}
     assert counts == {
         "PRE": 5,
@@ -33,7 +33,7 @@ def test_catalogue_shape() -> None:
         "SLICE": 13,
         "ALLOC": 27,
         "SHARE": 8,
-        "PREP": 20,
+        "PREP": 21,
         "HEALTH": 11,
         "RES": 11,
     }

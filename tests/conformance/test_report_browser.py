@@ -84,8 +84,8 @@ def test_the_page_in_a_browser(written: tuple[Report, Path], page: Any) -> None:
 
     # every rule is shown until a filter is clicked; then only that outcome's rules
     rules = page.locator("details.rule")
-    assert rules.count() == 115
-    assert page.locator("details.rule:visible").count() == 115
+    assert rules.count() == len(RULES)
+    assert page.locator("details.rule:visible").count() == len(RULES)
     page.click('.filters button[data-filter="failed"]')
     visible = page.eval_on_selector_all(
         "details.rule", "rs => rs.filter(r => r.checkVisibility()).map(r => r.id)"

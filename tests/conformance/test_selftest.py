@@ -265,6 +265,7 @@ CASES: dict[str, Case] = {
         "reference-gpu", "preparation", "PREP-RECREATED-CLAIM", rules=("PREP-RECREATED-CLAIM",)
     ),
     "exceed-consumable-share": case("reference-gpu", "allocation", "ALLOC-CONSUMABLE"),
+    "drop-share-id": case("reference-gpu", "preparation", "PREP-SHARE-ID", rules=("PREP-SHARE-ID",)),
     # nothing is attached: every pod on GPU 2 waits until its test times out (60 s each), so shown
     # on the one rule; ALLOC-BINDING-FAILURE fails the same way (no condition ever says how it went)
     "never-attach": case(

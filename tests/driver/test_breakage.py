@@ -113,7 +113,7 @@ def test_every_rule_is_documented() -> None:
         "stale-claim-state", "device-status-not-ready",
         "ignore-extended-resource-claims",
         "keep-deleted-claims", "trust-corrupt-checkpoint", "config-to-whole-request", "claims-by-name",
-        "exceed-consumable-share", "never-attach", "ignore-attach-failure",
+        "exceed-consumable-share", "drop-share-id", "never-attach", "ignore-attach-failure",
         "metadata-to-every-container", "metadata-of-whole-claim", "metrics-broken",
         "compat-groups-missing", "slices-any-node", "drop-slices-on-update", "numa-node-missing",
         "prepare-foreign-results",
@@ -508,6 +508,17 @@ def _share_given(node: Node) -> tuple[bool, ...]:
     assert prepare(node, claim).claims[claim["metadata"]["uid"]].error == ""
     env = json.loads(_spec_path(node, claim).read_text())["devices"][0]["containerEdits"]["env"]
     return (f"GPU_MEMORY_LIMIT={512 * 2**20}" in env, "GPU_COMPUTE_SHARE=50" in env)
+
+
+def _share_id_answered(node: Node) -> tuple[bool, ...]:
+    node.inventory = make_consumable(node.inventory)
+    node.serve()
+    share = "22222222-0000-0000-0000-000000000000"
+    half = {"memory": "512Mi", "computeShare": "50"}
+    claim = node.put(make_claim("c", [result("gpu", "gpu-0", shareID=share, consumedCapacity=half)]))
+    answer = prepare(node, claim).claims[claim["metadata"]["uid"]]
+    assert answer.error == "", answer.error
+    return ([d.share_id for d in answer.devices] == [share],)
 
 
 def _ref(claim: dict[str, Any]) -> ClaimRef:
@@ -996,6 +1007,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "config-to-whole-request": _subrequest_config_scoped,
     "claims-by-name": _recreated_claim_prepared_as_new,
     "exceed-consumable-share": _share_given,
+    "drop-share-id": _share_id_answered,
     "metadata-to-every-container": _metadata_only_where_used,
     "metadata-of-whole-claim": _metadata_of_its_request,
     "metrics-broken": _metrics_answered,
