@@ -21,6 +21,7 @@ Options: ``--cluster-nodes``, ``--node-kind``, ``--k8s-version``, ``--bin-dir``,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -42,7 +43,7 @@ from clusters.local import binaries, daemon
 from clusters.local.attached import AttachedLocalCluster
 from clusters.local.driverproc import COMMAND_PLACEHOLDERS
 from clusters.local.settings import LocalSettings
-from draproto.rest import Rest, RestError
+from draproto.rest import NotFound, Rest
 
 __all__ = [
     "SESSION_LABEL",
@@ -246,11 +247,8 @@ def namespace(dra_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[
         _wait_default_service_account(rest, name)
         yield name
     finally:
-        try:
+        with contextlib.suppress(NotFound):
             rest.send("DELETE", f"/api/v1/namespaces/{name}")
-        except RestError as e:
-            if e.status != 404:
-                raise
 
 
 def _wait_default_service_account(rest: Rest, namespace: str, timeout: float = 60.0) -> None:

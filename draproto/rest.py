@@ -5,7 +5,10 @@ Both sides of a node, the driver and the node agent, ask the API server about th
 drop fields they do not know, and its API classes import every model they name, about a second
 of CPU per process that touches ``CoreV1Api``. :class:`Rest` sends each request itself over a
 :class:`~draproto.apiconn.Connection` (:func:`~draproto.apiconn.connect` reads a kubeconfig
-without the kubernetes client), or over a kubernetes client ``ApiClient``.
+without the kubernetes client), or over a kubernetes client ``ApiClient``. A refusal raises the
+:class:`RestError` subclass of its status (:func:`error_type`, the one table of status codes):
+callers catch :class:`NotFound`, :class:`Conflict`, :class:`Gone` or :class:`Invalid`, and the node
+agent's and the suite's own errors are subclasses of these.
 """
 
 from __future__ import annotations
@@ -21,7 +24,18 @@ import urllib3
 
 from draproto.apiconn import ApiConnection, Connection, of_client
 
-__all__ = ["Rest", "RestError", "q"]
+__all__ = [
+    "AlreadyExists",
+    "Conflict",
+    "Gone",
+    "Invalid",
+    "NotFound",
+    "Rest",
+    "RestError",
+    "error_type",
+    "q",
+    "rest_error",
+]
 
 Obj = dict[str, Any]
 
@@ -32,14 +46,70 @@ def q(value: str) -> str:
 
 
 class RestError(Exception):
-    """The API server refused a request, answered garbage, or could not be reached."""
+    """The API server refused a request, answered garbage, or could not be reached.
 
-    def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
-        super().__init__(message)
+    A refusal is raised as the subclass its status names (:func:`error_type`): catch
+    :class:`NotFound`, :class:`Conflict` (:class:`AlreadyExists` among them), :class:`Gone` or
+    :class:`Invalid` rather than test :attr:`status`. ``str()`` of the error says what was asked
+    and what came back.
+    """
+
+    def __init__(self, text: str, status: int = 0, reason: str = "", message: str = "") -> None:
+        super().__init__(text)
         self.status = status
         """The HTTP status; 0 when no answer came."""
         self.reason = reason
-        """The server's ``message`` (or the raw body) when it refused; empty otherwise."""
+        """The ``reason`` of the server's Status (``NotFound``, ``AlreadyExists``, ``Conflict``,
+        ``Invalid``, ...); empty when the answer named none or none came."""
+        self.message = message
+        """The ``message`` of the server's Status (the raw body when the answer is no Status);
+        empty when no answer came."""
+
+
+class NotFound(RestError):
+    """404: the object (or the resource) does not exist."""
+
+
+class Conflict(RestError):
+    """409: the write lost to another (a stale resourceVersion, a failed precondition), or the
+    object exists (:class:`AlreadyExists`)."""
+
+
+class AlreadyExists(Conflict):
+    """409 with the reason ``AlreadyExists``: a create of a name that is taken."""
+
+
+class Gone(RestError):
+    """410: a watch or list from a resourceVersion the server no longer keeps."""
+
+
+class Invalid(RestError):
+    """422: the object does not validate (or a field may not change)."""
+
+
+_BY_STATUS: Mapping[int, type[RestError]] = {404: NotFound, 409: Conflict, 410: Gone, 422: Invalid}
+_BY_REASON: Mapping[tuple[int, str], type[RestError]] = {(409, "AlreadyExists"): AlreadyExists}
+
+
+def error_type(status: int, reason: str = "") -> type[RestError]:
+    """The class of the error for an answer with ``status`` and the Status ``reason``: the one
+    place that reads status codes (:class:`RestError` itself for any other status, or none)."""
+    return _BY_REASON.get((status, reason)) or _BY_STATUS.get(status, RestError)
+
+
+def rest_error(text: str, status: int = 0, reason: str = "", message: str = "") -> RestError:
+    """The error of an answer with ``status``, of the class :func:`error_type` picks."""
+    return error_type(status, reason)(text, status, reason, message)
+
+
+def _status_of(data: bytes) -> tuple[str, str]:
+    """The ``reason`` and ``message`` of a Status answer (none and the raw body when it is not one)."""
+    reason, message = "", data.decode(errors="replace")
+    with contextlib.suppress(ValueError, AttributeError):
+        status = json.loads(data)
+        message = status.get("message", message)
+        reason = str(status.get("reason") or "")
+    return reason, message
 
 
 class Rest:
@@ -95,7 +165,8 @@ class Rest:
         content_type: str = "application/json",
         timeout: float | tuple[float, float] | None = None,
     ) -> Obj:
-        """The JSON answer of one request; :class:`RestError` unless the status is 2xx."""
+        """The JSON answer of one request; :class:`RestError` (of the class of the status, see
+        :func:`error_type`) unless the status is 2xx."""
         resp = self._open(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
         try:
             data = resp.read()
@@ -104,10 +175,8 @@ class Rest:
         finally:
             resp.release_conn()
         if not 200 <= resp.status < 300:
-            reason = data.decode(errors="replace")
-            with contextlib.suppress(ValueError, AttributeError):
-                reason = json.loads(data).get("message", reason)
-            raise RestError(f"{method} {path}: {resp.status} {reason}", resp.status, reason)
+            reason, message = _status_of(data)
+            raise rest_error(f"{method} {path}: {resp.status} {message}", resp.status, reason, message)
         try:
             out: Obj = json.loads(data) if data else {}
         except ValueError as e:
@@ -118,10 +187,8 @@ class Rest:
         """The object at ``path``, or None when the server says 404."""
         try:
             return self.send("GET", path, query=query)
-        except RestError as e:
-            if e.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
 
     def watch(
         self, path: str, query: Mapping[str, str], timeout_seconds: int, *, bookmarks: bool = False
@@ -143,7 +210,10 @@ class Rest:
         if not 200 <= resp.status < 300:
             data = resp.read()
             resp.release_conn()
-            raise RestError(f"watch {path}: {resp.status} {data.decode(errors='replace')}", resp.status)
+            reason, message = _status_of(data)
+            raise rest_error(
+                f"watch {path}: {resp.status} {data.decode(errors='replace')}", resp.status, reason, message
+            )
         with self._lock:
             self._streams.add(resp)
         try:

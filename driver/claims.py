@@ -12,7 +12,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from draproto.rest import Rest, RestError, q
+from draproto.rest import Conflict, Invalid, NotFound, Rest, RestError, q
 from driver.errors import ClaimError
 
 __all__ = [
@@ -76,9 +76,9 @@ class ApiClaimSource:
     def get_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         try:
             return self._rest.send("GET", self._path(namespace, name), timeout=self._timeout)
+        except NotFound:
+            return None
         except RestError as e:
-            if e.status == 404:
-                return None
             # no answer (status 0) or a refusal: the kubelet retries
             raise ClaimError(f"cannot read ResourceClaim {namespace}/{name}: {_why(e)}") from e
 
@@ -96,9 +96,9 @@ class ApiClaimSource:
                 timeout=self._timeout,
             )
         except RestError as e:
-            if e.status == 404 or _recreated(e.status, e.reason):
+            if isinstance(e, NotFound) or _recreated(e):
                 return None  # gone, or re-created: not the claim that was prepared
-            if e.status == 422 and _allocation_changed(e.reason):
+            if isinstance(e, Invalid) and _allocation_changed(e.message):
                 return self._replace_device_status(namespace, name, uid, manager, devices)
             raise ClaimError(
                 f"cannot apply status.devices of ResourceClaim {namespace}/{name}: {_why(e)}"
@@ -139,11 +139,11 @@ class ApiClaimSource:
                     body={**claim, "status": status},
                     timeout=self._timeout,
                 )
+            except NotFound:
+                return None
+            except Conflict:
+                continue
             except RestError as e:
-                if e.status == 404:
-                    return None
-                if e.status == 409:
-                    continue
                 raise ClaimError(f"cannot replace {what}: {_why(e)}") from e
         raise ClaimError(f"cannot replace {what}: it changed {_REPLACE_ATTEMPTS} times while being written")
 
@@ -152,8 +152,8 @@ _REPLACE_ATTEMPTS = 3
 
 
 def _why(e: RestError) -> str:
-    """The status and the server's reason of a refusal; what went wrong when no answer came."""
-    return f"{e.status} {e.reason}" if e.status else str(e)
+    """The status and the server's message of a refusal; what went wrong when no answer came."""
+    return f"{e.status} {e.message}" if e.status else str(e)
 
 
 def _keys(claim: Mapping[str, Any], driver: str) -> set[tuple[str, str, str]]:
@@ -172,10 +172,12 @@ def _allocation_changed(message: str) -> bool:
     return "status.allocation" in message and "cannot be modified" in message
 
 
-def _recreated(status: int, message: str) -> bool:
+def _recreated(e: RestError) -> bool:
     """Whether the API server refused the apply's UID: the claim was re-created under its name
     (``metadata.uid: ... field is immutable``, 422; a UID precondition, 409)."""
-    return (status == 422 and "metadata.uid" in message) or (status == 409 and "uid" in message.lower())
+    return (isinstance(e, Invalid) and "metadata.uid" in e.message) or (
+        isinstance(e, Conflict) and "uid" in e.message.lower()
+    )
 
 
 class MemoryClaimSource:

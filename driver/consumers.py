@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from draproto.rest import Rest, RestError, q
+from draproto.rest import NotFound, Rest, q
 
 __all__ = ["POD_SWITCHES", "ApiPodSource", "FirstPodWatch", "PodSource", "first_pod", "referenced"]
 
@@ -52,10 +52,8 @@ class ApiPodSource:
             return self._rest.send(
                 "GET", f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}", timeout=self._timeout
             )
-        except RestError as e:
-            if e.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
 
 
 def _pods(claim: Obj) -> list[tuple[str, str]]:

@@ -6,9 +6,10 @@ request has a timeout, so a call the API server never answers cannot hang a thre
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
-from draproto.rest import Rest, RestError, q
+from draproto.rest import Conflict, NotFound, Rest, q
 from driver.errors import StoreConflict
 from driver.slicing import Body
 
@@ -46,21 +47,16 @@ class KubeSliceStore:
     def create(self, body: Body) -> Body:
         try:
             return self._rest.send("POST", SLICES, body=body, timeout=self._timeout)
-        except RestError as e:
-            if e.status == 409:
-                raise StoreConflict(body["metadata"]["name"]) from e
-            raise
+        except Conflict as e:
+            raise StoreConflict(body["metadata"]["name"]) from e
 
     def replace(self, body: Body) -> Body:
         name = body["metadata"]["name"]
         return self._rest.send("PUT", f"{SLICES}/{q(name)}", body=body, timeout=self._timeout)
 
     def delete(self, name: str) -> None:
-        try:
+        with contextlib.suppress(NotFound):
             self._rest.send("DELETE", f"{SLICES}/{q(name)}", timeout=self._timeout)
-        except RestError as e:
-            if e.status != 404:
-                raise
 
     def watch(self, driver_name: str, node_name: str, resource_version: str) -> Iterator[tuple[str, Body]]:
         query = {**self._selector(driver_name, node_name), "resourceVersion": resource_version}

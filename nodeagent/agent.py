@@ -7,7 +7,7 @@ import threading
 import time
 
 from nodeagent.checkpoint import Checkpoint
-from nodeagent.errors import KubeError
+from nodeagent.errors import kube_error
 from nodeagent.health import HealthCache
 from nodeagent.kube import Kube
 from nodeagent.node import NodeHeartbeat
@@ -117,7 +117,12 @@ class Agent:
                     if self._stop.is_set():
                         return
                     if kind == "ERROR":
-                        raise KubeError(f"pod watch error: {obj.get('message')}", int(obj.get("code") or 0))
+                        raise kube_error(
+                            f"pod watch error: {obj.get('message')}",
+                            int(obj.get("code") or 0),
+                            str(obj.get("reason") or ""),
+                            str(obj.get("message") or ""),
+                        )
                     if kind == "BOOKMARK":
                         continue
                     if kind == "DELETED":

@@ -10,14 +10,15 @@ fill with an in-memory fake.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Iterator
 from typing import Any, Protocol
 
 from draproto.apiconn import connect
-from draproto.rest import Rest, RestError, q
-from nodeagent.errors import KubeError
+from draproto.rest import Conflict, NotFound, Rest, RestError, q
+from nodeagent.errors import KubeError, kube_error
 
 __all__ = ["Kube", "RestKube"]
 
@@ -30,8 +31,9 @@ class Kube(Protocol):
     """What the agent asks of the API server.
 
     Every method raises :class:`~nodeagent.errors.KubeError` (with the HTTP status, 0 when no
-    answer came) when the API server refuses, cannot be reached, or answers garbage; nothing
-    else, so callers catch that and let bugs through.
+    answer came; of the subclass of the status, :func:`~nodeagent.errors.kube_error`) when the API
+    server refuses, cannot be reached, or answers garbage; nothing else, so callers catch that and
+    let bugs through.
     """
 
     def list_pods(self, node: str) -> tuple[list[Obj], str]:
@@ -44,7 +46,7 @@ class Kube(Protocol):
         """A pod, or None when it does not exist."""
 
     def update_pod_status(self, pod: Obj) -> Obj:
-        """PUT the pod's status subresource (KubeError 409 on a stale resourceVersion)."""
+        """PUT the pod's status subresource (KubeConflict, 409, on a stale resourceVersion)."""
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         """Delete with grace period 0 and a UID precondition; gone already counts as done."""
@@ -74,7 +76,7 @@ class Kube(Protocol):
         """Create a Lease."""
 
     def update_lease(self, namespace: str, lease: Obj) -> Obj:
-        """Replace a Lease (KubeError 409 on a stale resourceVersion)."""
+        """Replace a Lease (KubeConflict, 409, on a stale resourceVersion)."""
 
 
 class RestKube:
@@ -107,15 +109,13 @@ class RestKube:
                 method, path, query=query, body=body, content_type=content_type, timeout=timeout
             )
         except RestError as e:
-            raise KubeError(str(e), e.status) from e
+            raise kube_error(str(e), e.status, e.reason, e.message) from e
 
     def _get_or_none(self, path: str) -> Obj | None:
         try:
             out: Obj = self._send("GET", path)
-        except KubeError as e:
-            if e.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
         return out
 
     def _resource_prefix(self) -> str:
@@ -156,7 +156,7 @@ class RestKube:
         try:
             yield from self.rest.watch("/api/v1/pods", query, timeout_seconds, bookmarks=True)
         except RestError as e:
-            raise KubeError(f"pod watch broke: {e}", e.status) from e
+            raise kube_error(f"pod watch broke: {e}", e.status, e.reason, e.message) from e
 
     def get_pod(self, namespace: str, name: str) -> Obj | None:
         """See :class:`Kube`."""
@@ -178,11 +178,9 @@ class RestKube:
             "gracePeriodSeconds": 0,
             "preconditions": {"uid": uid},
         }
-        try:
+        # Conflict: the UID precondition failed, our pod is gone
+        with contextlib.suppress(NotFound, Conflict):
             self._send("DELETE", f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}", body=body)
-        except KubeError as e:
-            if e.status not in (404, 409):  # 409: the UID precondition failed, our pod is gone
-                raise
 
     # -- DRA
 
@@ -208,9 +206,8 @@ class RestKube:
             try:
                 self._send("DELETE", f"{prefix}/resourceslices/{q(name)}")
                 deleted += 1
-            except KubeError as e:
-                if e.status != 404:
-                    raise
+            except NotFound:
+                pass
         return deleted
 
     # -- events

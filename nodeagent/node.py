@@ -13,6 +13,7 @@ import platform
 import threading
 from typing import Any
 
+from draproto.rest import Conflict
 from nodeagent.errors import KubeError
 from nodeagent.kube import Kube
 from nodeagent.settings import Settings
@@ -120,9 +121,7 @@ class NodeHeartbeat:
             try:
                 node = self.kube.create_node(body)
                 log.info("node created", extra={"node": name})
-            except KubeError as e:
-                if e.status != 409:
-                    raise
+            except Conflict:
                 node = self.kube.get_node(name) or {}
         self.node_uid = str((node.get("metadata") or {}).get("uid", ""))
         self.kube.patch_node_status(name, {"status": self._status()})

@@ -23,10 +23,11 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from draproto.rest import Conflict, NotFound
 from nodeagent import cdi, claims
 from nodeagent.checkpoint import Checkpoint
 from nodeagent.draclient import PreparedDevice, cdi_ids
-from nodeagent.errors import CDIError, ClaimNotReady, KubeError, PluginError
+from nodeagent.errors import CDIError, ClaimNotReady, KubeError, PluginError, kube_error
 from nodeagent.events import EventRecorder
 from nodeagent.health import HealthCache
 from nodeagent.kube import Kube
@@ -323,9 +324,9 @@ class PodManager:
                 next_look = left
         try:
             self._write_status(pod, run)
+        except NotFound:
+            return None
         except KubeError as e:
-            if e.status == 404:
-                return None
             log.warning(
                 "pod status update failed", extra={"pod": f"{run.namespace}/{run.name}", "error": str(e)}
             )
@@ -344,12 +345,10 @@ class PodManager:
             body["status"] = status
             try:
                 updated = self.kube.update_pod_status(body)
-            except KubeError as e:
-                if e.status != 409:
-                    raise
+            except Conflict as e:
                 fresh = self.kube.get_pod(run.namespace, run.name)
                 if fresh is None or fresh["metadata"]["uid"] != run.uid:
-                    raise KubeError("pod is gone", 404) from e
+                    raise kube_error("pod is gone", 404, "NotFound") from e
                 pod = fresh
                 continue
             run.last_status = status
@@ -359,7 +358,7 @@ class PodManager:
                 if cached is not None and _version(cached) == _version(pod):
                     self._cache[run.uid] = updated
             return
-        raise KubeError(f"pod {run.namespace}/{run.name}: status kept conflicting", 409)
+        raise kube_error(f"pod {run.namespace}/{run.name}: status kept conflicting", 409, "Conflict")
 
     # -- releasing
 

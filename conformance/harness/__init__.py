@@ -63,7 +63,7 @@ from conformance.harness.status import (
     reserved_for,
     unschedulable,
 )
-from conformance.harness.waiting import Objects, WaitFailed, WaitTimeout, until, watch_until
+from conformance.harness.waiting import Objects, WaitFailed, WaitTimeout, consistently, until, watch_until
 
 __all__ = [
     "CONFIG_ENV_RULES",
@@ -98,6 +98,7 @@ __all__ = [
     "collect",
     "command_documents",
     "compatibility_groups",
+    "consistently",
     "consumption",
     "counter_sets",
     "exact_cel",

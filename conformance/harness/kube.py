@@ -1,7 +1,10 @@
 """The API requests the suite makes, on plain JSON objects (dicts), for the kinds it uses.
 
 Tests read and write objects as the YAML a person would write, not as generated model classes;
-one table (:data:`KINDS`) says where each kind lives. Watches stream decoded events.
+one table (:data:`KINDS`) says where each kind lives. Watches stream decoded events. A refusal is
+an :class:`ApiError` of the class of its status, each also the :mod:`draproto.rest` error of that
+status: code catches ``NotFound``, ``Conflict``, ``Gone``, ``Invalid`` from there rather than test
+the status.
 """
 
 from __future__ import annotations
@@ -13,8 +16,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.errors import ResourceError
+from draproto.rest import AlreadyExists, Conflict, Gone, Invalid, NotFound, RestError, error_type
 
-__all__ = ["KINDS", "ApiError", "Kind", "Kube", "meta"]
+__all__ = [
+    "KINDS",
+    "ApiAlreadyExists",
+    "ApiConflict",
+    "ApiError",
+    "ApiGone",
+    "ApiInvalid",
+    "ApiNotFound",
+    "Kind",
+    "Kube",
+    "api_error",
+    "meta",
+]
 
 
 @dataclass(frozen=True)
@@ -70,15 +86,47 @@ KINDS: Mapping[str, Kind] = {
 """Every kind the suite touches."""
 
 
-class ApiError(ResourceError):
-    """The API server answered a request with an error status."""
+class ApiError(ResourceError, RestError):
+    """The API server answered a request with an error status (or none: ``status`` 0, ``reason``
+    ``Unreachable``); of the subclass of its status (:func:`api_error`). ``str()`` reads
+    ``STATUS REASON: REQUEST: MESSAGE``; :attr:`status`, :attr:`reason` (the Status reason) and
+    :attr:`message` (the server's message) are those of :class:`~draproto.rest.RestError`."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        self.status = status
-        """HTTP status (404, 409, 422, ...)."""
-        self.reason = reason
-        """The Status reason (``NotFound``, ``AlreadyExists``, ``Invalid``, ...)."""
-        super().__init__(f"{status} {reason}: {message}")
+
+class ApiNotFound(ApiError, NotFound):
+    """404: the object (or the API group) does not exist."""
+
+
+class ApiConflict(ApiError, Conflict):
+    """409: a stale resourceVersion or a failed precondition, or a name that is taken."""
+
+
+class ApiAlreadyExists(ApiConflict, AlreadyExists):
+    """409 AlreadyExists: a create of a name that is taken."""
+
+
+class ApiGone(ApiError, Gone):
+    """410: a watch from a resourceVersion the server no longer keeps."""
+
+
+class ApiInvalid(ApiError, Invalid):
+    """422: the object does not validate (or a field may not change)."""
+
+
+_API_ERRORS: Mapping[type[RestError], type[ApiError]] = {
+    NotFound: ApiNotFound,
+    Conflict: ApiConflict,
+    AlreadyExists: ApiAlreadyExists,
+    Gone: ApiGone,
+    Invalid: ApiInvalid,
+}
+
+
+def api_error(text: str, status: int = 0, reason: str = "", message: str = "") -> ApiError:
+    """The :class:`ApiError` of an answer with ``status`` and the Status ``reason``: of the subclass
+    of the draproto error class ``draproto.rest.error_type`` names."""
+    kind = _API_ERRORS.get(error_type(status, reason), ApiError)
+    return kind(text, status, reason, message)
 
 
 def _dry(dry_run: bool) -> dict[str, str]:
@@ -139,7 +187,7 @@ class Kube:
                 method, url, body=payload, headers=headers, timeout=timeout, preload_content=False
             )
         except urllib3.exceptions.HTTPError as e:
-            raise ApiError(0, "Unreachable", f"{method} {path}: {e}") from e
+            raise ApiError(f"0 Unreachable: {method} {path}: {e}", 0, "Unreachable") from e
 
     def request(
         self,
@@ -196,10 +244,8 @@ class Kube:
         """The object, or None when it does not exist."""
         try:
             return dict(self.request("GET", KINDS[kind].path(namespace, name)))
-        except ApiError as e:
-            if e.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
 
     def objects(
         self,
@@ -237,10 +283,8 @@ class Kube:
         body = None if grace_seconds is None else {"gracePeriodSeconds": grace_seconds}
         try:
             self.request("DELETE", KINDS[kind].path(namespace, name), body=body, query=_dry(dry_run))
-        except ApiError as e:
-            if e.status == 404:
-                return False
-            raise
+        except NotFound:
+            return False
         return True
 
     def patch(
@@ -303,7 +347,9 @@ class Kube:
                     event = json.loads(line)
                     if event.get("type") == "ERROR":
                         status = event.get("object") or {}
-                        raise ApiError(int(status.get("code", 500)), str(status.get("reason")), str(status))
+                        code, reason = int(status.get("code", 500)), str(status.get("reason"))
+                        message = str(status.get("message") or "")
+                        raise api_error(f"{code} {reason}: {status}", code, reason, message)
                     yield str(event["type"]), dict(event["object"])
         finally:
             response.release_conn()
@@ -324,10 +370,8 @@ class Kube:
         path = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
         try:
             answer = self.request("GET", path)
-        except ApiError as e:
-            if e.status == 404:
-                return []
-            raise
+        except NotFound:
+            return []
         return [str(r.get("kind")) for r in answer.get("resources") or [] if "/" not in str(r.get("name"))]
 
 
@@ -343,4 +387,4 @@ def _api_error(status: int, data: bytes, what: str) -> ApiError:
         message = str(body.get("message") or message)
     except (ValueError, TypeError, AttributeError):
         pass
-    return ApiError(status, reason, f"{what}: {message}")
+    return api_error(f"{status} {reason}: {what}: {message}", status, reason, message)

@@ -3,13 +3,16 @@
 :func:`watch_until` lists the objects, checks the condition, then watches from the list's
 resourceVersion and re-checks on every event, so a pod that starts running is seen at once,
 not at the next poll. :func:`until` polls a function (files on a node, gRPC answers). Both raise
-:class:`WaitTimeout` naming what was awaited and what was last seen.
+:class:`WaitTimeout` naming what was awaited and what was last seen. :func:`consistently` is the
+other way round: it polls a function for as long as something must keep holding, and raises
+:class:`WaitFailed` naming what stopped holding, when, and what was seen then.
 
-Both also take ``stuck``: asked after each failed check, it answers why the condition will never
-hold (the node's or the scheduler's message, see :mod:`conformance.harness.signs`), and the wait
-then raises :class:`WaitFailed` at once with that message instead of sitting out its timeout. A
-watch with ``stuck`` wakes at least every ``recheck`` seconds, so that what is not in the watched
-objects (events) and what must persist a while (grace periods) is looked at again.
+:func:`until` and :func:`watch_until` also take ``stuck``: asked after each failed check, it
+answers why the condition will never hold (the node's or the scheduler's message, see
+:mod:`conformance.harness.signs`), and the wait then raises :class:`WaitFailed` at once with that
+message instead of sitting out its timeout. A watch with ``stuck`` wakes at least every
+``recheck`` seconds, so that what is not in the watched objects (events) and what must persist a
+while (grace periods) is looked at again.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from conformance.errors import ConformanceError
-from conformance.harness.kube import ApiError, Kube, meta
+from conformance.harness.kube import Kube, meta
+from draproto.rest import Gone
 
-__all__ = ["Objects", "WaitFailed", "WaitTimeout", "until", "watch_until"]
+__all__ = ["Objects", "WaitFailed", "WaitTimeout", "consistently", "until", "watch_until"]
 
 T = TypeVar("T")
 
@@ -32,7 +36,8 @@ class WaitTimeout(ConformanceError, AssertionError):
 
 class WaitFailed(ConformanceError, AssertionError):
     """A wait gave up before its timeout: what it saw says the condition will never hold (a test
-    failure, so also an ``AssertionError``; the message quotes the node or the scheduler)."""
+    failure, so also an ``AssertionError``; the message quotes the node or the scheduler), or what
+    had to keep holding for a while (:func:`consistently`) stopped."""
 
 
 RECHECK_SECONDS = 1.0
@@ -66,6 +71,34 @@ def until(
         if time.monotonic() >= deadline:
             seen = f"; last seen: {describe()}" if describe else ""
             raise WaitTimeout(f"timed out after {timeout:.0f} s waiting for {what}{seen}")
+        time.sleep(interval)
+
+
+def consistently(
+    check: Callable[[], object],
+    seconds: float,
+    what: str,
+    *,
+    interval: float = 0.1,
+    describe: Callable[[], str] | None = None,
+) -> None:
+    """Call ``check`` every ``interval`` seconds for ``seconds``: each answer must be truthy.
+
+    The first call is at once and the last one at or after ``seconds``, so the whole span is
+    covered. A falsy answer raises :class:`WaitFailed` at once, naming ``what`` (what had to hold),
+    how long it had held and what ``describe()`` says was seen.
+    """
+    started = time.monotonic()
+    deadline = started + seconds
+    while True:
+        if not check():
+            seen = f"; seen: {describe()}" if describe else ""
+            raise WaitFailed(
+                f"{what} stopped holding after {time.monotonic() - started:.1f} s "
+                f"(of the {seconds:g} s it had to hold){seen}"
+            )
+        if time.monotonic() >= deadline:
+            return
         time.sleep(interval)
 
 
@@ -139,8 +172,6 @@ def watch_until(
                     return value
                 if time.monotonic() >= deadline:
                     break
-        except ApiError as e:
-            if e.status != 410:  # a resourceVersion too old: list again
-                raise
+        except Gone:  # a resourceVersion too old: list again
             items, version = kube.objects_and_version(kind, namespace, fields=fields)
             current = {_key(o): o for o in items}

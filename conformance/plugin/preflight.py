@@ -40,6 +40,7 @@ from conformance.harness import (
     until,
 )
 from conformance.profiles import DriverProfile
+from draproto.rest import Conflict
 
 __all__ = ["PRE_RULES", "Verdict", "class_manifests", "cleanup", "run"]
 
@@ -125,10 +126,10 @@ def _check_classes(kube: Kube, profile: DriverProfile, verdict: Verdict) -> str:
             continue  # someone else's: used as it is, never replaced or deleted
         try:
             kube.create(manifest)
-        except ApiError as e:
-            if e.status != 409:
-                return f"cannot create DeviceClass {name}: {e}"
+        except Conflict:
             continue
+        except ApiError as e:
+            return f"cannot create DeviceClass {name}: {e}"
         verdict.created.append(str(name))
     wanted = [profile.device_classes.default, *profile.device_classes.names]
     lacking = [n for n in wanted if kube.get("DeviceClass", n) is None]

@@ -11,7 +11,6 @@ example configs and what a container shows for each.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 
 from conformance import manifests
 from conformance.catalogue import rule
-from conformance.harness import Harness, bare_configs, gaps, meta, pod_phase, ref
+from conformance.harness import Harness, bare_configs, consistently, gaps, meta, pod_phase, ref
 from conformance.manifests import Container
 
 FAILED_PREPARE = "FailedPrepareDynamicResources"
@@ -82,10 +81,10 @@ def _check_devices(dra: Harness, pod: str, container: str, wanted: set[str]) -> 
     )
 
 
-def _check_defined(dra: Harness, ids: Sequence[str], what: str) -> None:
-    """CDI specs on the node still define every one of ``ids`` (the driver still holds the claim)."""
-    gone = sorted(set(ids) - set(dra.cdi_devices()))
-    assert not gone, f"{what}: CDI devices no longer defined on {dra.node}: {gone}"
+def _undefined(dra: Harness, ids: Sequence[str]) -> list[str]:
+    """Those of ``ids`` that the CDI specs on the node no longer define (none: the driver still
+    holds the claim)."""
+    return sorted(set(ids) - set(dra.cdi_devices()))
 
 
 def _warnings(dra: Harness) -> list[str]:
@@ -138,12 +137,20 @@ def test_pods_share_a_claim(dra: Harness) -> None:
         f"pod {second} stopped running when {first}, which shared its claim, went away"
     )
     if _has(dra, "grpc"):  # a driver that reacts to the pod going does so within a moment, not at once
-        deadline = time.monotonic() + HOLD_SECONDS
-        while True:
-            _check_defined(dra, ids, f"after pod {first} went away, while {second} still uses the claim")
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.25)
+        gone: list[str] = []
+
+        def defined() -> bool:
+            gone[:] = _undefined(dra, ids)
+            return not gone
+
+        consistently(
+            defined,
+            HOLD_SECONDS,
+            f"every CDI device of the claim defined on {dra.node} after pod {first} went away, "
+            f"while {second} still uses the claim",
+            interval=0.25,
+            describe=lambda: f"CDI devices no longer defined on {dra.node}: {gone}",
+        )
     if _has(dra, "view"):
         assert sorted(_ids_of(dra, second)) == sorted(ids), f"pod {second} lost devices when {first} went"
     dra.remove_pod(second)

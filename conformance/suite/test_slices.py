@@ -27,6 +27,7 @@ import pytest
 
 from conformance.catalogue import exclusive, reads_every_node, rule
 from conformance.harness import ApiError, Harness, Objects, command_documents, meta, watch_until
+from draproto.rest import Conflict, Gone, NotFound
 
 Obj = dict[str, Any]
 
@@ -478,9 +479,7 @@ def test_slices_stable(dra: Harness) -> None:
                     )
                 if changes or time.monotonic() >= deadline:
                     break
-        except ApiError as e:
-            if e.status != 410:
-                raise
+        except Gone:
             break  # the history is gone: the comparison below still tells
     after = {meta(s)["name"]: meta(s)["resourceVersion"] for s in dra.slices()}
     changed = sorted(n for n in before if after.get(n) != before[n])
@@ -515,8 +514,8 @@ def test_edited_slice_restored(dra: Harness) -> None:
         try:
             dra.kube.replace(edit(victim))  # with its resourceVersion: not over a write of the driver
             break
-        except ApiError as e:
-            if e.status != 409 or attempt == attempts - 1:
+        except Conflict:
+            if attempt == attempts - 1:
                 raise
     with driver_restarted_on_failure(dra):
         wait_restored(
@@ -634,7 +633,7 @@ def _refused(write: Callable[[], object]) -> ApiError | None:
     try:
         write()
     except ApiError as e:
-        if e.status in (0, 404) or e.status >= 500:
+        if isinstance(e, NotFound) or not e.status or e.status >= 500:
             raise
         return e
     return None
@@ -687,7 +686,7 @@ def test_slices_of_its_own_node_only(dra: Harness) -> None:
             if current is None:
                 break
             answer = _refused(functools.partial(driver.replace, current, dry_run=True))
-            if answer is None or answer.status != 409:
+            if not isinstance(answer, Conflict):
                 return answer
         raise AssertionError(f"ResourceSlice {name} of node {other} changed under five dry-run replaces")
 

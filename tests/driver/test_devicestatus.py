@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import pytest
 
-from draproto.rest import Rest, RestError
+from draproto.rest import Rest, rest_error
 from driver.checkpoint import ClaimRecord, PreparedDevice
 from driver.claims import ApiClaimSource, MemoryClaimSource, apply_body
 from driver.devicestatus import entries, entry
@@ -191,11 +191,11 @@ class _Rest:
             self.replaces.append(kwargs["body"])
             status = self.replaced.pop(0) if self.replaced else 200
             if status != 200:
-                raise RestError("refused", status, "the object has been modified")
+                raise rest_error("refused", status, message="the object has been modified")
             return dict(kwargs["body"])
         self.calls.append((method, path, kwargs))
         if self.status != 200:
-            raise RestError("refused", self.status, self.message)
+            raise rest_error("refused", self.status, message=self.message)
         return self.answer if self.answer is not None else dict(kwargs["body"])
 
 

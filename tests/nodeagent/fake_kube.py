@@ -4,7 +4,7 @@
   here, as another client of the API server would, never by editing what the agent holds.
 - Every write bumps one cluster-wide ``resourceVersion``. A write carrying a stale
   ``metadata.resourceVersion`` answers 409, a create of a name that exists 409, a write to an
-  object that does not exist 404 (all as ``KubeError`` with that status).
+  object that does not exist 404 (all as the ``KubeError`` of that status, ``kube_error``).
 - ``watch_pods`` yields the ``ADDED`` / ``MODIFIED`` / ``DELETED`` events of the node's pods
   after the version it is given, as they happen, until its timeout or :meth:`FakeKube.close`;
   a version older than the kept history answers an ``ERROR`` event with code 410 (Gone), as
@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from nodeagent.errors import KubeError
+from nodeagent.errors import KubeError, kube_error
 
 __all__ = ["FakeKube", "make_claim", "make_pod"]
 
@@ -39,6 +39,16 @@ DELETION_STAMP = "2026-01-01T00:00:00Z"
 def _key(obj: Obj) -> Key:
     md = obj["metadata"]
     return md.get("namespace", ""), md["name"]
+
+
+def _not_found(message: str) -> KubeError:
+    """What the API server answers a request for an object that does not exist (404 NotFound)."""
+    return kube_error(message, 404, "NotFound", message)
+
+
+def _exists(message: str) -> KubeError:
+    """What the API server answers a create of a name that is taken (409 AlreadyExists)."""
+    return kube_error(message, 409, "AlreadyExists", message)
 
 
 class FakeKube:
@@ -90,11 +100,11 @@ class FakeKube:
     def _check_version(current: Obj, given: Obj) -> None:
         rv = given.get("metadata", {}).get("resourceVersion")
         if rv and rv != current["metadata"]["resourceVersion"]:
-            raise KubeError(
+            message = (
                 f"the object has been modified (resourceVersion {rv}, now "
-                f"{current['metadata']['resourceVersion']})",
-                409,
+                f"{current['metadata']['resourceVersion']})"
             )
+            raise kube_error(message, 409, "Conflict", message)
 
     # -- what tests do (as other clients of the API server)
 
@@ -107,7 +117,7 @@ class FakeKube:
         """Create a pod (as bound by the scheduler); returns the stored copy."""
         with self._cond:
             if _key(pod) in self._pods:
-                raise KubeError(f"pod {_key(pod)} already exists", 409)
+                raise _exists(f"pod {_key(pod)} already exists")
             stored = self._stamp(copy.deepcopy(pod))
             self._pods[_key(pod)] = stored
             self._pod_event("ADDED", stored)
@@ -247,7 +257,7 @@ class FakeKube:
             md = pod["metadata"]
             current = self._pods.get((md["namespace"], md["name"]))
             if current is None or current["metadata"]["uid"] != md["uid"]:
-                raise KubeError(f"pod {md['namespace']}/{md['name']} (uid {md['uid']}) not found", 404)
+                raise _not_found(f"pod {md['namespace']}/{md['name']} (uid {md['uid']}) not found")
             self._check_version(current, pod)
             current["status"] = copy.deepcopy(pod["status"])
             self._pod_event("MODIFIED", self._stamp(current))
@@ -308,7 +318,7 @@ class FakeKube:
         with self._cond:
             name = node["metadata"]["name"]
             if name in self._nodes:
-                raise KubeError(f'nodes "{name}" already exists', 409)
+                raise _exists(f'nodes "{name}" already exists')
             stored = self._stamp(copy.deepcopy(node))
             stored["metadata"]["uid"] = f"node-uid-{name}"
             self._nodes[name] = stored
@@ -320,7 +330,7 @@ class FakeKube:
         with self._cond:
             node = self._nodes.get(name)
             if node is None:
-                raise KubeError(f'nodes "{name}" not found', 404)
+                raise _not_found(f'nodes "{name}" not found')
             node.setdefault("status", {}).update(copy.deepcopy(patch["status"]))
             return copy.deepcopy(self._stamp(node))
 
@@ -337,7 +347,7 @@ class FakeKube:
         with self._cond:
             key = (namespace, lease["metadata"]["name"])
             if key in self._leases:
-                raise KubeError(f'leases "{key[1]}" already exists', 409)
+                raise _exists(f'leases "{key[1]}" already exists')
             stored = self._stamp(copy.deepcopy(lease))
             self._leases[key] = stored
             return copy.deepcopy(stored)
@@ -349,7 +359,7 @@ class FakeKube:
             key = (namespace, lease["metadata"]["name"])
             current = self._leases.get(key)
             if current is None:
-                raise KubeError(f'leases "{key[1]}" not found', 404)
+                raise _not_found(f'leases "{key[1]}" not found')
             self._check_version(current, lease)
             stored = self._stamp(copy.deepcopy(lease))
             self._leases[key] = stored
