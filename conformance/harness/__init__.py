@@ -4,8 +4,9 @@ The harness holds a test's namespace and node; beside it: JSON requests (``kube`
 wait (``waiting``) and the signs that end a wait early (``signs``), the tracker of created objects
 (``resources``), plain functions on slice devices (``devices``) and on claims and pods
 (``status``), direct gRPC on a driver's sockets (``plugin_client``, ``healthstream``), fault
-commands (``faults``), which devices a container got by the profile's ways (``views``), what a
-failed test saw (``diagnostics``) and whether a rule can be checked here (``capabilities``).
+commands (``faults``), the driver's identity and the access it is given (``identity``), which
+devices a container got by the profile's ways (``views``), what a failed test saw
+(``diagnostics``) and whether a rule can be checked here (``capabilities``).
 Re-exported here: what the suite and the plugin use.
 """
 
@@ -45,6 +46,7 @@ from conformance.harness.documents import command_documents, parse_documents
 from conformance.harness.faults import FaultCommandFailed, FaultCommands, tainted_since
 from conformance.harness.harness import MEASURE_PREFIX, PARTIAL_PROPERTY, TEST_TAINT_KEY, Harness
 from conformance.harness.healthstream import HEALTH_VERSIONS, HealthReport, HealthStream, choose_version
+from conformance.harness.identity import INSTALLED_LABEL, NODE_NAME_EXTRA, as_driver, install_identity
 from conformance.harness.kube import ApiError, Kube, meta
 from conformance.harness.plugin_client import (
     DRA_SERVICES,
@@ -69,8 +71,10 @@ __all__ = [
     "CONFIG_ENV_RULES",
     "DRA_SERVICES",
     "HEALTH_VERSIONS",
+    "INSTALLED_LABEL",
     "MAX_RESULTS_PER_CLAIM",
     "MEASURE_PREFIX",
+    "NODE_NAME_EXTRA",
     "PARTIAL_PROPERTY",
     "TEST_TAINT_KEY",
     "ApiError",
@@ -90,6 +94,7 @@ __all__ = [
     "WaitTimeout",
     "allocated_devices",
     "allocation",
+    "as_driver",
     "assumed",
     "attribute_value",
     "bare_configs",
@@ -106,6 +111,7 @@ __all__ = [
     "gaps",
     "get_info",
     "incompatible",
+    "install_identity",
     "is_socket",
     "match_cel",
     "meta",

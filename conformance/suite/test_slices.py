@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from conformance.catalogue import exclusive, reads_every_node, rule
-from conformance.harness import ApiError, Harness, Objects, command_documents, meta, watch_until
+from conformance.harness import ApiError, Harness, Objects, as_driver, install_identity, meta, watch_until
 from draproto.rest import Conflict, Gone, NotFound
 
 Obj = dict[str, Any]
@@ -575,9 +575,6 @@ def test_counters(dra: Harness) -> None:
     fail_on(problems, "counter problems")
 
 
-NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
-"""The user extra in which the API server names the node a service-account token is bound to."""
-
 POLICY_SETTLE = 20.0
 """Seconds an admission policy the test just installed has to take effect."""
 POLICY_STABLE = 3.0
@@ -602,32 +599,6 @@ def _probe_slice(dra: Harness, node: str) -> Obj:
     }
 
 
-INSTALLED_LABEL = "dra-conformance.io/installed-by"
-"""The label on the objects the suite made from the profile's ``identity.install``: only those it
-replaces later (a chart's own are left alone)."""
-
-
-def _install_identity(dra: Harness) -> bool:
-    """Make what the profile's ``identity.install`` prints where it is missing (the local tier runs no
-    chart), or replace what an earlier install made; leave others' (a chart's). Whether anything was
-    written."""
-    wrote = False
-    for obj in command_documents(dra.profile.identity.install, dra.profile, "identity.install"):
-        m = meta(obj)
-        labels = {**(m.get("labels") or {}), INSTALLED_LABEL: "identity.install"}
-        ours = {**obj, "metadata": {**m, "labels": labels}}
-        current = dra.kube.get(obj["kind"], m["name"], m.get("namespace"))
-        if current is None:
-            dra.kube.create(ours)
-        elif INSTALLED_LABEL in (meta(current).get("labels") or {}):
-            version = meta(current).get("resourceVersion")
-            dra.kube.replace({**ours, "metadata": {**ours["metadata"], "resourceVersion": version}})
-        else:
-            continue
-        wrote = True
-    return wrote
-
-
 def _refused(write: Callable[[], object]) -> ApiError | None:
     """The API server's answer to a write it refused (None: it allowed it)."""
     try:
@@ -645,9 +616,9 @@ def test_slices_of_its_own_node_only(dra: Harness) -> None:
     """the driver's service account, its token naming its node, may write that node's ResourceSlices
     and no other's: creating, replacing or deleting a slice of another node is refused"""
     identity = dra.profile.identity
-    installed = _install_identity(dra) if identity.install else False
+    installed = install_identity(dra.kube, dra.profile) if identity.install else False
     user = identity.username()
-    driver = dra.kube.impersonating(user, {NODE_NAME_EXTRA: dra.node})
+    driver = as_driver(dra.kube, dra.profile, dra.node)
     as_user = f"{user} (token of node {dra.node})"
     own = _refused(lambda: driver.create(_probe_slice(dra, dra.node), dry_run=True))
     if own is not None and "impersonate" in str(own):
