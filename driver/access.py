@@ -8,8 +8,10 @@ with its binding that keeps the account to the ResourceSlices of the node its to
 cannot say "my node"). The local tier applies them (the profile's ``identity.install``), and the
 suite's SLICE-OWN-NODE checks the account by impersonating it.
 
-Testing switch ``slices-any-node``: the policy is bound with ``validationActions: [Audit]``, so
-it records and denies nothing (a misconfiguration a release can ship).
+Testing switches: ``slices-any-node``: the policy is bound with ``validationActions: [Audit]``, so
+it records and denies nothing (a misconfiguration a release can ship); ``no-status-access``: the
+ClusterRole lacks the ``associated-node`` verbs on ``resourceclaims/driver``, so the API server
+refuses the driver's writes of its ``status.devices`` entries (a role written before 1.36).
 Pure: no side effects here.
 """
 
@@ -30,9 +32,9 @@ NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 """The user extra in which the API server names the node a service-account token is bound to."""
 
 
-def _rules(driver_name: str, attach_on_demand: bool) -> list[Obj]:
+def _rules(driver_name: str, attach_on_demand: bool, status_access: bool = True) -> list[Obj]:
     group = "resource.k8s.io"
-    return [
+    rules = [
         {
             "apiGroups": [group],
             "resources": ["resourceclaims"],
@@ -52,6 +54,9 @@ def _rules(driver_name: str, attach_on_demand: bool) -> list[Obj]:
             "verbs": ["list", "watch", "create", "update", "delete"],
         },
     ]
+    # DRAResourceClaimGranularStatusAuthorization (beta, on, 1.36+): a write of status.devices
+    # needs these for each driver whose entries it changes
+    return rules if status_access else [r for r in rules if r["resources"] != ["resourceclaims/driver"]]
 
 
 def _policy(name: str, username: str) -> Obj:
@@ -118,10 +123,12 @@ def manifests(
     *,
     attach_on_demand: bool = False,
     enforce: bool = True,
+    status_access: bool = True,
 ) -> list[Obj]:
     """The namespace, service account, RBAC and admission policy of the driver's identity
     (``system:serviceaccount:<namespace>:<account>``). ``enforce=False`` binds the policy in
-    Audit mode only (the ``slices-any-node`` switch)."""
+    Audit mode only (the ``slices-any-node`` switch); ``status_access=False`` leaves out the
+    right to write its ``status.devices`` entries (the ``no-status-access`` switch)."""
     username = f"system:serviceaccount:{namespace}:{account}"
     policy = f"{account}-resourceslices"
     return [
@@ -131,7 +138,7 @@ def manifests(
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": {"name": account},
-            "rules": _rules(driver_name, attach_on_demand),
+            "rules": _rules(driver_name, attach_on_demand, status_access),
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -163,5 +170,6 @@ def printed(opts: AccessOptions) -> str:
         opts.service_account,
         attach_on_demand=opts.attach_on_demand,
         enforce="slices-any-node" not in opts.break_rules,
+        status_access="no-status-access" not in opts.break_rules,
     )
     return render(objects)

@@ -66,6 +66,7 @@ RULES: dict[str, str] = {
     "metadata-of-whole-claim": "each request's device metadata file lists every device of the claim",
     "metrics-broken": "the metrics endpoint answers every scrape with 500",
     "slices-any-node": "access-manifests binds the own-node slice policy in Audit mode: it denies nothing",
+    "no-status-access": "access-manifests grant no associated-node verbs on resourceclaims/driver",
     "drop-slices-on-update": "on shutdown the slices are deleted though another instance serves the node",
     "numa-node-missing": "devices are published without the standard resource.kubernetes.io/numaNode",
     "prepare-foreign-results": "a claim's results of other drivers are prepared too, as if they were ours",

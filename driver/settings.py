@@ -549,7 +549,8 @@ class AccessOptions:
     attach_on_demand: bool
     """Whether the RBAC lets it list and watch claims (as the chart does for ``attachOnDemand``)."""
     break_rules: frozenset[str]
-    """Testing switches (``DRA_GPU_TESTING_BREAK_RULES``): ``slices-any-node`` only matters here."""
+    """Testing switches (``DRA_GPU_TESTING_BREAK_RULES``): ``slices-any-node`` and
+    ``no-status-access`` only matter here."""
 
 
 def access_options(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> AccessOptions:

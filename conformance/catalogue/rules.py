@@ -919,6 +919,24 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "ALLOC-STATUS-RBAC",
+        "ALLOC",
+        "the driver's service account, its token naming the claim's node, may write its own driver's "
+        "`status.devices` entries of a claim allocated there (`associated-node:update` and `:patch` on "
+        "`resourceclaims/driver`, for its driver name)",
+        ("identity", "device-status", "DRAResourceClaimGranularStatusAuthorization"),
+        "1.36 (DRAResourceClaimGranularStatusAuthorization, beta)",
+        "KEP-4817",
+        level="SHOULD",
+        source=(
+            "pkg/registry/resource/resourceclaim/strategy.go (status update) -> registry/resource/utils.go "
+            "AuthorizedForDeviceStatus: each changed driver's entries need the verb on resourceclaims/driver "
+            "named by the driver, else Forbidden; status.devices is informational, but a driver with "
+            "binding conditions then never binds its pods (ALLOC-BINDING-CONDITIONS fails where it runs "
+            "as this account)"
+        ),
+    ),
+    Rule(
         "SHARE-CONTAINERS",
         "SHARE",
         "one claim used by two containers of a pod: both see the same device",

@@ -294,6 +294,8 @@ class Kube:
         patch: Mapping[str, Any],
         namespace: str | None = None,
         subresource: str = "",
+        *,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         """A JSON merge patch."""
         return dict(
@@ -302,6 +304,7 @@ class Kube:
                 KINDS[kind].path(namespace, name, subresource),
                 body=patch,
                 content_type="application/merge-patch+json",
+                query=_dry(dry_run),
             )
         )
 

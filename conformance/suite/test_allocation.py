@@ -10,6 +10,7 @@ they hold or taint them for a while), or single out by its attributes a device t
 from __future__ import annotations
 
 import ipaddress
+import time
 from collections import Counter
 from decimal import Decimal
 from typing import Any
@@ -21,14 +22,17 @@ from conformance.catalogue import exclusive, rule
 from conformance.harness import (
     MAX_RESULTS_PER_CLAIM,
     TEST_TAINT_KEY,
+    ApiError,
     Harness,
     allocated_devices,
     allocation,
+    as_driver,
     cel_literal,
     compatibility_groups,
     consumption,
     counter_sets,
     incompatible,
+    install_identity,
     meta,
     pod_phase,
     quantity,
@@ -41,6 +45,7 @@ from conformance.harness import (
     who_overlaps,
 )
 from conformance.manifests import Container
+from draproto.rest import Conflict
 
 Obj = dict[str, Any]
 
@@ -673,6 +678,69 @@ def test_compatibility_groups(dra: Harness) -> None:
     said = {n: sorted(compatibility_groups(published[n]).get(counter_set) or ()) for n in (first, second)}
     why = f"their compatibility groups on counter set {counter_set} do not meet ({said})"
     _never_together(dra, first, second, why)
+
+
+STATUS_ACCESS_SETTLE = 20.0
+"""Seconds RBAC the test just installed has to take effect (the authorizer's informers)."""
+
+
+@rule("ALLOC-STATUS-RBAC")
+def test_status_devices_access(dra: Harness) -> None:
+    """the driver's service account, its token naming the claim's node, may write its own driver's
+    `status.devices` entries of a claim allocated there (`associated-node:update` and `:patch` on
+    `resourceclaims/driver`, for its driver name)"""
+    installed = install_identity(dra.kube, dra.profile) if dra.profile.identity.install else False
+    driver = as_driver(dra.kube, dra.profile, dra.node)
+    as_user = f"{dra.profile.identity.username()} (token of node {dra.node})"
+    _pod, claim = dra.run_pod()
+    first = allocated_devices(claim)[0]
+    key = {"driver": dra.driver, "pool": first.pool, "device": first.device}
+    if first.share_id:
+        key["shareID"] = first.share_id
+
+    def write(verb: str) -> ApiError | None:
+        """A dry-run write, as ``verb``, of the claim's status.devices with an entry of the driver's
+        changed (a changed entry is what the API server authorizes); a conflict with the driver's
+        own write is tried again."""
+        for _ in range(5):
+            current = _current(dra, claim)
+            status = dict(current.get("status") or {})
+            kept = [e for e in status.get("devices") or [] if {k: e.get(k) for k in key} != key]
+            devices = [*kept, {**key, "data": {"dra-conformance-probe": dra.name("probe")}}]
+            try:
+                if verb == "update":
+                    driver.replace(
+                        {**current, "status": {**status, "devices": devices}}, "status", dry_run=True
+                    )
+                else:
+                    driver.patch(
+                        "ResourceClaim",
+                        _name(claim),
+                        {"metadata": {"resourceVersion": meta(current)["resourceVersion"]},
+                         "status": {"devices": devices}},
+                        dra.namespace,
+                        "status",
+                        dry_run=True,
+                    )  # fmt: skip
+            except Conflict:
+                continue
+            except ApiError as e:
+                if "impersonate" in str(e):
+                    pytest.skip(f"the suite's credentials may not impersonate {as_user}: {e}")
+                return e
+            return None
+        raise AssertionError(f"claim {_name(claim)} changed under five dry-run writes of its status")
+
+    for verb in ("update", "patch"):
+        refused = write(verb)
+        deadline = time.monotonic() + (STATUS_ACCESS_SETTLE if installed else 0)
+        while refused is not None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            refused = write(verb)
+        assert refused is None, (
+            f"{as_user} may not {verb} its own entry ({key}) of status.devices of claim {_name(claim)}, "
+            f"allocated on its node: {refused}"
+        )
 
 
 def _attached_on_demand(dra: Harness) -> tuple[str, list[str], list[str]]:

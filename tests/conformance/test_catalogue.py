@@ -24,14 +24,14 @@ COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES
 
 
 def test_catalogue_shape() -> None:
-    assert len(RULES) == 116
-    assert len({r.id for r in RULES}) == 116
+    assert len(RULES) == 117
+    assert len({r.id for r in RULES}) == 117
     counts = {a: sum(r.area == a for r in RULES) for a in AREAS}
     assert counts == {
         "PRE": 5,
         "REG": 20,
         "SLICE": 13,
-        "ALLOC": 27,
+        "ALLOC": 28,
         "SHARE": 8,
         "PREP": 21,
         "HEALTH": 11,

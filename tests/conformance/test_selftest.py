@@ -289,6 +289,9 @@ CASES: dict[str, Case] = {
         "reference-gpu", "allocation", "ALLOC-TWO-DRIVERS", rules=("ALLOC-TWO-DRIVERS",)
     ),
     "slices-any-node": case("reference-gpu", "slices", "SLICE-OWN-NODE", rules=("SLICE-OWN-NODE",)),
+    "no-status-access": case(
+        "reference-gpu", "allocation", "ALLOC-STATUS-RBAC", rules=("ALLOC-STATUS-RBAC",)
+    ),
     "compat-groups-missing": case(
         "reference-gpu", "allocation", "ALLOC-COMPAT-GROUPS", rules=("ALLOC-COMPAT-GROUPS",)
     ),

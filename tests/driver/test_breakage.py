@@ -115,7 +115,8 @@ def test_every_rule_is_documented() -> None:
         "keep-deleted-claims", "trust-corrupt-checkpoint", "config-to-whole-request", "claims-by-name",
         "exceed-consumable-share", "drop-share-id", "never-attach", "ignore-attach-failure",
         "metadata-to-every-container", "metadata-of-whole-claim", "metrics-broken",
-        "compat-groups-missing", "slices-any-node", "drop-slices-on-update", "numa-node-missing",
+        "compat-groups-missing", "slices-any-node", "no-status-access", "drop-slices-on-update",
+        "numa-node-missing",
         "prepare-foreign-results",
         "prepare-missing-claims", "prepare-unallocated-claims", "refuse-after-failed-registration",
         "whole-call-errors", "unserved-dra-version", "fail-unknown-unprepare",
@@ -327,6 +328,16 @@ def _slice_policy_enforced(node: Node) -> tuple[bool, ...]:
     objects = list(yaml.safe_load_all(access.printed(access_options([], env))))
     bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
     return (len(bindings) == 1 and bindings[0]["spec"]["validationActions"] == ["Deny"],)
+
+
+def _status_access_granted(node: Node) -> tuple[bool, ...]:
+    env = {BREAK_RULES_ENV: ",".join(node.settings.break_rules)}
+    objects = list(yaml.safe_load_all(access.printed(access_options([], env))))
+    (role,) = [o for o in objects if o["kind"] == "ClusterRole"]
+    granted = [r for r in role["rules"] if r["resources"] == ["resourceclaims/driver"]]
+    return (
+        len(granted) == 1 and {"associated-node:patch", "associated-node:update"} <= set(granted[0]["verbs"]),
+    )
 
 
 def _slices_left_to_the_new_instance(node: Node) -> tuple[bool, ...]:
@@ -1013,6 +1024,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "metrics-broken": _metrics_answered,
     "compat-groups-missing": _groups_published,
     "slices-any-node": _slice_policy_enforced,
+    "no-status-access": _status_access_granted,
     "drop-slices-on-update": _slices_left_to_the_new_instance,
     "numa-node-missing": _numa_node_published,
     "never-attach": _attached_for_the_claim,
