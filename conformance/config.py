@@ -197,7 +197,7 @@ class SuiteConfig:
         device kinds, GPU sharing, GPUs attached on demand and device metadata read from the
         profile's local command (``--fake-profile``, ``--device-kinds``, ``--gpu-sharing``,
         ``--consumable-gpus``, ``--attach-on-demand``, ``--device-metadata``,
-        ``--compatibility-groups``). Another driver: the
+        ``--compatibility-groups``), in the namespace of the profile's ``identity``. Another driver: the
         profile's ``install`` section; :class:`UsageError` when it has none."""
         if not self.runs_reference:
             return self._vendor_release()
@@ -216,12 +216,16 @@ class SuiteConfig:
             sharing["deviceMetadata"] = True
         if "--compatibility-groups" in words:
             sharing["compatibilityGroups"] = True
-        return DriverRelease(
+        # in the namespace of the profile's identity: the chart's service account is the one the
+        # identity names (SLICE-OWN-NODE takes its token)
+        release = DriverRelease(
             driver=self.profile.driver,
             fake_profile=flag("--fake-profile", "dgx-h100"),
             device_kinds=kinds,
             extra=sharing,
         )
+        namespace, _, _account = self.profile.identity.service_account.rpartition("/")
+        return dataclasses.replace(release, namespace=namespace) if namespace else release
 
     def _vendor_release(self) -> VendorRelease:
         install = self.profile.install
