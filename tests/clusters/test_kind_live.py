@@ -22,6 +22,9 @@ from clusters.kind.nodeparts import resolve_parts
 from clusters.kind.settings import BUILD
 from clusters.local.settings import LocalSettings
 
+# one worker runs them one after another: each starts an engine and a 3-node kind cluster
+pytestmark = pytest.mark.xdist_group("kind-live")
+
 
 def _reason() -> str:
     if os.environ.get("DRAC_LIVE_KIND", "") != "1":
