@@ -7,8 +7,9 @@ of ours writes (its keys are part of each process's contract) is :mod:`draproto.
 plain-JSON requests both sides send the API server are :mod:`draproto.rest`, over the connection
 :mod:`draproto.apiconn` reads from a kubeconfig or a pod's service account.
 
-The ``.proto`` files beside this module are written from the field lists in
-DESIGN.md; ``python -m draproto.generate`` regenerates ``_gen`` and
+The ``.proto`` files beside this module are written from the field lists of the kubelet's
+plugin APIs (``k8s.io/kubelet/pkg/apis/dra/v1``, ``v1beta1``, ``dra-health``, ``pluginregistration``);
+``python -m draproto.generate`` regenerates ``_gen`` and
 ``--check`` verifies the committed stubs are fresh.
 """
 

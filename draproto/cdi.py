@@ -2,8 +2,8 @@
 
 A CDI spec is an interface between a driver (which writes it) and a node (whose runtime
 injects it), so its rules live here, once: the driver checks the specs it writes, the node
-agent refuses specs that break them, the conformance suite asserts them. The rules are
-DESIGN.md's "CDI rules a spec must pass", stricter than the published JSON schema:
+agent refuses specs that break them, the conformance suite asserts them. The rules
+(``docs/cdi-rules.md``) follow the runtimes' parser, stricter than the published JSON schema:
 
 - ``cdiVersion`` one of :data:`VALID_VERSIONS` and at least :func:`minimum_version` of the spec;
 - ``kind`` = ``vendor/class``, each part starting with a letter, ending with a letter or digit,

@@ -28,6 +28,7 @@ __all__ = [
     "CORE_SINCE",
     "LEVELS",
     "RULES",
+    "UPSTREAM_KEYS",
     "Area",
     "Level",
     "Rule",
@@ -78,13 +79,33 @@ class Rule:
     since: str
     """Kubernetes minor (and feature gate) since which it applies; ``-`` when not version-bound."""
     upstream: str
-    """Where Kubernetes or a driver repository tests the same thing (``-``: nowhere)."""
+    """Where Kubernetes or a driver repository tests the same thing (``-``: nowhere): parts
+    separated by ``;``, each starting with a key of :data:`UPSTREAM_KEYS` or a KEP number."""
     level: Level
     """How binding it is (:data:`Level`)."""
     source: str
     """What makes it so: the function of the kubelet, scheduler or API server (with the versions),
     the proto comment, KEP section or API validation that a driver breaking it runs into, or, for
     a SHOULD, what recommends it."""
+
+
+UPSTREAM_KEYS: Mapping[str, str] = MappingProxyType(
+    {
+        "e2e": "Kubernetes' DRA end-to-end tests (test/e2e/dra/dra.go)",
+        "health": "Kubernetes' DRA health end-to-end tests (test/e2e/dra/health.go)",
+        "node": "Kubernetes' DRA node end-to-end tests (test/e2e_node/dra_test.go)",
+        "e2e_node": "Kubernetes' node end-to-end tests (test/e2e_node)",
+        "plugin": "the contract comments of Kubernetes' kubeletplugin helper "
+        "(k8s.io/dynamic-resource-allocation/kubeletplugin/draplugin.go)",
+        "kubeletplugin": "Kubernetes' kubeletplugin helper (k8s.io/dynamic-resource-allocation)",
+        "types": "the resource.k8s.io/v1 API types and their validation",
+        "ex": "dra-example-driver's end-to-end tests (test/e2e)",
+        "nv": "the tests of NVIDIA's DRA driver for GPUs (its bats tests)",
+        "NVIDIA": "the tests of NVIDIA's DRA driver for GPUs (its bats tests)",
+        "KEP-5970": "KEP-5970, the DRA driver conformance suite's own test list (tests 1 to 7)",
+    }
+)
+"""What the keys of a rule's ``upstream`` name; other parts start with ``KEP-<number>``."""
 
 
 AREAS: Mapping[str, Area] = MappingProxyType(
@@ -138,7 +159,7 @@ RULES: tuple[Rule, ...] = (
         "the driver registers on every node under test: a registration socket answers `GetInfo` with the profile's driver name within the profile's slices timeout",
         ("grpc",),
         "1.34",
-        "kep 1",
+        "KEP-5970 test 1",
         level="MUST",
         source='kubelet v1.34.0-v1.37.2 pkg/kubelet/pluginmanager (pluginwatcher watches <kubelet>/plugins_registry; operationexecutor/operation_generator.go GenerateRegisterPluginFunc dials the socket and calls GetInfo with a 1 s timeout, routing by PluginInfo.Type "DRAPlugin"); without it pkg/kubelet/cm/dra/plugin (*DRAPluginManager).GetPlugin has no plugin of that name and (*Manager).prepareResources fails every pod of the driver',
     ),
@@ -148,7 +169,7 @@ RULES: tuple[Rule, ...] = (
         "the driver publishes slices for every node under test within the profile's timeout",
         (),
         "1.34",
-        "kep 2",
+        "KEP-5970 test 2",
         level="MUST",
         source=(
             "dynamic-resource-allocation/structured/internal/stable/pools_stable.go GatherPools: only "
@@ -175,7 +196,7 @@ RULES: tuple[Rule, ...] = (
         "`GetInfo` answers type `DRAPlugin`, the profile's driver name, a non-empty version list, and an absolute endpoint that exists (or none: the kubelet then calls the registration socket)",
         ("grpc",),
         "1.34",
-        'kep 1; e2e "registers plugin"',
+        'KEP-5970 test 1; e2e "registers plugin"',
         level="MUST",
         source='kubelet v1.34.0-v1.37.2 pluginmanager/operationexecutor/operation_generator.go GenerateRegisterPluginFunc: the handler is picked by Type (no "DRAPlugin": no registration), Name is the driver name the DRA manager routes claims by ((*DRAPluginManager).GetPlugin), an empty Endpoint is replaced by the registration socket\'s path and a relative one is dialled as "unix:"+path from the kubelet\'s cwd; cm/dra/plugin/dra_plugin_manager.go validateSupportedServices refuses an empty list',
     ),
@@ -375,7 +396,7 @@ RULES: tuple[Rule, ...] = (
         "each node under test has at least one slice of the driver with at least one device",
         (),
         "1.34",
-        'kep 2; e2e "must manage ResourceSlices"',
+        'KEP-5970 test 2; e2e "must manage ResourceSlices"',
         level="MUST",
         source=(
             "dynamic-resource-allocation/structured/internal/stable/pools_stable.go GatherPools: a node's "
@@ -521,7 +542,7 @@ RULES: tuple[Rule, ...] = (
         "other's: creating, replacing or deleting a slice of another node is refused",
         ("identity",),
         "1.34",
-        "e2e per-node permission checks; chart admission policy",
+        "e2e per-node permission checks; ex (its chart's admission policy)",
         level="SHOULD",
         source=(
             "hardening Kubernetes does not enforce for service accounts: KEP-4381 security section "
@@ -549,7 +570,7 @@ RULES: tuple[Rule, ...] = (
         "a claim for one device of the class is allocated, and the pod runs",
         (),
         "1.34",
-        "kep 3, 5",
+        "KEP-5970 test 3 and 5",
         level="MUST",
         source=(
             "scheduler dynamicresources.go Filter/Reserve/PreBind allocate; containers start only after a "
@@ -740,7 +761,7 @@ RULES: tuple[Rule, ...] = (
         "when the last pod using a claim is gone, `reservedFor` empties and the claim is deallocated; the device is allocatable again",
         (),
         "1.34",
-        'kep 7; e2e "must deallocate after use"',
+        'KEP-5970 test 7; e2e "must deallocate after use"',
         level="MUST",
         source=(
             "resourceclaim controller syncClaim clears reservedFor/deallocates once the pod is gone; the "
@@ -754,7 +775,7 @@ RULES: tuple[Rule, ...] = (
         "create, delete and recreate a pod five times: each time it runs with a device",
         (),
         "1.34",
-        "kep 7; nv robustness",
+        "KEP-5970 test 7; nv robustness",
         level="MUST",
         source=(
             "kubelet unprepare then prepare of the same device for a new claim "
@@ -1055,7 +1076,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "PREP-CDI-SPEC",
         "PREP",
-        "every CDI spec the driver writes passes the CDI rules (DESIGN.md)",
+        "every CDI spec the driver writes passes the CDI rules (docs/cdi-rules.md)",
         ("grpc",),
         "-",
         "-",
@@ -1085,7 +1106,7 @@ RULES: tuple[Rule, ...] = (
         "a container sees exactly its devices: the profile's per-device env/ids for its devices and none of another claim's",
         ("view",),
         "1.34",
-        "kep 5; e2e",
+        "KEP-5970 test 5; e2e",
         level="MUST",
         source=(
             "kubelet pkg/kubelet/cm/dra/manager.go GetResources injects only the CDI ids of the "
@@ -1246,7 +1267,7 @@ RULES: tuple[Rule, ...] = (
         "deleting the pod unprepares the claim and removes its CDI spec",
         ("grpc | view",),
         "1.34",
-        "kep 6",
+        "KEP-5970 test 6",
         level="MUST",
         source=(
             "kubelet.go SyncTerminatingPod -> UnprepareDynamicResources; the pod is not removed until it "
@@ -1303,7 +1324,7 @@ RULES: tuple[Rule, ...] = (
         "a normal pod lifecycle emits no FailedPrepare/FailedUnprepare events",
         (),
         "1.34",
-        "kep 6",
+        "KEP-5970 test 6",
         level="SHOULD",
         source=(
             "the kubelet retries failed prepares/unprepares (kuberuntime_manager.go events); a warning "

@@ -107,7 +107,7 @@ def test_cdi_ids_resolve(dra: Harness) -> None:
 @rule("PREP-CDI-SPEC")
 @exclusive
 def test_cdi_specs_valid(dra: Harness) -> None:
-    """every CDI spec the driver writes passes the CDI rules (DESIGN.md)"""
+    """every CDI spec the driver writes passes the CDI rules (docs/cdi-rules.md)"""
     ids = _prepared_ids(dra)
     kinds = {parse_qualified_name(i).kind for i in ids}
     specs = {p: s for p, s in dra.cdi_specs().items() if s.get("kind") in kinds or "unparsable" in s}

@@ -159,3 +159,18 @@ def test_the_plugin_selects_by_glob_and_skips_and_writes_a_manifest(
     )  # fmt: skip
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     assert "--skip: unknown rule id 'SLICE-EDTI'; closest: SLICE-EDIT" in bad.stderr.str()
+
+
+def test_every_upstream_part_names_a_known_source() -> None:
+    """A rule's ``upstream`` is read in reports: each part starts with a key the catalogue explains
+    (:data:`UPSTREAM_KEYS`) or a KEP number, never a private shorthand."""
+    from conformance.catalogue.rules import UPSTREAM_KEYS
+
+    unknown = [
+        (r.id, part.strip())
+        for r in RULES
+        if r.upstream != "-"
+        for part in r.upstream.split(";")
+        if part.split()[0] not in UPSTREAM_KEYS and not re.match(r"KEP-\d+$", part.split()[0])
+    ]
+    assert not unknown, f"upstream parts with no known source: {unknown}"

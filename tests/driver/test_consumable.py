@@ -26,7 +26,7 @@ from driver.planning import ClaimRef
 from driver.slicing import build_slices, device_body
 from tests.driver.drvkit import DRIVER, NODE, Node, gpu, make_claim, partition, result
 
-# memory.total of the fakegpu models (DESIGN.md), one that is no whole MiB, and small ones
+# memory.total of the fakegpu models (fakegpu/profiles/), one that is no whole MiB, and small ones
 MEMORY_SIZES = [150754820096, 85520809984, 85899345920, 42949672960, 24152899584, 16106127360,
                 85520809984 + 512, GIB + MIB, GIB, GIB - 1, 2 * MIB, MIB, 1]  # fmt: skip
 

@@ -34,7 +34,7 @@ DRIVER = "gpu.dra-conformance.io"
 NODE = "node-a"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
-# H100-80GB profiles as NVML reports them (DESIGN.md tables); engines simplified.
+# H100-80GB profiles as NVML reports them (fakegpu/profiles/README.md); engines simplified.
 _H100 = [
     # id, index, name, slices, instances, MiB, SMs, placements
     (19, 0, "1g.10gb", 1, 7, 9984, 16, [(i, 1) for i in range(7)]),
