@@ -87,6 +87,41 @@ STAND_IN_BINARIES = (
 _MIG_CAPS = {"config": 1, "monitor": 2}
 """``proc/driver/nvidia/capabilities/mig/<name>``: DeviceFileMinor of each, as the driver has them."""
 
+MIG_GI_PER_GPU = 15
+"""GPU-instance ids a GPU has capability files for (0-14), as ``/proc/driver/nvidia-caps/mig-minors``
+lists them."""
+
+MIG_CI_PER_GI = 8
+"""Compute-instance ids per GPU instance (0-7) in the same table."""
+
+MIG_ACCESS_MODE = 0o444
+"""``DeviceFileMode`` of a GPU or compute instance's ``access`` file (292)."""
+
+
+def mig_access_minor(gpu_minor: int, gi: int, ci: int | None = None) -> int:
+    """The ``nvidia-caps`` minor of ``gpu<gpu_minor>/gi<gi>/access`` (``ci`` None) or
+    ``gpu<gpu_minor>/gi<gi>/ci<ci>/access``, as the kernel driver numbers them in
+    ``/proc/driver/nvidia-caps/mig-minors``: 1 and 2 are ``config`` and ``monitor``, then per GPU
+    15 GPU instances, each its own ``access`` and 8 compute instances (``gpu0/gi0/access`` 3,
+    ``gpu0/gi0/ci0/access`` 4, ``gpu0/gi1/access`` 12, ``gpu3/gi3/ci3/access`` 439)."""
+    per_gi = 1 + MIG_CI_PER_GI
+    base = 1 + len(_MIG_CAPS) + gpu_minor * MIG_GI_PER_GPU * per_gi + gi * per_gi
+    return base if ci is None else base + 1 + ci
+
+
+def _mig_access_files(machine: FakeMachine) -> list[tuple[str, int]]:
+    """``(path under proc/driver/nvidia/capabilities/, DeviceFileMinor)`` of each MIG instance the
+    machine has now: ``gpu<minor>/mig/gi<G>/access`` and ``gpu<minor>/mig/gi<G>/ci<C>/access``."""
+    files = []
+    for g in machine.state.gpus:
+        for gi in g.gpu_instances:
+            files.append((f"gpu{g.minor}/mig/gi{gi.id}/access", mig_access_minor(g.minor, gi.id)))
+            for ci in gi.compute_instances:
+                files.append(
+                    (f"gpu{g.minor}/mig/gi{gi.id}/ci{ci.id}/access", mig_access_minor(g.minor, gi.id, ci.id))
+                )
+    return files
+
 
 def _triplet() -> str:
     machine = platform.machine()
@@ -223,4 +258,22 @@ def make_driver_root(
                 proc / "capabilities" / "mig" / name,
                 f"DeviceFileMinor: {minor}\nDeviceFileMode: 256\nDeviceFileModify: 1\n",
             )
+        # the MIG instances present now (a driver that creates or destroys one later does not
+        # see its file change: the root is a snapshot); stale ones from an earlier root go first
+        for old in list((proc / "capabilities").glob("gpu*")):
+            shutil.rmtree(old)
+        for path, minor in _mig_access_files(machine):
+            _write(
+                proc / "capabilities" / path,
+                f"DeviceFileMinor: {minor}\nDeviceFileMode: {MIG_ACCESS_MODE}\nDeviceFileModify: 1\n",
+            )
+    # what the host's /proc/devices says of the driver: the majors of the device nodes above (those
+    # of nvidia-uvm and nvidia-caps are dynamic, so a driver reads them there, never assumes them)
+    majors = [(NVIDIA_MAJOR, "nvidia-frontend"), (UVM_MAJOR, "nvidia-uvm")]
+    if any(MODELS[g.model].mig_capable for g in state.gpus):
+        majors.append((CAPS_MAJOR, "nvidia-caps"))
+    # (both sections, as the kernel prints them: NVIDIA's DRA driver, GetDeviceMajor, reads the
+    # character one only up to "Block devices:")
+    chars = "".join(f"{m:3d} {n}\n" for m, n in majors)
+    _write(root / "proc" / "devices", f"Character devices:\n{chars}\nBlock devices:\n")
     return root

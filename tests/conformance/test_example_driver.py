@@ -50,6 +50,9 @@ EXAMPLE_GPU_SKIPS = area_rules("health") | frozenset(
         # its checkpoint carries no checksum and nothing reports a corrupt one: the profile names
         # none (checkpoint.path)
         "RES-CHECKPOINT-CORRUPT",
+        # no multi-allocatable device (no shareID to answer), no device-status and no identity
+        "PREP-SHARE-ID",
+        "ALLOC-STATUS-RBAC",
     }
 )
 """The rules a clean example-gpu run skips (each for the reason its record states)."""

@@ -29,6 +29,7 @@ def test_shipped_profiles_load() -> None:
         "example-net",
         "nvidia-gpu",
         "nvidia-gpu-local",
+        "nvidia-gpu-local-mig",
         "reference-gpu",
         "reference-l4",
         "reference-mig",

@@ -4,6 +4,7 @@ where ``mknod`` is allowed, plain files and one warning where it is not."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -106,3 +107,56 @@ def test_refused_mknod_is_logged_when_no_one_listens(
     fakegpu.make_driver_root(tmp_path / "driver", machine, lib_dir)
     assert [r.levelname for r in caplog.records] == ["WARNING"]
     assert "CAP_MKNOD" in caplog.records[0].getMessage()
+
+
+def test_mig_access_minors_follow_the_kernel_drivers_table() -> None:
+    # lines of a real /proc/driver/nvidia-caps/mig-minors (quoted in NVIDIA's DRA driver, cdi.go)
+    assert _driverroot.mig_access_minor(0, 0) == 3
+    assert _driverroot.mig_access_minor(0, 0, 0) == 4
+    assert _driverroot.mig_access_minor(0, 0, 2) == 6
+    assert _driverroot.mig_access_minor(3, 3, 3) == 439
+    assert _driverroot.mig_access_minor(6, 11, 5) == 918
+    assert _driverroot.mig_access_minor(6, 11, 7) == 920
+
+
+def test_mig_instances_have_capability_files_and_proc_devices_names_the_majors(
+    lib_dir: Path, tmp_path: Path
+) -> None:
+    # dgx-h100-mig: GPU index 2 (minor 0 on a DGX) holds 3g.40gb at placements 0 and 4, GI ids 1
+    # and 2, each with one compute instance (id 0)
+    machine = fakegpu.FakeMachine("dgx-h100-mig", state_dir=tmp_path / "gpus")
+    root = fakegpu.make_driver_root(tmp_path / "driver", machine, lib_dir, warn=lambda m: None)
+    caps = root / "proc" / "driver" / "nvidia" / "capabilities"
+
+    def access(path: str) -> str:
+        return (caps / path / "access").read_text()
+
+    assert access("gpu0/mig/gi1") == "DeviceFileMinor: 12\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
+    assert access("gpu0/mig/gi1/ci0").startswith("DeviceFileMinor: 13\n")
+    assert access("gpu0/mig/gi2").startswith("DeviceFileMinor: 21\n")
+    assert access("gpu0/mig/gi2/ci0").startswith("DeviceFileMinor: 22\n")
+    # one GI and one CI file per MIG device: 2 + 4 + 6 + 14 instances of the profile
+    assert len(list(caps.glob("gpu*/mig/gi*/access"))) == 26
+    assert len(list(caps.glob("gpu*/mig/gi*/ci*/access"))) == 26
+    # /proc/devices as the kernel prints it; NVIDIA's DRA driver (GetDeviceMajor) takes the major
+    # of nvidia-caps with this regular expression, which needs the "Block devices:" section after
+    devices = (root / "proc" / "devices").read_text()
+    named = r"(?s)Character devices:.*?([0-9]+) {}\n.*Block devices:"
+    assert [m.group(1) for m in re.finditer(named.format("nvidia-caps"), devices)] == [
+        str(_driverroot.CAPS_MAJOR)
+    ]
+    assert [m.group(1) for m in re.finditer(named.format("nvidia-uvm"), devices)] == [
+        str(_driverroot.UVM_MAJOR)
+    ]
+    # the root is a snapshot: made again after a GPU instance is gone, its files are gone too
+    machine.destroy_gpu_instance(2, 1)
+    fakegpu.make_driver_root(root, machine, lib_dir, warn=lambda m: None)
+    assert not (caps / "gpu0" / "mig" / "gi1").exists()
+    assert (caps / "gpu0" / "mig" / "gi2" / "ci0" / "access").is_file()
+
+
+def test_a_machine_without_mig_has_no_capability_files(lib_dir: Path, tmp_path: Path) -> None:
+    machine = fakegpu.FakeMachine("l4x4", state_dir=tmp_path / "gpus")
+    root = fakegpu.make_driver_root(tmp_path / "driver", machine, lib_dir, warn=lambda m: None)
+    assert not (root / "proc" / "driver" / "nvidia" / "capabilities").exists()
+    assert "nvidia-caps" not in (root / "proc" / "devices").read_text()
