@@ -1,6 +1,6 @@
 """GPU models the fake knows: identity facts, sizes and, for MIG-capable models, the MIG tables.
 
-The numbers are the ones real drivers report (DESIGN.md, "Model facts" and the MIG tables):
+The numbers are the ones real drivers report (``fakegpu/profiles/README.md`` says where each comes from):
 memory totals are the driver's figures, not the marketing sizes; MIG memory sizes are what
 ``nvidia-smi mig -lgip`` prints.
 """
