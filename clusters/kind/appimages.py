@@ -23,6 +23,7 @@ the nodes as any image (:func:`clusters.release.import_image`).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -179,8 +180,27 @@ def _tree_layer(dest: Path, top: Path, prefix: str) -> Path:
     return dest
 
 
+def _pip_command() -> list[str]:
+    """A pip to fetch and unpack with (for the image's own Python, not this one): this
+    interpreter's, or, in an environment made without pip (uv's, as nox makes them), the one of
+    the interpreter it was made from, or of ``python3`` on PATH."""
+    if importlib.util.find_spec("pip") is not None:
+        return [sys.executable, "-m", "pip"]
+    base = getattr(sys, "_base_executable", "")
+    for python in (base, shutil.which("python3")):
+        if not python or python == sys.executable:
+            continue
+        probe = subprocess.run([python, "-m", "pip", "--version"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return [python, "-m", "pip"]
+    raise ToolError(
+        f"no pip in {sys.executable}'s environment, nor in {base or 'its base interpreter'} or python3 "
+        "on PATH: install pip in one of them (python3 -m ensurepip)"
+    )
+
+
 def _pip(args: Sequence[str], progress: Progress, what: str) -> None:
-    argv = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *args]
+    argv = [*_pip_command(), "--disable-pip-version-check", "--no-input", *args]
     progress(f"  pip: {what} ...")
     done = subprocess.run(argv, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
     if done.returncode != 0:

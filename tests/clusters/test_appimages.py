@@ -129,3 +129,18 @@ def test_entry_point_scripts_run_debians_python() -> None:
     assert entry.data == (
         b"#!/usr/bin/python3\nimport sys\nfrom driver.__main__ import main\nsys.exit(main())\n"
     )
+
+
+def test_an_environment_without_pip_borrows_its_base_interpreters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nox's environments (made by uv) have no pip: the image's packages are fetched with the pip
+    of the interpreter the environment was made from (CI: 'No module named pip')."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    from clusters.kind import appimages
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    command = appimages._pip_command()
+    assert command[0] != sys.executable
+    assert subprocess.run([*command, "--version"], capture_output=True, check=False).returncode == 0

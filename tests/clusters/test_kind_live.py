@@ -143,7 +143,9 @@ def test_live_kind_runs_the_whole_suite_on_the_reference_chart(state: Path) -> N
            "--nodes", "2", "--reports-dir", str(reports)]  # fmt: skip
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1400, check=False)
     tail = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
-    data = json.loads((reports / "latest" / "conformance.json").read_text())
+    written = reports / "latest" / "conformance.json"
+    assert written.is_file(), f"the run on kind wrote no report (exit {done.returncode}):\n{tail}"
+    data = json.loads(written.read_text())
     outcomes = {r["id"]: r["outcome"] for r in data["rules"]}
     bad = {r: o for r, o in outcomes.items() if o not in ("passed", "skipped", "partial")}
     assert not bad, f"on kind: {bad}\n{tail}"
