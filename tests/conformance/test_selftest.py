@@ -79,12 +79,14 @@ CASES: dict[str, Case] = {
     "no-slices": case("reference-gpu", "preflight", "PRE-SLICES"),
     "hide-device": case("reference-gpu", "preflight slices", "PRE-NODES"),
     # the retry of REG-BATCH asks again for the good claims the failed call prepared
+    # PREP-SHARE-ID asks for the answer again of a claim the kubelet prepared
     "non-idempotent-prepare": case(
         "reference-gpu",
         "registration preparation",
         "REG-IDEMPOTENT-PREPARE",
         "REG-BATCH",
         "REG-V1BETA1-PARITY",
+        "PREP-SHARE-ID",
     ),
     # shown on the direct calls: the node agent also batches the unprepares of several pods, and a
     # claim dropped there stays prepared, so pod tests fail too, depending on timing
@@ -353,18 +355,22 @@ REFERENCE_GPU_ONLY = BINDING | {
     "RES-ROLLING-UPDATE",
     "ALLOC-NUMA",
     "ALLOC-TWO-DRIVERS",
+    "ALLOC-STATUS-RBAC",
 }
 """Rules only reference-gpu's settings meet (binding-conditions, device-metadata, a metrics URL,
 compatibility-groups, a service account, rolling-update, numa, the companion NIC driver)."""
 
-NOT_CLAIMED = frozenset({"ALLOC-CONSUMABLE", "PREP-NETDEV"}) | REFERENCE_GPU_ONLY
+CONSUMABLE = frozenset({"ALLOC-CONSUMABLE", "PREP-SHARE-ID"})
+"""The rules of devices shared by capacity (consumable-capacity)."""
+
+NOT_CLAIMED = CONSUMABLE | {"PREP-NETDEV"} | REFERENCE_GPU_ONLY
 """Rules of capabilities the reference profiles do not claim (consumable-capacity, net,
 binding-conditions, device-metadata, a metrics endpoint, compatibility-groups, a service account);
 reference-gpu claims
 all but net."""
 
 CLEAN_SKIPS: dict[str, frozenset[str]] = {
-    "reference-gpu": NOT_CLAIMED - {"ALLOC-CONSUMABLE"} - REFERENCE_GPU_ONLY,
+    "reference-gpu": NOT_CLAIMED - CONSUMABLE - REFERENCE_GPU_ONLY,
     "reference-l4": NOT_CLAIMED | {"SLICE-COUNTERS", "ALLOC-PARTITION"},
     "reference-mixed": NOT_CLAIMED | {"SLICE-COUNTERS", "ALLOC-PARTITION"},
     # 56 partitions in the default class, more than one claim holds; and kubernetes#140729
