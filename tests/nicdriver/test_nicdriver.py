@@ -3,6 +3,7 @@ answers are a dict here; the live path is ALLOC-TWO-DRIVERS in the self-tests)."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 from collections.abc import Iterator
@@ -38,13 +39,14 @@ def _claim(name: str, uid: str, results: list[dict[str, str]]) -> dict[str, Any]
     }
 
 
-@pytest.fixture
-def nic() -> Iterator[tuple[NicDriver, _Objects, Path]]:
+@contextlib.contextmanager
+def _serving(rest: _Objects) -> Iterator[tuple[NicDriver, Path]]:
+    """A companion driver of two NICs asking ``rest``, serving its sockets under a short temp dir
+    (socket paths: at most 107 bytes)."""
     with tempfile.TemporaryDirectory(prefix="nic-", dir="/tmp") as root:
         base = Path(root)
-        objects = _Objects({})
         driver = NicDriver(
-            objects,  # type: ignore[arg-type]
+            rest,  # type: ignore[arg-type]
             driver=DRIVER,
             node=NODE,
             registry_dir=base / "reg",
@@ -55,9 +57,16 @@ def nic() -> Iterator[tuple[NicDriver, _Objects, Path]]:
         )
         driver.start()
         try:
-            yield driver, objects, base
+            yield driver, base
         finally:
             driver.stop()
+
+
+@pytest.fixture
+def nic() -> Iterator[tuple[NicDriver, _Objects, Path]]:
+    objects = _Objects({})
+    with _serving(objects) as (driver, base):
+        yield driver, objects, base
 
 
 def test_the_slice_spreads_the_nics_over_the_numa_nodes() -> None:
@@ -148,25 +157,10 @@ def test_a_registration_publishes_the_slice_again(registered: bool) -> None:
     """A kubelet that restarts wipes its node's slices, then registers the plugins again: the
     driver publishes once more on each registration it is told of (and not on a refusal)."""
     rest = _Published()
-    short = tempfile.TemporaryDirectory(prefix="nic-", dir="/tmp")  # socket paths: at most 107 bytes
-    tmp_path = Path(short.name)
-    driver = NicDriver(
-        rest,  # type: ignore[arg-type]
-        driver=DRIVER,
-        node=NODE,
-        registry_dir=tmp_path / "reg",
-        plugin_dir=tmp_path / "plugin",
-        cdi_dir=tmp_path / "cdi",
-        nics=2,
-        numa_nodes=2,
-    )
-    driver.start()
-    try:
-        with grpc.insecure_channel(f"unix://{driver.registration_socket}") as channel:
+    with _serving(rest) as (driver, _):
+        target = f"unix://{driver.registration_socket}"
+        with grpc.insecure_channel(target) as channel:
             registration_pb2_grpc.RegistrationStub(channel).NotifyRegistrationStatus(
                 registration_pb2.RegistrationStatus(plugin_registered=registered), timeout=5
             )
-    finally:
-        driver.stop()
-        short.cleanup()
     assert rest.sent == ([("POST", "/apis/resource.k8s.io/v1/resourceslices")] if registered else [])
