@@ -64,14 +64,12 @@ LEVELS: Final[tuple[Level, ...]] = ("MUST", "SHOULD")
 """Every level, most binding first."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Rule:
-    """One conformance rule."""
+    """One conformance rule, written with keywords (the catalogue below is read by reviewers)."""
 
     id: str
     """Stable id, ``AREA-NAME``."""
-    area: str
-    """The area id (``PRE``, ``REG``, ...)."""
     sentence: str
     """The rule in one sentence (a test's docstring repeats it)."""
     needs: tuple[str, ...]
@@ -87,6 +85,14 @@ class Rule:
     """What makes it so: the function of the kubelet, scheduler or API server (with the versions),
     the proto comment, KEP section or API validation that a driver breaking it runs into, or, for
     a SHOULD, what recommends it."""
+    area: str = ""
+    """The area id (``PRE``, ``REG``, ...): the id's prefix (given or not; another is refused)."""
+
+    def __post_init__(self) -> None:
+        prefix = self.id.partition("-")[0]
+        if self.area and self.area != prefix:
+            raise ValueError(f"rule {self.id}: area {self.area!r} is not its id's prefix {prefix!r}")
+        object.__setattr__(self, "area", prefix)
 
 
 UPSTREAM_KEYS: Mapping[str, str] = MappingProxyType(
@@ -127,12 +133,11 @@ AREAS: Mapping[str, Area] = MappingProxyType(
 
 RULES: tuple[Rule, ...] = (
     Rule(
-        "PRE-API",
-        "PRE",
-        "the cluster serves `resource.k8s.io/v1` (DeviceClass, ResourceClaim, ResourceSlice)",
-        (),
-        "1.34",
-        "-",
+        id="PRE-API",
+        sentence="the cluster serves `resource.k8s.io/v1` (DeviceClass, ResourceClaim, ResourceSlice)",
+        needs=(),
+        since="1.34",
+        upstream="-",
         level="MUST",
         source=(
             "resource.k8s.io/v1 is GA from 1.34 (staging/src/k8s.io/api/resource/v1/types.go); kubelet "
@@ -141,12 +146,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PRE-CLASSES",
-        "PRE",
-        "every DeviceClass the profile names exists, or the suite can create it",
-        (),
-        "1.34",
-        "-",
+        id="PRE-CLASSES",
+        sentence="every DeviceClass the profile names exists, or the suite can create it",
+        needs=(),
+        since="1.34",
+        upstream="-",
         level="MUST",
         source=(
             "scheduler dynamicresources.go (*DynamicResources).PreFilter/validateDeviceClass: a request "
@@ -154,22 +158,20 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PRE-REGISTERED",
-        "PRE",
-        "the driver registers on every node under test: a registration socket answers `GetInfo` with the profile's driver name within the profile's slices timeout",
-        ("grpc",),
-        "1.34",
-        "KEP-5970 test 1",
+        id="PRE-REGISTERED",
+        sentence="the driver registers on every node under test: a registration socket answers `GetInfo` with the profile's driver name within the profile's slices timeout",
+        needs=("grpc",),
+        since="1.34",
+        upstream="KEP-5970 test 1",
         level="MUST",
         source='kubelet v1.34.0-v1.37.2 pkg/kubelet/pluginmanager (pluginwatcher watches <kubelet>/plugins_registry; operationexecutor/operation_generator.go GenerateRegisterPluginFunc dials the socket and calls GetInfo with a 1 s timeout, routing by PluginInfo.Type "DRAPlugin"); without it pkg/kubelet/cm/dra/plugin (*DRAPluginManager).GetPlugin has no plugin of that name and (*Manager).prepareResources fails every pod of the driver',
     ),
     Rule(
-        "PRE-SLICES",
-        "PRE",
-        "the driver publishes slices for every node under test within the profile's timeout",
-        (),
-        "1.34",
-        "KEP-5970 test 2",
+        id="PRE-SLICES",
+        sentence="the driver publishes slices for every node under test within the profile's timeout",
+        needs=(),
+        since="1.34",
+        upstream="KEP-5970 test 2",
         level="MUST",
         source=(
             "dynamic-resource-allocation/structured/internal/stable/pools_stable.go GatherPools: only "
@@ -178,12 +180,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PRE-NODES",
-        "PRE",
-        "the nodes under test are Ready and the profile's device count per node is met",
-        (),
-        "1.34",
-        "nv",
+        id="PRE-NODES",
+        sentence="the nodes under test are Ready and the profile's device count per node is met",
+        needs=(),
+        since="1.34",
+        upstream="nv",
         level="MUST",
         source=(
             "setup precondition: the scheduler places no pod on a NotReady node; the device count is the "
@@ -191,212 +192,191 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "REG-GETINFO",
-        "REG",
-        "`GetInfo` answers type `DRAPlugin`, the profile's driver name, a non-empty version list, and an absolute endpoint that exists (or none: the kubelet then calls the registration socket)",
-        ("grpc",),
-        "1.34",
-        'KEP-5970 test 1; e2e "registers plugin"',
+        id="REG-GETINFO",
+        sentence="`GetInfo` answers type `DRAPlugin`, the profile's driver name, a non-empty version list, and an absolute endpoint that exists (or none: the kubelet then calls the registration socket)",
+        needs=("grpc",),
+        since="1.34",
+        upstream='KEP-5970 test 1; e2e "registers plugin"',
         level="MUST",
         source='kubelet v1.34.0-v1.37.2 pluginmanager/operationexecutor/operation_generator.go GenerateRegisterPluginFunc: the handler is picked by Type (no "DRAPlugin": no registration), Name is the driver name the DRA manager routes claims by ((*DRAPluginManager).GetPlugin), an empty Endpoint is replaced by the registration socket\'s path and a relative one is dialled as "unix:"+path from the kubelet\'s cwd; cm/dra/plugin/dra_plugin_manager.go validateSupportedServices refuses an empty list',
     ),
     Rule(
-        "REG-VERSIONS",
-        "REG",
-        "`GetInfo` lists a DRAPlugin service the kubelet knows (`v1.DRAPlugin`, `v1beta1.DRAPlugin`), and the first one listed, which the kubelet picks, answers",
-        ("grpc",),
-        "1.34",
-        'e2e "multiple drivers ... drapbv1 / v1beta1"',
+        id="REG-VERSIONS",
+        sentence="`GetInfo` lists a DRAPlugin service the kubelet knows (`v1.DRAPlugin`, `v1beta1.DRAPlugin`), and the first one listed, which the kubelet picks, answers",
+        needs=("grpc",),
+        since="1.34",
+        upstream='e2e "multiple drivers ... drapbv1 / v1beta1"',
         level="MUST",
         source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go (*DRAPluginManager).validateSupportedServices: takes the first entry of the plugin's list that is in servicesSupportedByKubelet (v1.DRAPlugin, v1beta1.DRAPlugin) and skips unknown strings; every prepare/unprepare then goes to that service only. A known service listed later is never called by 1.34-1.37, so its serving is at most a SHOULD (REG-V1BETA1-PARITY covers v1beta1)",
     ),
     Rule(
-        "REG-NOTIFY",
-        "REG",
-        "after `NotifyRegistrationStatus` with an error (answered either way), the driver keeps serving `GetInfo` and its DRA service and accepts the success notice that follows",
-        ("grpc",),
-        "1.34",
-        'node "recover and register after registration failure"',
+        id="REG-NOTIFY",
+        sentence="after `NotifyRegistrationStatus` with an error (answered either way), the driver keeps serving `GetInfo` and its DRA service and accepts the success notice that follows",
+        needs=("grpc",),
+        since="1.34",
+        upstream='node "recover and register after registration failure"',
         level="MUST",
         source="kubelet v1.34.0-v1.37.2 pluginmanager/operationexecutor/operation_generator.go GenerateRegisterPluginFunc + notifyPlugin: the answer to NotifyRegistrationStatus(plugin_registered=false) only extends the error the kubelet logs, and the reconciler registers the plugin again later, so the driver must keep serving GetInfo and its DRA service; an error answering the success notice makes v1.37.2 call RemovePlugin + DeRegisterPlugin (v1.34.0 only returns the error). kubeletplugin v0.37.2 registrationserver.go answers the failure notice with a gRPC error: accepted",
     ),
     Rule(
-        "REG-SOCKETS",
-        "REG",
-        "the registration and service sockets are unix sockets that only their owner can write",
-        ("grpc",),
-        "-",
-        "-",
+        id="REG-SOCKETS",
+        sentence="the registration and service sockets are unix sockets that only their owner can write",
+        needs=("grpc",),
+        since="-",
+        upstream="-",
         level="SHOULD",
         source="advice (hardening): the kubelet v1.34-v1.37 runs as root and dials the sockets whatever their mode; nothing in the kubelet, scheduler or API server checks them. A socket others can write lets any local user prepare or unprepare claims",
     ),
     Rule(
-        "REG-EMPTY",
-        "REG",
-        "a prepare and an unprepare with no claims succeed with an empty map",
-        ("grpc",),
-        "-",
-        "plugin",
+        id="REG-EMPTY",
+        sentence="a prepare and an unprepare with no claims succeed with an empty map",
+        needs=("grpc",),
+        since="-",
+        upstream="plugin",
         level="SHOULD",
         source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources/unprepareResources build a batch only from claims they have and never send an empty request; the empty call is what probes (this suite, csi-sanity-style tools) use",
     ),
     Rule(
-        "REG-ONE-PER-CLAIM",
-        "REG",
-        "the prepare response holds exactly one entry per requested claim UID, no more",
-        ("grpc",),
-        "-",
-        "plugin",
+        id="REG-ONE-PER-CLAIM",
+        sentence="the prepare response holds exactly one entry per requested claim UID, no more",
+        needs=("grpc",),
+        since="-",
+        upstream="plugin",
         level="MUST",
         source='kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources: an entry for a UID not in the request fails the pod\'s prepare ("returned result for unknown claim UID"), fewer entries than claims fail it ("skipped %d ResourceClaims"), every time; unprepareResources the same; dra v1 api.proto NodePrepareResourcesResponse.claims: "It is an error if some claim listed in NodePrepareResourcesRequest does not get prepared"',
     ),
     Rule(
-        "REG-UNKNOWN-CLAIM",
-        "REG",
-        "preparing a claim that does not exist never reports it prepared: its entry carries an error, or the whole call fails with a gRPC error",
-        ("grpc",),
-        "-",
-        "plugin",
+        id="REG-UNKNOWN-CLAIM",
+        sentence="preparing a claim that does not exist never reports it prepared: its entry carries an error, or the whole call fails with a gRPC error",
+        needs=("grpc",),
+        since="-",
+        upstream="plugin",
         level="MUST",
         source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources: an entry without error is taken as prepared (setPrepared, its devices checkpointed and given to the containers), while an entry's error and a gRPC error for the whole call both fail the pod's prepare and are retried; a claim the driver cannot find reaches it when the claim is deleted or re-created after the kubelet read it. Whole-call error = kubeletplugin v0.37.2 draplugin.go (*nodePluginImplementation).NodePrepareResources/getResourceClaims: accepted. Naming the claim is REG-PER-CLAIM-ERRORS (SHOULD)",
     ),
     Rule(
-        "REG-NOT-ALLOCATED",
-        "REG",
-        "preparing a claim that exists but is not allocated never reports it prepared: its entry carries an error, or the whole call fails with a gRPC error",
-        ("grpc",),
-        "-",
-        "plugin",
+        id="REG-NOT-ALLOCATED",
+        sentence="preparing a claim that exists but is not allocated never reports it prepared: its entry carries an error, or the whole call fails with a gRPC error",
+        needs=("grpc",),
+        since="-",
+        upstream="plugin",
         level="MUST",
         source='kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources (as REG-UNKNOWN-CLAIM: an entry without error is prepared, an error in either form is retried); the kubelet only sends claims it read allocated (claiminfo.go newClaimInfoFromClaim), so an unallocated one arrives on a race with deallocation. Whole-call error = kubeletplugin v0.37.2 getResourceClaims "claim ... not allocated": accepted. Saying why is REG-PER-CLAIM-ERRORS (SHOULD)',
     ),
     Rule(
-        "REG-OTHER-NODE",
-        "REG",
-        "preparing a claim allocated on another node's pool fails for that claim",
-        ("grpc",),
-        "-",
-        "-",
+        id="REG-OTHER-NODE",
+        sentence="preparing a claim allocated on another node's pool fails for that claim",
+        needs=("grpc",),
+        since="-",
+        upstream="-",
         level="SHOULD",
         source="defence in depth: kube-scheduler v1.34-v1.37 pkg/scheduler/framework/plugins/dynamicresources (*DynamicResources).Filter (structured allocator of k8s.io/dynamic-resource-allocation) allocates only devices of slices that select the pod's node, and kubelet pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources sends only claims reserved for a pod bound to its node (resourceclaim.IsReservedForPod), so no such claim reaches the driver through them",
     ),
     Rule(
-        "REG-OTHER-DRIVER",
-        "REG",
-        "a claim whose results are all for another driver is answered with no devices (or refused), never with this driver's devices",
-        ("grpc",),
-        "-",
-        'e2e "filters config correctly for multiple devices"',
+        id="REG-OTHER-DRIVER",
+        sentence="a claim whose results are all for another driver is answered with no devices (or refused), never with this driver's devices",
+        needs=("grpc",),
+        since="-",
+        upstream='e2e "filters config correctly for multiple devices"',
         level="MUST",
         source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources: the claim goes to every driver of its results (claiminfo.go computeDriverStates) and each driver's answered devices are added under that driver's name and injected into the containers, so a driver that answers devices for results of another driver gives containers devices they were not allocated",
     ),
     Rule(
-        "REG-IDEMPOTENT-PREPARE",
-        "REG",
-        "preparing a prepared claim again returns the same devices and CDI ids (N times, N from the profile, default 3)",
-        ("grpc",),
-        "-",
-        "plugin; nv #782",
+        id="REG-IDEMPOTENT-PREPARE",
+        sentence="preparing a prepared claim again returns the same devices and CDI ids (N times, N from the profile, default 3)",
+        needs=("grpc",),
+        since="-",
+        upstream="plugin; nv #782",
         level="MUST",
         source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources: a claim is sent again until its pod's whole prepare succeeded (a failed batch, another driver's failure, a kubelet restart before setPrepared/checkpoint), and the retry's answer gives the claim its devices (v1.37.2 replaces them: resetDevices; v1.34.0 appends them: addDevice); a failing second answer keeps the pod from starting, a different one changes its devices",
     ),
     Rule(
-        "REG-IDEMPOTENT-UNPREPARE",
-        "REG",
-        "unpreparing twice succeeds both times",
-        ("grpc",),
-        "-",
-        "plugin",
+        id="REG-IDEMPOTENT-UNPREPARE",
+        sentence="unpreparing twice succeeds both times",
+        needs=("grpc",),
+        since="-",
+        upstream="plugin",
         level="MUST",
         source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).unprepareResources: a failed or interrupted unprepare is retried (reconcileLoop, SyncTerminatingPod) and the claim is dropped from the checkpoint only after success; kubelet.go SyncTerminatingPod returns the unprepare error, so the pod stays terminating and its claim stays reserved (its devices never freed) while unprepare fails",
     ),
     Rule(
-        "REG-UNPREPARE-UNKNOWN",
-        "REG",
-        "unpreparing a claim the driver never prepared succeeds",
-        ("grpc",),
-        "-",
-        "plugin",
+        id="REG-UNPREPARE-UNKNOWN",
+        sentence="unpreparing a claim the driver never prepared succeeds",
+        needs=("grpc",),
+        since="-",
+        upstream="plugin",
         level="MUST",
         source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go: prepareResources adds the claim to the claim-info cache and checkpoint before NodePrepareResources, so unprepareResources calls NodeUnprepareResources for claims the driver never prepared (its prepare failed or never ran); an error there keeps the pod terminating (kubelet.go SyncTerminatingPod) and the claim reserved",
     ),
     Rule(
-        "REG-BATCH",
-        "REG",
-        "a batch with one bad claim never reports the bad claim prepared, and whatever the call answered (per-claim errors, or a gRPC error for the whole call), the good claims then prepare in a call without it, as the kubelet asks again",
-        ("grpc",),
-        "-",
-        "plugin",
+        id="REG-BATCH",
+        sentence="a batch with one bad claim never reports the bad claim prepared, and whatever the call answered (per-claim errors, or a gRPC error for the whole call), the good claims then prepare in a call without it, as the kubelet asks again",
+        needs=("grpc",),
+        since="-",
+        upstream="plugin",
         level="MUST",
         source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources: one pod's claims of a driver go in one call; an error for any claim or for the call fails the pod's prepare and every claim of the call is asked again (the good ones must then prepare); an entry without error for the bad claim is taken as prepared. Answering the good claims prepared in the same call is not needed by the kubelet (it aborts at the first error): REG-PER-CLAIM-ERRORS (SHOULD). Whole-call error = kubeletplugin v0.37.2 getResourceClaims: accepted",
     ),
     Rule(
-        "REG-PER-CLAIM-ERRORS",
-        "REG",
-        "a claim that cannot be prepared (it does not exist, or is not allocated) fails in its own entry with an error naming the claim and why, not with a gRPC error for the whole call, and the other claims of the call are prepared",
-        ("grpc",),
-        "-",
-        "plugin",
+        id="REG-PER-CLAIM-ERRORS",
+        sentence="a claim that cannot be prepared (it does not exist, or is not allocated) fails in its own entry with an error naming the claim and why, not with a gRPC error for the whole call, and the other claims of the call are prepared",
+        needs=("grpc",),
+        since="-",
+        upstream="plugin",
         level="SHOULD",
         source='dra v1 api.proto (k8s.io/kubelet v0.34-v0.37) service DRAPlugin NodePrepareResources: "Failures for individual claims can be reported inside NodePrepareResourcesResponse" (may, not must); the kubelet (*Manager).prepareResources fails the pod at the first error either way. Advice: a per-claim error names the claim and the reason in the pod\'s FailedPrepareDynamicResources event and leaves the other claims of the call prepared; kubeletplugin v0.37.2 getResourceClaims instead fails the whole call',
     ),
     Rule(
-        "REG-CONCURRENT",
-        "REG",
-        "concurrent prepares of different claims all succeed and never share an exclusive device",
-        ("grpc",),
-        "-",
-        "-",
+        id="REG-CONCURRENT",
+        sentence="concurrent prepares of different claims all succeed and never share an exclusive device",
+        needs=("grpc",),
+        since="-",
+        upstream="-",
         level="MUST",
         source="kubelet v1.34.0-v1.37.2 pkg/kubelet/cm/dra/manager.go (*Manager).prepareResources calls NodePrepareResources outside the cache lock from each pod's worker, so calls for different pods run concurrently; two claims answered the same exclusive device give two pods one device",
     ),
     Rule(
-        "REG-REFUSE-IN-USE",
-        "REG",
-        "preparing a claim for an exclusive device already prepared for another claim fails (the driver is the last line of defence)",
-        ("grpc",),
-        "-",
-        "plugin",
+        id="REG-REFUSE-IN-USE",
+        sentence="preparing a claim for an exclusive device already prepared for another claim fails (the driver is the last line of defence)",
+        needs=("grpc",),
+        since="-",
+        upstream="plugin",
         level="SHOULD",
         source="defence in depth: kube-scheduler v1.34-v1.37 dynamicresources plugin (structured allocator, allocated-devices state) never allocates an exclusive device to two claims, and the kubelet sends only allocated claims reserved for its pods (*Manager).prepareResources; only a claim status written by hand (as this test does) reaches the driver",
     ),
     Rule(
-        "REG-METRICS",
-        "REG",
-        "the driver's metrics endpoint, where the profile names one, answers a scrape in the Prometheus text format with a sample of each metric the profile lists",
-        ("metrics",),
-        "-",
-        "-",
+        id="REG-METRICS",
+        sentence="the driver's metrics endpoint, where the profile names one, answers a scrape in the Prometheus text format with a sample of each metric the profile lists",
+        needs=("metrics",),
+        since="-",
+        upstream="-",
         level="SHOULD",
         source="advice: no Kubernetes component scrapes a DRA driver; operators' monitoring does",
     ),
     Rule(
-        "REG-V1BETA1-PARITY",
-        "REG",
-        "the same claim prepared through v1beta1 answers the same devices as through v1",
-        ("grpc", "v1beta1"),
-        "1.34",
-        "e2e",
+        id="REG-V1BETA1-PARITY",
+        sentence="the same claim prepared through v1beta1 answers the same devices as through v1",
+        needs=("grpc", "v1beta1"),
+        since="1.34",
+        upstream="e2e",
         level="SHOULD",
         source="kubelet v1.34.0-v1.37.2 cm/dra/plugin (*DRAPluginManager).validateSupportedServices uses v1beta1 only when the driver lists it before v1.DRAPlugin; then REG-VERSIONS already requires it to answer. A v1beta1 listed after v1 is never called by these kubelets",
     ),
     Rule(
-        "REG-FUZZ",
-        "REG",
-        "malformed requests (empty UID, huge batch, path characters in UIDs, duplicate UIDs) never crash or hang the driver",
-        ("grpc",),
-        "-",
-        "-",
+        id="REG-FUZZ",
+        sentence="malformed requests (empty UID, huge batch, path characters in UIDs, duplicate UIDs) never crash or hang the driver",
+        needs=("grpc",),
+        since="-",
+        upstream="-",
         level="SHOULD",
         source="robustness: the kubelet v1.34-v1.37 ((*Manager).prepareResources/unprepareResources) only sends claims it read from the API server (valid UIDs and names, each once, one pod's claims per call), so these requests come only from other clients",
     ),
     Rule(
-        "SLICE-PRESENT",
-        "SLICE",
-        "each node under test has at least one slice of the driver with at least one device",
-        (),
-        "1.34",
-        'KEP-5970 test 2; e2e "must manage ResourceSlices"',
+        id="SLICE-PRESENT",
+        sentence="each node under test has at least one slice of the driver with at least one device",
+        needs=(),
+        since="1.34",
+        upstream='KEP-5970 test 2; e2e "must manage ResourceSlices"',
         level="MUST",
         source=(
             "dynamic-resource-allocation/structured/internal/stable/pools_stable.go GatherPools: a node's "
@@ -405,12 +385,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "SLICE-NODE",
-        "SLICE",
-        "a node-local slice sets `nodeName` to its node and is owned by that Node object",
-        (),
-        "1.34",
-        "e2e",
+        id="SLICE-NODE",
+        sentence="a node-local slice sets `nodeName` to its node and is owned by that Node object",
+        needs=(),
+        since="1.34",
+        upstream="e2e",
         level="SHOULD",
         source=(
             "nothing relies on the Node ownerReference but the garbage collector on Node deletion; the "
@@ -419,12 +398,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "SLICE-POOL",
-        "SLICE",
-        "all of a pool's slices agree on name, generation and `resourceSliceCount`, and the count equals the slices of that generation; a node-local pool belongs to one node (two nodes never publish the same pool)",
-        (),
-        "1.34",
-        "types",
+        id="SLICE-POOL",
+        sentence="all of a pool's slices agree on name, generation and `resourceSliceCount`, and the count equals the slices of that generation; a node-local pool belongs to one node (two nodes never publish the same pool)",
+        needs=(),
+        since="1.34",
+        upstream="types",
         level="MUST",
         source=(
             "dynamic-resource-allocation/structured/internal/stable/pools_stable.go GatherPools: count != "
@@ -433,12 +411,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "SLICE-NAMES",
-        "SLICE",
-        "pool names are DNS subdomains, device names DNS labels, unique within the pool",
-        (),
-        "1.34",
-        "types",
+        id="SLICE-NAMES",
+        sentence="pool names are DNS subdomains, device names DNS labels, unique within the pool",
+        needs=(),
+        since="1.34",
+        upstream="types",
         level="MUST",
         source=(
             "API server refuses bad names: pkg/apis/resource/validation/validation.go "
@@ -447,12 +424,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "SLICE-LIMITS",
-        "SLICE",
-        "at most 128 devices per slice (64 when a slice uses taints, counters or list attributes); at most 32 attributes+capacities per device; at most 8 counter sets",
-        (),
-        "1.34",
-        "types",
+        id="SLICE-LIMITS",
+        sentence="at most 128 devices per slice (64 when a slice uses taints, counters or list attributes); at most 32 attributes+capacities per device; at most 8 counter sets",
+        needs=(),
+        since="1.34",
+        upstream="types",
         level="MUST",
         source=(
             "API server refuses the slice: validation.go validateResourceSliceSpec (128 devices, 64 with "
@@ -461,12 +437,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "SLICE-ATTRS",
-        "SLICE",
-        "attribute names are valid qualified names, each value has exactly one type, and the profile's required attributes are present with the profile's types",
-        (),
-        "1.34",
-        "ex; nv",
+        id="SLICE-ATTRS",
+        sentence="attribute names are valid qualified names, each value has exactly one type, and the profile's required attributes are present with the profile's types",
+        needs=(),
+        since="1.34",
+        upstream="ex; nv",
         level="MUST",
         source=(
             "API server: pkg/apis/resource/validation/validation.go "
@@ -475,12 +450,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "SLICE-COUNT",
-        "SLICE",
-        "the device count per node matches the profile (the hardware)",
-        (),
-        "1.34",
-        'nv "slice device count matches host GPU count"',
+        id="SLICE-COUNT",
+        sentence="the device count per node matches the profile (the hardware)",
+        needs=(),
+        since="1.34",
+        upstream='nv "slice device count matches host GPU count"',
         level="SHOULD",
         source=(
             "nothing in Kubernetes checks it: the scheduler allocates whatever the slices list; "
@@ -488,12 +462,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "SLICE-STABLE",
-        "SLICE",
-        "with nothing changing, slices keep their resourceVersion for 10 s",
-        (),
-        "1.34",
-        "e2e (Consistently)",
+        id="SLICE-STABLE",
+        sentence="with nothing changing, slices keep their resourceVersion for 10 s",
+        needs=(),
+        since="1.34",
+        upstream="e2e (Consistently)",
         level="SHOULD",
         source=(
             "no correctness need: each slice write requeues pending DRA pods (scheduler "
@@ -502,32 +475,29 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "SLICE-REPUBLISH",
-        "SLICE",
-        "a deleted slice comes back within the profile's timeout",
-        (),
-        "1.34",
-        "-",
+        id="SLICE-REPUBLISH",
+        sentence="a deleted slice comes back within the profile's timeout",
+        needs=(),
+        since="1.34",
+        upstream="-",
         level="MUST",
         source="the kubelet deletes every DRA slice of its node at startup (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go NewDRAPluginManager -> wipeResourceSlices); unless the driver republishes, the node offers nothing; 1.34-1.37",
     ),
     Rule(
-        "SLICE-EDIT",
-        "SLICE",
-        "a slice edited by someone else is restored",
-        (),
-        "1.34",
-        "-",
+        id="SLICE-EDIT",
+        sentence="a slice edited by someone else is restored",
+        needs=(),
+        since="1.34",
+        upstream="-",
         level="SHOULD",
         source="nothing in Kubernetes edits node-local slices; kubeletplugin helper practice (k8s.io/dynamic-resource-allocation/resourceslice/resourceslicecontroller.go syncPool restores them)",
     ),
     Rule(
-        "SLICE-COUNTERS",
-        "SLICE",
-        "partitionable devices consume from counter sets that exist, and no device's consumption exceeds its set",
-        ("partitionable",),
-        "1.36 (DRAPartitionableDevices, beta)",
-        'e2e "must consume and free up counters"',
+        id="SLICE-COUNTERS",
+        sentence="partitionable devices consume from counter sets that exist, and no device's consumption exceeds its set",
+        needs=("partitionable",),
+        since="1.36 (DRAPartitionableDevices, beta)",
+        upstream='e2e "must consume and free up counters"',
         level="MUST",
         source=(
             "dynamic-resource-allocation/structured/internal/stable/pools_stable.go "
@@ -536,13 +506,12 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "SLICE-OWN-NODE",
-        "SLICE",
-        "the driver's service account, its token naming its node, may write that node's ResourceSlices and no "
+        id="SLICE-OWN-NODE",
+        sentence="the driver's service account, its token naming its node, may write that node's ResourceSlices and no "
         "other's: creating, replacing or deleting a slice of another node is refused",
-        ("identity",),
-        "1.34",
-        "e2e per-node permission checks; ex (its chart's admission policy)",
+        needs=("identity",),
+        since="1.34",
+        upstream="e2e per-node permission checks; ex (its chart's admission policy)",
         level="SHOULD",
         source=(
             "hardening Kubernetes does not enforce for service accounts: KEP-4381 security section "
@@ -551,12 +520,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "SLICE-GONE",
-        "SLICE",
-        "after the driver is stopped for good, its slices are removed (by the driver or by the kubelet's 30 s wipe)",
-        ("restart-driver",),
-        "1.34",
-        'node "removed after plugin unregistration"',
+        id="SLICE-GONE",
+        sentence="after the driver is stopped for good, its slices are removed (by the driver or by the kubelet's 30 s wipe)",
+        needs=("restart-driver",),
+        since="1.34",
+        upstream='node "removed after plugin unregistration"',
         level="MUST",
         source=(
             "stale slices draw pods to a node without the driver (prepare: 'not registered'); the kubelet "
@@ -565,12 +533,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-ONE",
-        "ALLOC",
-        "a claim for one device of the class is allocated, and the pod runs",
-        (),
-        "1.34",
-        "KEP-5970 test 3 and 5",
+        id="ALLOC-ONE",
+        sentence="a claim for one device of the class is allocated, and the pod runs",
+        needs=(),
+        since="1.34",
+        upstream="KEP-5970 test 3 and 5",
         level="MUST",
         source=(
             "scheduler dynamicresources.go Filter/Reserve/PreBind allocate; containers start only after a "
@@ -579,12 +546,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-COUNT",
-        "ALLOC",
-        "`count: 2` gives two distinct devices",
-        ("devices>=2",),
-        "1.34",
-        'ex "2 distinct GPUs to a single container"',
+        id="ALLOC-COUNT",
+        sentence="`count: 2` gives two distinct devices",
+        needs=("devices>=2",),
+        since="1.34",
+        upstream='ex "2 distinct GPUs to a single container"',
         level="MUST",
         source=(
             "types.go ExactDeviceRequest.Count; the kubelet sends the claim with all its results in one "
@@ -592,12 +558,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-DISTINCT-CLAIMS",
-        "ALLOC",
-        "two claims get different devices",
-        ("devices>=2",),
-        "1.34",
-        "e2e; ex",
+        id="ALLOC-DISTINCT-CLAIMS",
+        sentence="two claims get different devices",
+        needs=("devices>=2",),
+        since="1.34",
+        upstream="e2e; ex",
         level="MUST",
         source=(
             "dynamic-resource-allocation/structured/internal/stable/allocator_stable.go "
@@ -606,22 +571,20 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-ALL",
-        "ALLOC",
-        "`allocationMode: All` gets every matching device of one node",
-        (),
-        "1.34",
-        "-",
+        id="ALLOC-ALL",
+        sentence="`allocationMode: All` gets every matching device of one node",
+        needs=(),
+        since="1.34",
+        upstream="-",
         level="MUST",
         source="types.go DeviceAllocationModeAll; dynamic-resource-allocation/structured/internal/stable/allocator_stable.go allocateOne refuses incomplete/invalid pools for All; the driver prepares all in one claim; 1.34-1.37",
     ),
     Rule(
-        "ALLOC-EXHAUST",
-        "ALLOC",
-        "asking for more devices than a node has leaves the pod Pending (unschedulable), and it runs once devices are freed",
-        (),
-        "1.34",
-        'e2e "runs pod after driver starts"',
+        id="ALLOC-EXHAUST",
+        sentence="asking for more devices than a node has leaves the pod Pending (unschedulable), and it runs once devices are freed",
+        needs=(),
+        since="1.34",
+        upstream='e2e "runs pod after driver starts"',
         level="MUST",
         source=(
             "scheduler Filter is unschedulable when no device is free; freeing needs the driver's "
@@ -630,12 +593,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-CEL",
-        "ALLOC",
-        "a claim CEL selector on one of the profile's attributes picks only matching devices",
-        (),
-        "1.34",
-        'ex "selected using CEL"',
+        id="ALLOC-CEL",
+        sentence="a claim CEL selector on one of the profile's attributes picks only matching devices",
+        needs=(),
+        since="1.34",
+        upstream='ex "selected using CEL"',
         level="MUST",
         source=(
             "dynamic-resource-allocation/structured/internal/stable/allocator_stable.go selectorsMatch "
@@ -643,12 +605,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-CEL-NOMATCH",
-        "ALLOC",
-        "a selector no device matches leaves the pod Pending with an unschedulable reason",
-        (),
-        "1.34",
-        "-",
+        id="ALLOC-CEL-NOMATCH",
+        sentence="a selector no device matches leaves the pod Pending with an unschedulable reason",
+        needs=(),
+        since="1.34",
+        upstream="-",
         level="MUST",
         source=(
             "dynamic-resource-allocation/structured/internal/stable/allocator_stable.go selectorsMatch + "
@@ -656,12 +617,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-CLASS-SELECTOR",
-        "ALLOC",
-        "a DeviceClass's own selector narrows what its claims get",
-        (),
-        "1.34",
-        'e2e "retries pod scheduling after updating device class"',
+        id="ALLOC-CLASS-SELECTOR",
+        sentence="a DeviceClass's own selector narrows what its claims get",
+        needs=(),
+        since="1.34",
+        upstream='e2e "retries pod scheduling after updating device class"',
         level="MUST",
         source=(
             "dynamic-resource-allocation/structured/internal/stable/allocator_stable.go selectorsMatch "
@@ -670,12 +630,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-MATCH-ATTR",
-        "ALLOC",
-        "`matchAttribute` across two requests picks devices that agree on it",
-        ("devices>=2",),
-        "1.34",
-        "e2e",
+        id="ALLOC-MATCH-ATTR",
+        sentence="`matchAttribute` across two requests picks devices that agree on it",
+        needs=("devices>=2",),
+        since="1.34",
+        upstream="e2e",
         level="MUST",
         source=(
             "types.go DeviceConstraint.MatchAttribute; "
@@ -684,13 +643,12 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-NUMA",
-        "ALLOC",
-        "devices carry the standard `resource.kubernetes.io/numaNode` attribute (an int, KEP-6072), and two "
+        id="ALLOC-NUMA",
+        sentence="devices carry the standard `resource.kubernetes.io/numaNode` attribute (an int, KEP-6072), and two "
         "requests that must match it get devices of the NUMA node the first one asks for",
-        ("numa",),
-        "1.34",
-        "KEP-6072 (standard attribute, GA 1.37)",
+        needs=("numa",),
+        since="1.34",
+        upstream="KEP-6072 (standard attribute, GA 1.37)",
         level="SHOULD",
         source=(
             "standard-attribute convention (k8s.io/dynamic-resource-allocation/deviceattribute "
@@ -699,14 +657,13 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-TWO-DRIVERS",
-        "ALLOC",
-        "a claim for one of the driver's devices and a NIC of another driver on the same NUMA node "
+        id="ALLOC-TWO-DRIVERS",
+        sentence="a claim for one of the driver's devices and a NIC of another driver on the same NUMA node "
         "(`matchAttribute: resource.kubernetes.io/numaNode`) runs its pod with both: the driver prepares "
         "its own device and leaves the other driver's to it",
-        ("numa",),
-        "1.34",
-        'KEP-6072 (standard attribute, GA 1.37); e2e dra "multiple drivers"',
+        needs=("numa",),
+        since="1.34",
+        upstream='KEP-6072 (standard attribute, GA 1.37); e2e dra "multiple drivers"',
         level="MUST",
         source=(
             "kubelet pkg/kubelet/cm/dra/manager.go prepareResources calls each driver of a multi-driver "
@@ -715,12 +672,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-DISTINCT-ATTR",
-        "ALLOC",
-        "`distinctAttribute` picks devices that differ on it",
-        ("devices>=2",),
-        "1.35",
-        "-",
+        id="ALLOC-DISTINCT-ATTR",
+        sentence="`distinctAttribute` picks devices that differ on it",
+        needs=("devices>=2",),
+        since="1.35",
+        upstream="-",
         level="MUST",
         source=(
             "types.go DeviceConstraint.DistinctAttribute (+featureGate=DRAConsumableCapacity: alpha, off, "
@@ -729,12 +685,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-FIRST-AVAILABLE",
-        "ALLOC",
-        "`firstAvailable` takes the first satisfiable subrequest, and the driver answers with the parent request name",
-        (),
-        "1.34 (DRAPrioritizedList)",
-        'e2e "selects the first subrequest"',
+        id="ALLOC-FIRST-AVAILABLE",
+        sentence="`firstAvailable` takes the first satisfiable subrequest, and the driver answers with the parent request name",
+        needs=(),
+        since="1.34 (DRAPrioritizedList)",
+        upstream='e2e "selects the first subrequest"',
         level="MUST",
         source=(
             "kubelet pkg/kubelet/cm/dra/claiminfo.go cdiDevicesAsList matches request_names to the "
@@ -743,12 +698,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-TEMPLATE",
-        "ALLOC",
-        "a ResourceClaimTemplate makes a claim per pod, and it is deleted with the pod",
-        (),
-        "1.34",
-        'e2e "deletes generated claims when pod is done"',
+        id="ALLOC-TEMPLATE",
+        sentence="a ResourceClaimTemplate makes a claim per pod, and it is deleted with the pod",
+        needs=(),
+        since="1.34",
+        upstream='e2e "deletes generated claims when pod is done"',
         level="MUST",
         source=(
             "pkg/controller/resourceclaim/controller.go handleClaim makes the per-pod claim, syncClaim "
@@ -756,12 +710,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-DEALLOC",
-        "ALLOC",
-        "when the last pod using a claim is gone, `reservedFor` empties and the claim is deallocated; the device is allocatable again",
-        (),
-        "1.34",
-        'KEP-5970 test 7; e2e "must deallocate after use"',
+        id="ALLOC-DEALLOC",
+        sentence="when the last pod using a claim is gone, `reservedFor` empties and the claim is deallocated; the device is allocatable again",
+        needs=(),
+        since="1.34",
+        upstream='KEP-5970 test 7; e2e "must deallocate after use"',
         level="MUST",
         source=(
             "resourceclaim controller syncClaim clears reservedFor/deallocates once the pod is gone; the "
@@ -770,12 +723,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-REUSE",
-        "ALLOC",
-        "create, delete and recreate a pod five times: each time it runs with a device",
-        (),
-        "1.34",
-        "KEP-5970 test 7; nv robustness",
+        id="ALLOC-REUSE",
+        sentence="create, delete and recreate a pod five times: each time it runs with a device",
+        needs=(),
+        since="1.34",
+        upstream="KEP-5970 test 7; nv robustness",
         level="MUST",
         source=(
             "kubelet unprepare then prepare of the same device for a new claim "
@@ -784,12 +736,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-ADMIN",
-        "ALLOC",
-        "an `adminAccess` claim (namespace labelled for it) gets a device already in use, and the driver prepares it",
-        ("admin-access",),
-        "1.34 (DRAAdminAccess)",
-        "e2e; ex",
+        id="ALLOC-ADMIN",
+        sentence="an `adminAccess` claim (namespace labelled for it) gets a device already in use, and the driver prepares it",
+        needs=("admin-access",),
+        since="1.34 (DRAAdminAccess)",
+        upstream="e2e; ex",
         level="MUST",
         source=(
             "allocator lets adminAccess requests take in-use devices (types.go "
@@ -798,12 +749,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-TAINT-NOSCHEDULE",
-        "ALLOC",
-        "a device tainted NoSchedule is not allocated unless the request tolerates it",
-        ("taints | DeviceTaintRule",),
-        "1.36 (DRADeviceTaints, beta; GA 1.37)",
-        'e2e "NoSchedule can be tolerated"',
+        id="ALLOC-TAINT-NOSCHEDULE",
+        sentence="a device tainted NoSchedule is not allocated unless the request tolerates it",
+        needs=("taints | DeviceTaintRule",),
+        since="1.36 (DRADeviceTaints, beta; GA 1.37)",
+        upstream='e2e "NoSchedule can be tolerated"',
         level="MUST",
         source=(
             "dynamic-resource-allocation/structured/internal/stable/allocator_stable.go "
@@ -812,12 +762,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-TAINT-NOEXECUTE",
-        "ALLOC",
-        "a DeviceTaintRule with NoExecute evicts a pod using the device unless tolerated",
-        (),
-        "1.36 (DRADeviceTaintRules, off by default in 1.36)",
-        "e2e",
+        id="ALLOC-TAINT-NOEXECUTE",
+        sentence="a DeviceTaintRule with NoExecute evicts a pod using the device unless tolerated",
+        needs=(),
+        since="1.36 (DRADeviceTaintRules, off by default in 1.36)",
+        upstream="e2e",
         level="MUST",
         source=(
             "kube-controller-manager pkg/controller/devicetainteviction/device_taint_eviction.go evicts; "
@@ -826,12 +775,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-CONSUMABLE",
-        "ALLOC",
-        "two claims on one multi-allocatable device get distinct share ids and consume its capacity (each container told its share, where the profile says how); a third that does not fit stays Pending",
-        ("consumable-capacity",),
-        "1.36 (DRAConsumableCapacity)",
-        "e2e; ex",
+        id="ALLOC-CONSUMABLE",
+        sentence="two claims on one multi-allocatable device get distinct share ids and consume its capacity (each container told its share, where the profile says how); a third that does not fit stays Pending",
+        needs=("consumable-capacity",),
+        since="1.36 (DRAConsumableCapacity)",
+        upstream="e2e; ex",
         level="MUST",
         source=(
             "allocator consumable capacity (DRAConsumableCapacity alpha off 1.34-1.35, beta 1.36+): "
@@ -839,12 +787,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-BINDING-CONDITIONS",
-        "ALLOC",
-        "a pod whose claim got a device with bindingConditions is bound to the node only once the driver set them True in the claim's `status.devices`; then it runs",
-        ("binding-conditions",),
-        "1.36 (DRADeviceBindingConditions, beta)",
-        'e2e "binding conditions"',
+        id="ALLOC-BINDING-CONDITIONS",
+        sentence="a pod whose claim got a device with bindingConditions is bound to the node only once the driver set them True in the claim's `status.devices`; then it runs",
+        needs=("binding-conditions",),
+        since="1.36 (DRADeviceBindingConditions, beta)",
+        upstream='e2e "binding conditions"',
         level="MUST",
         source=(
             "scheduler dynamicresources.go PreBind/isClaimReadyForBinding waits for them; unset ones time "
@@ -853,12 +800,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-BINDING-FAILURE",
-        "ALLOC",
-        "a device the driver cannot attach gets a bindingFailureCondition True: the claim is released and the pod not bound while it fails, and once it is healed the pod binds and runs",
-        ("binding-conditions", "attach-failure"),
-        "1.36 (DRADeviceBindingConditions, beta)",
-        'e2e "binding failure conditions"',
+        id="ALLOC-BINDING-FAILURE",
+        sentence="a device the driver cannot attach gets a bindingFailureCondition True: the claim is released and the pod not bound while it fails, and once it is healed the pod binds and runs",
+        needs=("binding-conditions", "attach-failure"),
+        since="1.36 (DRADeviceBindingConditions, beta)",
+        upstream='e2e "binding failure conditions"',
         level="MUST",
         source=(
             "scheduler isClaimReadyForBinding: a True bindingFailureCondition -> ErrDeviceBindingFailed, "
@@ -867,12 +813,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-PARTITION",
-        "ALLOC",
-        "partitions that overlap in counters are never allocated together, and freeing one lets the other in",
-        ("partitionable",),
-        "1.36 (DRAPartitionableDevices, beta)",
-        "e2e",
+        id="ALLOC-PARTITION",
+        sentence="partitions that overlap in counters are never allocated together, and freeing one lets the other in",
+        needs=("partitionable",),
+        since="1.36 (DRAPartitionableDevices, beta)",
+        upstream="e2e",
         level="MUST",
         source=(
             "dynamic-resource-allocation/structured/internal/stable/allocator_stable.go "
@@ -881,13 +826,12 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-COMPAT-GROUPS",
-        "ALLOC",
-        "two devices on one counter set whose compatibility groups do not meet are never allocated "
+        id="ALLOC-COMPAT-GROUPS",
+        sentence="two devices on one counter set whose compatibility groups do not meet are never allocated "
         "together, though their counters would fit, and freeing one lets the other in",
-        ("partitionable", "compatibility-groups", "DRADeviceCompatibilityGroups"),
-        "1.37 (DRADeviceCompatibilityGroups, alpha)",
-        "KEP-5963",
+        needs=("partitionable", "compatibility-groups", "DRADeviceCompatibilityGroups"),
+        since="1.37 (DRADeviceCompatibilityGroups, alpha)",
+        upstream="KEP-5963",
         level="MUST",
         source=(
             "allocator compatibility_groups.go (DRADeviceCompatibilityGroups alpha, off, 1.37 only); gate "
@@ -895,13 +839,12 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-EXTENDED",
-        "ALLOC",
-        "a pod asking for the class's extended resource gets a device through DRA, and its container sees "
+        id="ALLOC-EXTENDED",
+        sentence="a pod asking for the class's extended resource gets a device through DRA, and its container sees "
         "that device; one asking for more than the node holds stays unschedulable",
-        ("extended-resource",),
-        "1.36 (DRAExtendedResource)",
-        "e2e; nv",
+        needs=("extended-resource",),
+        since="1.36 (DRAExtendedResource)",
+        upstream="e2e; nv",
         level="MUST",
         source=(
             "scheduler extendeddynamicresources.go makes the pod's claim; kubelet "
@@ -910,14 +853,13 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-EXTENDED-INIT",
-        "ALLOC",
-        "init and sidecar containers asking for the class's implicit extended resource "
+        id="ALLOC-EXTENDED-INIT",
+        sentence="init and sidecar containers asking for the class's implicit extended resource "
         "(`deviceclass.resource.kubernetes.io/<class>`) get devices through DRA: the sidecar and the regular "
         "container each see their own device, the init container the one the scheduler maps it to",
-        ("extended-resource",),
-        "1.36 (DRAExtendedResource)",
-        "e2e; KEP-5004",
+        needs=("extended-resource",),
+        since="1.36 (DRAExtendedResource)",
+        upstream="e2e; KEP-5004",
         level="MUST",
         source=(
             "scheduler extendeddynamicresources.go createRequestsAndMappings (per-container requests, "
@@ -926,12 +868,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-STATUS-DEVICES",
-        "ALLOC",
-        "the driver may write `status.devices` of its allocated claim (when the profile says it does, the entries are well-formed and any `Ready` condition is True once the pod runs)",
-        ("device-status",),
-        "1.34",
-        "e2e",
+        id="ALLOC-STATUS-DEVICES",
+        sentence="the driver may write `status.devices` of its allocated claim (when the profile says it does, the entries are well-formed and any `Ready` condition is True once the pod runs)",
+        needs=("device-status",),
+        since="1.34",
+        upstream="e2e",
         level="SHOULD",
         source=(
             "types.go AllocatedDeviceStatus (Ready 'should' be True): informational; entries validated by "
@@ -940,14 +881,13 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "ALLOC-STATUS-RBAC",
-        "ALLOC",
-        "the driver's service account, its token naming the claim's node, may write its own driver's "
+        id="ALLOC-STATUS-RBAC",
+        sentence="the driver's service account, its token naming the claim's node, may write its own driver's "
         "`status.devices` entries of a claim allocated there (`associated-node:update` and `:patch` on "
         "`resourceclaims/driver`, for its driver name)",
-        ("identity", "device-status", "DRAResourceClaimGranularStatusAuthorization"),
-        "1.36 (DRAResourceClaimGranularStatusAuthorization, beta)",
-        "KEP-4817",
+        needs=("identity", "device-status", "DRAResourceClaimGranularStatusAuthorization"),
+        since="1.36 (DRAResourceClaimGranularStatusAuthorization, beta)",
+        upstream="KEP-4817",
         level="SHOULD",
         source=(
             "pkg/registry/resource/resourceclaim/strategy.go (status update) -> registry/resource/utils.go "
@@ -958,12 +898,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "SHARE-CONTAINERS",
-        "SHARE",
-        "one claim used by two containers of a pod: both see the same device",
-        ("view",),
-        "1.34",
-        'e2e "inline claim referenced by multiple containers"',
+        id="SHARE-CONTAINERS",
+        sentence="one claim used by two containers of a pod: both see the same device",
+        needs=("view",),
+        since="1.34",
+        upstream='e2e "inline claim referenced by multiple containers"',
         level="MUST",
         source=(
             "kubelet pkg/kubelet/cm/dra/manager.go GetResources gives every container referencing the "
@@ -972,12 +911,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "SHARE-PODS",
-        "SHARE",
-        "one claim used by two pods on the node: prepared once, both run, unprepared after the last",
-        (),
-        "1.34",
-        'e2e "supports sharing a claim concurrently"',
+        id="SHARE-PODS",
+        sentence="one claim used by two pods on the node: prepared once, both run, unprepared after the last",
+        needs=(),
+        since="1.34",
+        upstream='e2e "supports sharing a claim concurrently"',
         level="MUST",
         source=(
             "kubelet pkg/kubelet/cm/dra/manager.go prepareResources prepares a claim once (isPrepared) "
@@ -985,12 +923,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "SHARE-INIT",
-        "SHARE",
-        "an init container gets its devices, and the app container after it too",
-        ("view",),
-        "1.34",
-        'e2e "supports init containers"',
+        id="SHARE-INIT",
+        sentence="an init container gets its devices, and the app container after it too",
+        needs=("view",),
+        since="1.34",
+        upstream='e2e "supports init containers"',
         level="MUST",
         source=(
             "kubelet pkg/kubelet/cm/dra/manager.go GetResources per container, init containers included: "
@@ -998,12 +935,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "SHARE-REQUEST-SCOPE",
-        "SHARE",
-        "a container referencing one request of a claim sees only that request's devices",
-        ("view", "devices>=2"),
-        "1.34",
-        'e2e "must map configs and devices to the right containers"',
+        id="SHARE-REQUEST-SCOPE",
+        sentence="a container referencing one request of a claim sees only that request's devices",
+        needs=("view", "devices>=2"),
+        since="1.34",
+        upstream='e2e "must map configs and devices to the right containers"',
         level="MUST",
         source=(
             "kubelet pkg/kubelet/cm/dra/claiminfo.go cdiDevicesAsList gives a container only devices "
@@ -1012,12 +948,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "SHARE-UNUSED",
-        "SHARE",
-        "a claim that no container references is still prepared",
-        (),
-        "1.34",
-        'e2e "must call NodePrepareResources even if not used"',
+        id="SHARE-UNUSED",
+        sentence="a claim that no container references is still prepared",
+        needs=(),
+        since="1.34",
+        upstream='e2e "must call NodePrepareResources even if not used"',
         level="MUST",
         source=(
             "kubelet pkg/kubelet/cm/dra/manager.go prepareResources prepares every claim of the pod, "
@@ -1025,22 +960,20 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "SHARE-MIXED",
-        "SHARE",
-        "a pod with an already prepared claim and a new one runs",
-        (),
-        "1.35",
-        "e2e",
+        id="SHARE-MIXED",
+        sentence="a pod with an already prepared claim and a new one runs",
+        needs=(),
+        since="1.35",
+        upstream="e2e",
         level="MUST",
         source="kubelet pkg/kubelet/cm/dra/manager.go prepareResources skips prepared claims and batches only the new ones to NodePrepareResources; 1.34-1.37",
     ),
     Rule(
-        "SHARE-STRATEGY",
-        "SHARE",
-        "each sharing config the profile lists (e.g. time-slicing, MPS) is accepted and shows in what the container sees",
-        ("sharing-config", "view"),
-        "-",
-        "ex; nv",
+        id="SHARE-STRATEGY",
+        sentence="each sharing config the profile lists (e.g. time-slicing, MPS) is accepted and shows in what the container sees",
+        needs=("sharing-config", "view"),
+        since="-",
+        upstream="ex; nv",
         level="SHOULD",
         source=(
             "driver-specific opaque config declared by the profile; Kubernetes only carries it (types.go "
@@ -1048,12 +981,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "SHARE-STRESS",
-        "SHARE",
-        "N pods share one claim over M rounds with no failure and no leak",
-        (),
-        "1.34",
-        "nv stress",
+        id="SHARE-STRESS",
+        sentence="N pods share one claim over M rounds with no failure and no leak",
+        needs=(),
+        since="1.34",
+        upstream="nv stress",
         level="SHOULD",
         source=(
             "robustness at scale; its MUST core is SHARE-PODS and ALLOC-REUSE; the kubelet retries failed "
@@ -1061,12 +993,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-CDI-IDS",
-        "PREP",
-        "every CDI id answered is `vendor/class=name`, valid, and resolves to a device in a spec on the node",
-        ("grpc | view",),
-        "-",
-        "plugin",
+        id="PREP-CDI-IDS",
+        sentence="every CDI id answered is `vendor/class=name`, valid, and resolves to a device in a spec on the node",
+        needs=("grpc | view",),
+        since="-",
+        upstream="plugin",
         level="MUST",
         source=(
             "kubelet passes the ids to the runtime (manager.go GetResources -> CRI CDIDevices); CDI "
@@ -1074,12 +1005,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-CDI-SPEC",
-        "PREP",
-        "every CDI spec the driver writes passes the CDI rules (docs/cdi-rules.md)",
-        ("grpc",),
-        "-",
-        "-",
+        id="PREP-CDI-SPEC",
+        sentence="every CDI spec the driver writes passes the CDI rules (docs/cdi-rules.md)",
+        needs=("grpc",),
+        since="-",
+        upstream="-",
         level="MUST",
         source=(
             "CDI pkg/cdi/spec.go validateSpec, container-edits.go Validate: the runtime's cache (cache.go "
@@ -1087,12 +1017,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-CDI-UNIQUE",
-        "PREP",
-        "two claims never get the same CDI device name; names are not reused after unprepare",
-        ("grpc",),
-        "-",
-        "plugin",
+        id="PREP-CDI-UNIQUE",
+        sentence="two claims never get the same CDI device name; names are not reused after unprepare",
+        needs=("grpc",),
+        since="-",
+        upstream="plugin",
         level="SHOULD",
         source=(
             "kubeletplugin DRAPlugin.PrepareResourceClaims docs: runtimes may cache CDI specs, so the "
@@ -1101,12 +1030,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-VIEW",
-        "PREP",
-        "a container sees exactly its devices: the profile's per-device env/ids for its devices and none of another claim's",
-        ("view",),
-        "1.34",
-        "KEP-5970 test 5; e2e",
+        id="PREP-VIEW",
+        sentence="a container sees exactly its devices: the profile's per-device env/ids for its devices and none of another claim's",
+        needs=("view",),
+        since="1.34",
+        upstream="KEP-5970 test 5; e2e",
         level="MUST",
         source=(
             "kubelet pkg/kubelet/cm/dra/manager.go GetResources injects only the CDI ids of the "
@@ -1115,12 +1043,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-NETDEV",
-        "PREP",
-        "a network device reaches the container as a CDI `netDevices` entry (host interface -> container name)",
-        ("net", "view"),
-        "1.34",
-        "ex (net profile)",
+        id="PREP-NETDEV",
+        sentence="a network device reaches the container as a CDI `netDevices` entry (host interface -> container name)",
+        needs=("net", "view"),
+        since="1.34",
+        upstream="ex (net profile)",
         level="SHOULD",
         source=(
             "CDI v1.1 netDevices (tags.cncf.io/container-device-interface specs-go) is one mechanism "
@@ -1128,12 +1055,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-NO-CLAIM",
-        "PREP",
-        "a pod without claims, on a node where the driver prepared devices for another pod, sees none of the driver's devices: no CDI device, and none by the profile's env, ids or device nodes",
-        ("view",),
-        "-",
-        'e2e "pod without claim"; NVIDIA e2e',
+        id="PREP-NO-CLAIM",
+        sentence="a pod without claims, on a node where the driver prepared devices for another pod, sees none of the driver's devices: no CDI device, and none by the profile's env, ids or device nodes",
+        needs=("view",),
+        since="-",
+        upstream='e2e "pod without claim"; NVIDIA e2e',
         level="MUST",
         source=(
             "KEP-4381: devices reach containers only through the CDI ids the kubelet passes for "
@@ -1142,12 +1068,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-DEVICE-METADATA",
-        "PREP",
-        "each request's device metadata file (KEP-5304) names the claim and the request's devices with their attributes, and is mounted read-only into the containers that reference that request or the whole claim, and into no other",
-        ("device-metadata", "view"),
-        "1.36 (device metadata, alpha; beta 1.37)",
-        'e2e "device metadata"',
+        id="PREP-DEVICE-METADATA",
+        sentence="each request's device metadata file (KEP-5304) names the claim and the request's devices with their attributes, and is mounted read-only into the containers that reference that request or the whole claim, and into no other",
+        needs=("device-metadata", "view"),
+        since="1.36 (device metadata, alpha; beta 1.37)",
+        upstream='e2e "device metadata"',
         level="SHOULD",
         source=(
             "KEP-5304: written by the driver side (k8s.io/dynamic-resource-allocation/kubeletplugin "
@@ -1155,12 +1080,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-REQUEST-NAMES",
-        "PREP",
-        "each answered device names the request(s) it was allocated for, so containers get the right ones",
-        ("grpc",),
-        "1.34",
-        "node",
+        id="PREP-REQUEST-NAMES",
+        sentence="each answered device names the request(s) it was allocated for, so containers get the right ones",
+        needs=("grpc",),
+        since="1.34",
+        upstream="node",
         level="MUST",
         source=(
             "api.proto Device.request_names; kubelet pkg/kubelet/cm/dra/claiminfo.go cdiDevicesAsList "
@@ -1168,12 +1092,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-POOL-DEVICE",
-        "PREP",
-        "each answered device names the allocated pool and device, not others",
-        ("grpc",),
-        "1.34",
-        "-",
+        id="PREP-POOL-DEVICE",
+        sentence="each answered device names the allocated pool and device, not others",
+        needs=("grpc",),
+        since="1.34",
+        upstream="-",
         level="SHOULD",
         source=(
             "api.proto Device.pool_name/device_name are 'Required', but the kubelet uses them only to map "
@@ -1182,13 +1105,12 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-SHARE-ID",
-        "PREP",
-        "each device of a claim allocated as a share (its result's `shareID`) is answered with that "
+        id="PREP-SHARE-ID",
+        sentence="each device of a claim allocated as a share (its result's `shareID`) is answered with that "
         "`share_id` (DRAPlugin v1)",
-        ("grpc", "consumable-capacity"),
-        "1.36 (DRAConsumableCapacity, beta)",
-        "KEP-5075",
+        needs=("grpc", "consumable-capacity"),
+        since="1.36 (DRAConsumableCapacity, beta)",
+        upstream="KEP-5075",
         level="SHOULD",
         source=(
             "kubelet api.proto (pkg/apis/dra/v1) Device.share_id 'Optional'; pkg/kubelet/cm/dra/manager.go "
@@ -1197,12 +1119,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-CONFIG-CLASS",
-        "PREP",
-        "a class's opaque config reaches the device",
-        ("opaque-config", "view"),
-        "1.34",
-        'e2e "supports claim and class parameters"',
+        id="PREP-CONFIG-CLASS",
+        sentence="a class's opaque config reaches the device",
+        needs=("opaque-config", "view"),
+        since="1.34",
+        upstream='e2e "supports claim and class parameters"',
         level="MUST",
         source=(
             "types.go DeviceClassSpec.Config ('apply to each device that is claimed via this class'), "
@@ -1210,12 +1131,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-CONFIG-PRECEDENCE",
-        "PREP",
-        "when class and claim configs both apply, the claim's wins",
-        ("opaque-config", "view"),
-        "1.34",
-        "e2e",
+        id="PREP-CONFIG-PRECEDENCE",
+        sentence="when class and claim configs both apply, the claim's wins",
+        needs=("opaque-config", "view"),
+        since="1.34",
+        upstream="e2e",
         level="SHOULD",
         source=(
             "convention, not API: dra-example-driver GetOpaqueDeviceConfigs / KEP-4381 (claim config "
@@ -1223,12 +1143,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-CONFIG-SCOPE",
-        "PREP",
-        "a config scoped to one request applies to that request's devices only",
-        ("opaque-config", "view"),
-        "1.34",
-        "e2e",
+        id="PREP-CONFIG-SCOPE",
+        sentence="a config scoped to one request applies to that request's devices only",
+        needs=("opaque-config", "view"),
+        since="1.34",
+        upstream="e2e",
         level="MUST",
         source=(
             "types.go DeviceAllocationConfiguration.Requests ('names of requests where the configuration "
@@ -1236,12 +1155,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-CONFIG-SUBREQUEST",
-        "PREP",
-        "a config scoped to one subrequest of a `firstAvailable` request applies to that subrequest's devices only, when it is the one allocated",
-        ("opaque-config", "view"),
-        "1.34 (DRAPrioritizedList)",
-        "-",
+        id="PREP-CONFIG-SUBREQUEST",
+        sentence="a config scoped to one subrequest of a `firstAvailable` request applies to that subrequest's devices only, when it is the one allocated",
+        needs=("opaque-config", "view"),
+        since="1.34 (DRAPrioritizedList)",
+        upstream="-",
         level="MUST",
         source=(
             "types.go DeviceAllocationConfiguration.Requests ('<main request>[/<subrequest>]'); "
@@ -1249,12 +1167,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-CONFIG-INVALID",
-        "PREP",
-        "an invalid opaque config fails the claim with a message naming the field, and the pod stays Pending with a FailedPrepareDynamicResources event",
-        ("opaque-config",),
-        "1.34",
-        'ex "reject invalid"; nv #587',
+        id="PREP-CONFIG-INVALID",
+        sentence="an invalid opaque config fails the claim with a message naming the field, and the pod stays Pending with a FailedPrepareDynamicResources event",
+        needs=("opaque-config",),
+        since="1.34",
+        upstream='ex "reject invalid"; nv #587',
         level="SHOULD",
         source=(
             "driver practice (kubeletplugin/example driver decode config in prepare); the kubelet turns a "
@@ -1262,12 +1179,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-UNPREPARE-DELETE",
-        "PREP",
-        "deleting the pod unprepares the claim and removes its CDI spec",
-        ("grpc | view",),
-        "1.34",
-        "KEP-5970 test 6",
+        id="PREP-UNPREPARE-DELETE",
+        sentence="deleting the pod unprepares the claim and removes its CDI spec",
+        needs=("grpc | view",),
+        since="1.34",
+        upstream="KEP-5970 test 6",
         level="MUST",
         source=(
             "kubelet.go SyncTerminatingPod -> UnprepareDynamicResources; the pod is not removed until it "
@@ -1276,13 +1192,12 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-POD-DONE",
-        "PREP",
-        "when its pod succeeds or fails, the claim its template made is unprepared (its CDI spec removed) "
+        id="PREP-POD-DONE",
+        sentence="when its pod succeeds or fails, the claim its template made is unprepared (its CDI spec removed) "
         "and deleted",
-        (),
-        "1.34",
-        'e2e "deletes generated claims when pod is done"',
+        needs=(),
+        since="1.34",
+        upstream='e2e "deletes generated claims when pod is done"',
         level="MUST",
         source=(
             "kubelet unprepares Succeeded/Failed pods (kubelet.go SyncTerminatingPod); resourceclaim "
@@ -1291,12 +1206,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-FORCE-DELETE",
-        "PREP",
-        "a force-deleted pod's claim is still unprepared",
-        (),
-        "1.34",
-        'e2e "unprepare resources for force-deleted pod"',
+        id="PREP-FORCE-DELETE",
+        sentence="a force-deleted pod's claim is still unprepared",
+        needs=(),
+        since="1.34",
+        upstream='e2e "unprepare resources for force-deleted pod"',
         level="MUST",
         source=(
             "kubelet unprepares from its checkpoint by name/UID after pod and claim are gone "
@@ -1305,12 +1219,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-RECREATED-CLAIM",
-        "PREP",
-        "a claim deleted without its unprepare and created again under the same name (a new UID) is prepared as a new claim: the driver answers its allocation, not the old one's",
-        ("grpc",),
-        "1.34",
-        "-",
+        id="PREP-RECREATED-CLAIM",
+        sentence="a claim deleted without its unprepare and created again under the same name (a new UID) is prepared as a new claim: the driver answers its allocation, not the old one's",
+        needs=("grpc",),
+        since="1.34",
+        upstream="-",
         level="SHOULD",
         source=(
             "defence: the kubelet refuses a same-name claim with a new UID until the old is unprepared "
@@ -1319,12 +1232,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-NO-WARNINGS",
-        "PREP",
-        "a normal pod lifecycle emits no FailedPrepare/FailedUnprepare events",
-        (),
-        "1.34",
-        "KEP-5970 test 6",
+        id="PREP-NO-WARNINGS",
+        sentence="a normal pod lifecycle emits no FailedPrepare/FailedUnprepare events",
+        needs=(),
+        since="1.34",
+        upstream="KEP-5970 test 6",
         level="SHOULD",
         source=(
             "the kubelet retries failed prepares/unprepares (kuberuntime_manager.go events); a warning "
@@ -1332,12 +1244,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "PREP-CHURN",
-        "PREP",
-        "50 claim/pod create-delete cycles leave no CDI spec, checkpoint entry or partition behind",
-        ("grpc",),
-        "-",
-        "nv robustness",
+        id="PREP-CHURN",
+        sentence="50 claim/pod create-delete cycles leave no CDI spec, checkpoint entry or partition behind",
+        needs=("grpc",),
+        since="-",
+        upstream="nv robustness",
         level="SHOULD",
         source=(
             "leaked CDI specs or checkpoint entries break nothing the kubelet does; the MUST core "
@@ -1345,12 +1256,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "HEALTH-SERVICE",
-        "HEALTH",
-        "a driver that advertises a health service streams a message listing its devices within 30 s",
-        ("grpc", "health"),
-        "1.36 (ResourceHealthStatus)",
-        "health",
+        id="HEALTH-SERVICE",
+        sentence="a driver that advertises a health service streams a message listing its devices within 30 s",
+        needs=("grpc", "health"),
+        since="1.36 (ResourceHealthStatus)",
+        upstream="health",
         level="SHOULD",
         source=(
             "optional service: the kubelet streams NodeWatchResources only to fill pod status "
@@ -1359,13 +1269,12 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "HEALTH-VERSIONS",
-        "HEALTH",
-        "every health service version the driver advertises (`v1`, `v1alpha1`) answers "
+        id="HEALTH-VERSIONS",
+        sentence="every health service version the driver advertises (`v1`, `v1alpha1`) answers "
         "`NodeWatchResources` with a message listing its devices",
-        ("grpc", "health"),
-        "1.36 (ResourceHealthStatus)",
-        "health",
+        needs=("grpc", "health"),
+        since="1.36 (ResourceHealthStatus)",
+        upstream="health",
         level="SHOULD",
         source=(
             "the kubelet uses one advertised version (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go "
@@ -1374,12 +1283,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "HEALTH-STREAM-FAULT",
-        "HEALTH",
-        "a device fault makes the device Unhealthy in the stream within the profile's timeout",
-        ("health", "faults"),
-        "1.36",
-        "health",
+        id="HEALTH-STREAM-FAULT",
+        sentence="a device fault makes the device Unhealthy in the stream within the profile's timeout",
+        needs=("health", "faults"),
+        since="1.36",
+        upstream="health",
         level="SHOULD",
         source=(
             "KEP-4680: health is informational (pod status); kubelet pkg/kubelet/cm/dra/healthinfo.go "
@@ -1387,12 +1295,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "HEALTH-MESSAGE",
-        "HEALTH",
-        "a device a fault made Unhealthy is streamed with a message saying why (`DeviceHealth.message`)",
-        ("health", "faults"),
-        "1.36 (ResourceHealthStatus, beta)",
-        "health",
+        id="HEALTH-MESSAGE",
+        sentence="a device a fault made Unhealthy is streamed with a message saying why (`DeviceHealth.message`)",
+        needs=("health", "faults"),
+        since="1.36 (ResourceHealthStatus, beta)",
+        upstream="health",
         level="SHOULD",
         source=(
             "dra-health v1 api.proto DeviceHealth.message (optional); ResourceHealthStatusMessage beta "
@@ -1400,12 +1307,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "HEALTH-POD-STATUS",
-        "HEALTH",
-        "an allocated device's fault shows in the pod's `allocatedResourcesStatus` (`claim:<name>/<request>`) and clears after heal",
-        ("health", "faults"),
-        "1.36",
-        "health; node",
+        id="HEALTH-POD-STATUS",
+        sentence="an allocated device's fault shows in the pod's `allocatedResourcesStatus` (`claim:<name>/<request>`) and clears after heal",
+        needs=("health", "faults"),
+        since="1.36",
+        upstream="health; node",
         level="SHOULD",
         source=(
             "kubelet pkg/kubelet/cm/dra/manager.go UpdateAllocatedResourcesStatus maps streamed (pool, "
@@ -1414,12 +1320,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "HEALTH-TAINT",
-        "HEALTH",
-        "a device fault taints the device in the slice (NoSchedule or NoExecute per the profile), and heal removes it",
-        ("taints", "faults"),
-        "1.36 (DRADeviceTaints, beta)",
-        "nv health",
+        id="HEALTH-TAINT",
+        sentence="a device fault taints the device in the slice (NoSchedule or NoExecute per the profile), and heal removes it",
+        needs=("taints", "faults"),
+        since="1.36 (DRADeviceTaints, beta)",
+        upstream="nv health",
         level="SHOULD",
         source=(
             "KEP-5055 lets drivers taint faulty devices; Kubernetes requires no fault detection; the "
@@ -1427,13 +1332,12 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "HEALTH-TAINT-TIME",
-        "HEALTH",
-        "a health taint's `timeAdded` stays as it was while its fault lasts, though another fault "
+        id="HEALTH-TAINT-TIME",
+        sentence="a health taint's `timeAdded` stays as it was while its fault lasts, though another fault "
         "makes the driver publish the node's taints again (a toleration's `tolerationSeconds` counts from it)",
-        ("taints", "faults"),
-        "1.36 (DRADeviceTaints, beta)",
-        "-",
+        needs=("taints", "faults"),
+        since="1.36 (DRADeviceTaints, beta)",
+        upstream="-",
         level="SHOULD",
         source=(
             "types.go DeviceTaint.TimeAdded is set on write when unset; devicetainteviction "
@@ -1442,12 +1346,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "HEALTH-NO-ALLOC-TAINTED",
-        "HEALTH",
-        "a new claim is not allocated the tainted device",
-        ("taints", "faults"),
-        "1.36 (DRADeviceTaints, beta)",
-        "-",
+        id="HEALTH-NO-ALLOC-TAINTED",
+        sentence="a new claim is not allocated the tainted device",
+        needs=("taints", "faults"),
+        since="1.36 (DRADeviceTaints, beta)",
+        upstream="-",
         level="SHOULD",
         source=(
             "scheduler guarantee once the taint is there (allocator taintPreventsAllocation); the "
@@ -1455,43 +1358,39 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "HEALTH-RECOVER",
-        "HEALTH",
-        "after heal, the device is allocatable again",
-        ("faults",),
-        "-",
-        "-",
+        id="HEALTH-RECOVER",
+        sentence="after heal, the device is allocatable again",
+        needs=("faults",),
+        since="-",
+        upstream="-",
         level="SHOULD",
         source="lifting a healed device's taint restores capacity; nothing in Kubernetes relies on it (KEP-5055)",
     ),
     Rule(
-        "HEALTH-IGNORED",
-        "HEALTH",
-        "faults the profile lists as benign leave the device healthy",
-        ("faults",),
-        "-",
-        "nv (ignored XIDs)",
+        id="HEALTH-IGNORED",
+        sentence="faults the profile lists as benign leave the device healthy",
+        needs=("faults",),
+        since="-",
+        upstream="nv (ignored XIDs)",
         level="SHOULD",
         source="vendor policy (the profile's benign faults); Kubernetes has no notion of fault classes",
     ),
     Rule(
-        "HEALTH-TAINT-NONE",
-        "HEALTH",
-        "a benign fault shows as a taint with effect `None` on its device (informational) and as no taint "
+        id="HEALTH-TAINT-NONE",
+        sentence="a benign fault shows as a taint with effect `None` on its device (informational) and as no taint "
         "that keeps pods off it, where the profile says so (`faults.benignEffect: None`)",
-        ("taints", "faults"),
-        "1.36 (DRADeviceTaints, beta)",
-        "nv health (non-critical XIDs)",
+        needs=("taints", "faults"),
+        since="1.36 (DRADeviceTaints, beta)",
+        upstream="nv health (non-critical XIDs)",
         level="SHOULD",
         source="types.go DeviceTaintEffect None (informational) and KEP-5055; vendor policy; 1.36+",
     ),
     Rule(
-        "RES-DRIVER-RESTART",
-        "RES",
-        "restarting the driver leaves running pods running and their claims prepared; a new pod then runs",
-        ("restart-driver",),
-        "1.34",
-        'node "functional after service reconnect"',
+        id="RES-DRIVER-RESTART",
+        sentence="restarting the driver leaves running pods running and their claims prepared; a new pod then runs",
+        needs=("restart-driver",),
+        since="1.34",
+        upstream='node "functional after service reconnect"',
         level="MUST",
         source=(
             "kubelet does not re-prepare running pods after a driver restart and reuses cached CDI ids on "
@@ -1500,12 +1399,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "RES-DRIVER-CRASH",
-        "RES",
-        "a driver killed (SIGKILL) mid-prepare recovers: the claim is prepared after restart and nothing leaks",
-        ("restart-driver", "grpc"),
-        "-",
-        "-",
+        id="RES-DRIVER-CRASH",
+        sentence="a driver killed (SIGKILL) mid-prepare recovers: the claim is prepared after restart and nothing leaks",
+        needs=("restart-driver", "grpc"),
+        since="-",
+        upstream="-",
         level="MUST",
         source=(
             "kubelet retries NodePrepareResources after an RPC error (manager.go prepareResources, per "
@@ -1513,12 +1411,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "RES-UNPREPARE-AFTER-RESTART",
-        "RES",
-        "a pod deleted after a driver restart is unprepared cleanly",
-        ("restart-driver",),
-        "1.34",
-        "node",
+        id="RES-UNPREPARE-AFTER-RESTART",
+        sentence="a pod deleted after a driver restart is unprepared cleanly",
+        needs=("restart-driver",),
+        since="1.34",
+        upstream="node",
         level="MUST",
         source=(
             "kubeletplugin DRAPlugin.UnprepareResourceClaims docs: prepare/unprepare may run in different "
@@ -1527,12 +1424,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "RES-KUBELET-RESTART",
-        "RES",
-        "after a kubelet restart (which wipes the node's slices) the driver is registered again and publishes its slices anew: running pods keep running with their CDI devices, and a new pod's claim is prepared",
-        ("restart-kubelet",),
-        "1.34",
-        'node "must register after Kubelet restart"',
+        id="RES-KUBELET-RESTART",
+        sentence="after a kubelet restart (which wipes the node's slices) the driver is registered again and publishes its slices anew: running pods keep running with their CDI devices, and a new pod's claim is prepared",
+        needs=("restart-kubelet",),
+        since="1.34",
+        upstream='node "must register after Kubelet restart"',
         level="MUST",
         source=(
             "kubelet startup wipes the node's slices (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go "
@@ -1541,12 +1437,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "RES-POD-DURING-KUBELET-DOWN",
-        "RES",
-        "a pod created while the kubelet is down runs after it comes back",
-        ("restart-kubelet",),
-        "1.34",
-        "node",
+        id="RES-POD-DURING-KUBELET-DOWN",
+        sentence="a pod created while the kubelet is down runs after it comes back",
+        needs=("restart-kubelet",),
+        since="1.34",
+        upstream="node",
         level="MUST",
         source=(
             "kubelet admits and prepares the pod when back, retrying until the plugin registers "
@@ -1555,12 +1450,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "RES-SLICES-SURVIVE-QUICK-RESTART",
-        "RES",
-        "slices are not wiped when the driver comes back within the grace period",
-        ("restart-driver",),
-        "1.34",
-        'node "not removed if plugin restarts quickly enough"',
+        id="RES-SLICES-SURVIVE-QUICK-RESTART",
+        sentence="slices are not wiped when the driver comes back within the grace period",
+        needs=("restart-driver",),
+        since="1.34",
+        upstream='node "not removed if plugin restarts quickly enough"',
         level="SHOULD",
         source=(
             "kubelet cancels its 30 s wipe when the plugin reconnects "
@@ -1569,14 +1463,13 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "RES-ROLLING-UPDATE",
-        "RES",
-        "a new driver instance started beside the running one takes over: the slices stay as they were, a pod "
+        id="RES-ROLLING-UPDATE",
+        sentence="a new driver instance started beside the running one takes over: the slices stay as they were, a pod "
         "prepared before keeps its devices and is unprepared by the new one, new pods run; a new instance "
         "that fails before it registers leaves the old one serving",
-        ("rolling-update", "update-driver"),
-        "1.33",
-        'e2e_node "rolling update"; kubeletplugin RollingUpdate',
+        needs=("rolling-update", "update-driver"),
+        since="1.33",
+        upstream='e2e_node "rolling update"; kubeletplugin RollingUpdate',
         level="SHOULD",
         source=(
             "optional: the kubelet keeps several plugins per driver and uses the newest connected "
@@ -1585,12 +1478,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "RES-APISERVER",
-        "RES",
-        "after an API server restart the driver republishes any missing slice and new pods run",
-        ("restart-apiserver",),
-        "-",
-        "-",
+        id="RES-APISERVER",
+        sentence="after an API server restart the driver republishes any missing slice and new pods run",
+        needs=("restart-apiserver",),
+        since="-",
+        upstream="-",
         level="MUST",
         source=(
             "only the driver restores lost slices (kubelet wipes at startup, "
@@ -1599,12 +1491,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "RES-CHECKPOINT",
-        "RES",
-        "a driver that finds its own checkpoint after a restart answers prepare for those claims idempotently",
-        ("restart-driver", "grpc"),
-        "-",
-        "nv updowngrade",
+        id="RES-CHECKPOINT",
+        sentence="a driver that finds its own checkpoint after a restart answers prepare for those claims idempotently",
+        needs=("restart-driver", "grpc"),
+        since="-",
+        upstream="nv updowngrade",
         level="MUST",
         source=(
             "kubeletplugin DRAPlugin.PrepareResourceClaims docs: 'must be idempotent because the kubelet "
@@ -1613,12 +1504,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "RES-DELETED-WHILE-DOWN",
-        "RES",
-        "a claim deleted while the driver was down is unprepared when it starts, though the kubelet never asks: its CDI devices are removed and its devices can be prepared for another claim",
-        ("restart-driver", "grpc"),
-        "-",
-        "nv CheckpointCleanupManager",
+        id="RES-DELETED-WHILE-DOWN",
+        sentence="a claim deleted while the driver was down is unprepared when it starts, though the kubelet never asks: its CDI devices are removed and its devices can be prepared for another claim",
+        needs=("restart-driver", "grpc"),
+        since="-",
+        upstream="nv CheckpointCleanupManager",
         level="SHOULD",
         source=(
             "not relied on: the kubelet unprepares claims from its own checkpoint by name/UID once the "
@@ -1627,12 +1517,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "RES-CHECKPOINT-CORRUPT",
-        "RES",
-        "a checkpoint corrupted while the driver was down is detected and reported when it starts, never silently trusted: its claims prepare again with their allocated devices",
-        ("restart-driver", "grpc"),
-        "-",
-        "-",
+        id="RES-CHECKPOINT-CORRUPT",
+        sentence="a checkpoint corrupted while the driver was down is detected and reported when it starts, never silently trusted: its claims prepare again with their allocated devices",
+        needs=("restart-driver", "grpc"),
+        since="-",
+        upstream="-",
         level="SHOULD",
         source=(
             "good practice; nothing in Kubernetes reads the driver's checkpoint (the kubelet checksums "
