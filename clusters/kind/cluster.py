@@ -145,6 +145,11 @@ def build_helm(env: Mapping[str, str], progress: Progress = _say) -> Path:
         raise ToolError(f"helm is not on PATH; building it failed too: {e}") from e
 
 
+SLOW_CONTROL_PLANE = "wait-control-plane"
+"""The kubeadm phase named in a failed ``kind create cluster`` whose API server did not answer in
+time (seen on a busy 2-core machine): worth one more try."""
+
+
 class KindCluster(PodCluster[KindSettings]):
     """A kind cluster for the suite (see the module docstring)."""
 
@@ -313,25 +318,20 @@ class KindCluster(PodCluster[KindSettings]):
         self._say(f"creating kind cluster {s.name} ({image}, {s.workers} worker(s)) ...")
         started = time.monotonic()
         self._created = True  # from here on, a failure deletes what kind made
-        self._run(
-            [
-                kind,
-                "create",
-                "cluster",
-                "--name",
-                s.name,
-                "--config",
-                config,
-                "--image",
-                image,
-                "--kubeconfig",
-                self.kubeconfig,
-                "--wait",
-                "180s",
-                "--retain",  # a failed create keeps its nodes for their logs; give_up then deletes them
-            ],
-            timeout=900,
-        )
+        create: list[str | Path] = [
+            kind, "create", "cluster", "--name", s.name, "--config", config, "--image", image,
+            "--kubeconfig", self.kubeconfig, "--wait", "180s",
+            "--retain",  # a failed create keeps its nodes for their logs; give_up then deletes them
+        ]  # fmt: skip
+        try:
+            self._run(create, timeout=900)
+        except ToolError as e:
+            if SLOW_CONTROL_PLANE not in str(e):
+                raise
+            # kubeadm gave up waiting on the API server (a busy machine): once more, from scratch
+            self._say(f"the control plane of {s.name} did not come up in time: deleting it, trying once more")
+            self._run([kind, "delete", "cluster", "--name", s.name], check=False, timeout=300)
+            self._run(create, timeout=900)
         self._say(f"kind cluster {s.name} created in {time.monotonic() - started:.0f} s")
 
     def _after_failure(self) -> None:

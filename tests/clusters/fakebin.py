@@ -5,7 +5,8 @@ appends a record to ``calls.jsonl``: the tool, its argv, the bytes it got on std
 of every argument that names a ``.yaml``/``.json`` file (config and values files are often
 deleted after the call). What a call answers comes from rules: the first rule of the tool whose
 ``match`` words all appear in argv, in order, gives ``stdout``, ``rc``, and optionally writes a
-file at the argument after ``write_after`` (``kind create cluster --kubeconfig PATH``).
+file at the argument after ``write_after`` (``kind create cluster --kubeconfig PATH``); a rule
+with ``times`` answers only that many of its calls (a failure, then what follows).
 """
 
 from __future__ import annotations
@@ -35,14 +36,19 @@ for a in argv:
 with (here / "calls.jsonl").open("a") as f:
     f.write(json.dumps({{"tool": tool, "argv": argv, "stdin": len(data), "files": files}}) + "\\n")
 rules = json.loads((here / "rules.json").read_text()).get(tool, [])
-def matches(words):
+before = [json.loads(line) for line in (here / "calls.jsonl").read_text().splitlines()][:-1]
+def matches(words, args=argv):
     i = 0
-    for a in argv:
+    for a in args:
         if i < len(words) and a == words[i]:
             i += 1
     return i == len(words)
 for rule in rules:
     if matches(rule["match"]):
+        if "times" in rule:
+            seen = sum(1 for c in before if c["tool"] == tool and matches(rule["match"], c["argv"]))
+            if seen >= rule["times"]:
+                continue
         if rule.get("write_after") and rule["write_after"] in argv:
             target = argv[argv.index(rule["write_after"]) + 1]
             Path(target).parent.mkdir(parents=True, exist_ok=True)
@@ -95,11 +101,14 @@ class FakeBin:
         self._save()
         return self
 
-    def first(self, tool: str, *match: str, stdout: str = "", rc: int = 0) -> FakeBin:
-        """Add a rule before every other of ``tool``."""
-        self._rules.setdefault(tool, []).insert(
-            0, {"match": list(match), "stdout": stdout, "stderr": "", "rc": rc}
-        )
+    def first(
+        self, tool: str, *match: str, stdout: str = "", stderr: str = "", rc: int = 0, times: int = 0
+    ) -> FakeBin:
+        """Add a rule before every other of ``tool`` (for its first ``times`` calls only, when given)."""
+        rule: dict[str, Any] = {"match": list(match), "stdout": stdout, "stderr": stderr, "rc": rc}
+        if times:
+            rule["times"] = times
+        self._rules.setdefault(tool, []).insert(0, rule)
         self._save()
         return self
 

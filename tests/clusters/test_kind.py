@@ -177,6 +177,27 @@ def test_start_creates_loads_installs_and_stop_deletes(tmp_path: Path, api: str)
     assert not cluster.kubeconfig.exists()
 
 
+@pytest.mark.parametrize("why", ["wait-control-plane", "some other failure"])
+def test_a_control_plane_too_slow_to_come_up_is_made_again_once(tmp_path: Path, api: str, why: str) -> None:
+    """kubeadm giving up on the API server of a busy machine (CI) is worth one more try, from a
+    deleted cluster; any other failure of kind's create is not."""
+    fake = _fake(tmp_path, api)
+    fake.first("kind", "create", "cluster", stderr=f"error execution phase {why}: ...\n", rc=1, times=1)
+    cluster = KindCluster(_settings(tmp_path, k8s_version="1.37"), env=fake.env())
+
+    def kind() -> list[list[str]]:
+        return [a[:2] for a in fake.argvs("kind") if a[0] in ("create", "delete")]
+
+    if why != "wait-control-plane":
+        with pytest.raises(ToolError):
+            cluster.start()
+        assert kind()[:1] == [["create", "cluster"]] and kind().count(["create", "cluster"]) == 1
+        return
+    cluster.start()
+    assert kind() == [["create", "cluster"], ["delete", "cluster"], ["create", "cluster"]]
+    cluster.stop()
+
+
 def test_an_existing_cluster_is_reused_and_left_running(tmp_path: Path, api: str) -> None:
     fake = _fake(tmp_path, api, existing=True)
     cluster = KindCluster(_settings(tmp_path), env=fake.env()).start()
