@@ -24,8 +24,10 @@ from clusters.kind.settings import BUILD
 from clusters.local.settings import LocalSettings
 from conformance.profiles import SHIPPED_DIR
 
-# one worker runs them one after another: each starts an engine and a 3-node kind cluster
-pytestmark = pytest.mark.xdist_group("kind-live")
+# one after another: each starts an engine and a 3-node kind cluster, whose API server does not come
+# up in kubeadm's time on 2 cores busy with the other tests (CI: wait-control-plane, twice); so
+# `nox -s tests` runs them last, alone (kind_live), and a worker of another run takes them in turn
+pytestmark = [pytest.mark.kind_live, pytest.mark.xdist_group("kind-live")]
 
 
 def _reason() -> str:
