@@ -4,10 +4,8 @@ runs no chart). Rules that ask what the driver may write take it from here."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from conformance.harness.documents import command_documents
-from conformance.harness.kube import Kube
+from conformance.harness.kube import Kube, meta
 from conformance.profiles import DriverProfile
 
 __all__ = ["INSTALLED_LABEL", "NODE_NAME_EXTRA", "as_driver", "install_identity"]
@@ -20,24 +18,20 @@ INSTALLED_LABEL = "dra-conformance.io/installed-by"
 replaces later (a chart's own are left alone)."""
 
 
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    return dict(obj.get("metadata") or {})
-
-
 def install_identity(kube: Kube, profile: DriverProfile) -> bool:
     """Make what the profile's ``identity.install`` prints where it is missing (the local tier runs
     no chart), or replace what an earlier install made; leave others' (a chart's). Whether anything
     was written (a write takes the API server a moment to enforce)."""
     wrote = False
     for obj in command_documents(profile.identity.install, profile, "identity.install"):
-        m = _meta(obj)
+        m = meta(obj)
         labels = {**(m.get("labels") or {}), INSTALLED_LABEL: "identity.install"}
         ours = {**obj, "metadata": {**m, "labels": labels}}
         current = kube.get(obj["kind"], m["name"], m.get("namespace"))
         if current is None:
             kube.create(ours)
-        elif INSTALLED_LABEL in (_meta(current).get("labels") or {}):
-            version = _meta(current).get("resourceVersion")
+        elif INSTALLED_LABEL in (meta(current).get("labels") or {}):
+            version = meta(current).get("resourceVersion")
             kube.replace({**ours, "metadata": {**ours["metadata"], "resourceVersion": version}})
         else:
             continue

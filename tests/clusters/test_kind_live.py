@@ -5,6 +5,7 @@ restarted by ``systemctl``. Minutes even warm, so it runs only when asked: ``DRA
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -15,14 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from clusters.engine import EngineSettings
 from clusters.kind import KindCluster, KindSettings
 from clusters.kind.nodeparts import resolve_parts
 from clusters.kind.settings import BUILD
 from clusters.local.settings import LocalSettings
-from conformance.profiles import SHIPPED_DIR
+from conformance.profiles import load
+from tests.conformance.suitekit import quick_profile
 
 # one after another: each starts an engine and a 3-node kind cluster, whose API server does not come
 # up in kubeadm's time on 2 cores busy with the other tests (CI: wait-control-plane, twice); so
@@ -137,14 +138,10 @@ serve again). Waits that check nothing happens keep their length."""
 
 def _patient(directory: Path) -> Path:
     """reference-gpu with :data:`KIND_TIMEOUTS`, written to ``directory``."""
-    data = yaml.safe_load((SHIPPED_DIR / "reference-gpu.yaml").read_text())
-    data["timeouts"] = {**data.get("timeouts", {}), **KIND_TIMEOUTS}
-    classes = data["deviceClasses"]
-    if "file" in classes:  # relative to the shipped profile, not to the copy
-        classes["file"] = str(SHIPPED_DIR / classes["file"])
-    path = directory / "reference-gpu.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    shipped = load("reference-gpu").timeouts
+    return quick_profile(
+        "reference-gpu", directory, timeouts={**dataclasses.asdict(shipped), **KIND_TIMEOUTS}
+    )
 
 
 @pytest.mark.slow
