@@ -28,6 +28,7 @@ import yaml
 from clusters import tools
 from clusters.base import ContainerView, PodRef, pod_key
 from clusters.errors import ClusterError, DriverDeployError, ToolError
+from clusters.progress import Progress
 from clusters.release import DriverPods, Release
 
 __all__ = [
@@ -40,8 +41,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -31,12 +31,11 @@ from clusters.incluster import CAT_SPECS, InCluster, find_tools, give_up, parse_
 from clusters.kind.config import dra_gates
 from clusters.local.settings import normalize_version, xdg_state_dir
 from clusters.podcluster import PodCluster, PodClusterSettings
+from clusters.progress import Progress
 
 __all__ = ["K3S_CAPABILITIES", "K3sCluster", "K3sSettings", "k3s_args", "k3s_image"]
 
 log = logging.getLogger(__name__)
-
-Progress = Callable[[str], None]
 
 K3S_CAPABILITIES = frozenset({"view", "restart-driver"})
 """What a k3s cluster can do beyond the API (its kubelet is inside the k3s server process)."""

@@ -12,7 +12,7 @@ What differs (how nodes are made, listed, logged and stopped) stays in each back
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
@@ -21,12 +21,11 @@ from clusters import tools
 from clusters.base import Cluster
 from clusters.errors import ClusterError
 from clusters.incluster import InCluster, wait_slices
-from clusters.local.settings import DEFAULT_K8S_VERSION, normalize_version, xdg_state_dir
+from clusters.local.settings import DEFAULT_K8S_VERSION, env_k8s_version, xdg_state_dir
+from clusters.progress import Progress
 from clusters.release import FAKE_ROOT, DriverPods, DriverRelease, Release
 
 __all__ = ["PodCluster", "PodClusterSettings"]
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -53,8 +52,9 @@ class PodClusterSettings:
         """The changes the env vars every such backend reads make: ``DRAC_K8S_VERSION`` and
         ``XDG_STATE_HOME`` (its ``work_dir``)."""
         changes: dict[str, Any] = {}
-        if env.get("DRAC_K8S_VERSION"):
-            changes["k8s_version"] = normalize_version(env["DRAC_K8S_VERSION"])
+        version = env_k8s_version(env)
+        if version:
+            changes["k8s_version"] = version
         if env.get("XDG_STATE_HOME"):
             changes["work_dir"] = xdg_state_dir(cls.backend, env)
         return changes

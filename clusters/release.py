@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,6 +24,7 @@ import yaml
 
 from clusters import tools
 from clusters.errors import DriverDeployError, ToolError
+from clusters.progress import Progress
 
 __all__ = [
     "CHART_DIR",
@@ -38,8 +39,6 @@ __all__ = [
     "import_image",
     "load_image",
 ]
-
-Progress = Callable[[str], None]
 
 CHART_DIR = Path(__file__).resolve().parent.parent / "driver" / "deploy" / "helm" / "dra-gpu-driver"
 """The reference driver's Helm chart."""

@@ -29,7 +29,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from clusters import tools
@@ -37,12 +36,11 @@ from clusters.engine import capabilities, runcwrap
 from clusters.engine.handle import Engine
 from clusters.engine.settings import EngineSettings
 from clusters.errors import ToolError
+from clusters.progress import Progress, to_log
 
 __all__ = ["CGROUP_PARENT", "PrivateEngine", "daemon_config", "namespace_script"]
 
 log = logging.getLogger(__name__)
-
-Progress = Callable[[str], None]
 
 CGROUP_PARENT = "/dra-conformance-docker"
 """The cgroup under which the private engine's containers go (not ``/docker``, a real engine's)."""
@@ -53,8 +51,7 @@ WRAPPED_RUNTIME = "drac-runc"
 _INSTALL = "install Debian's engine (apt-get install docker.io) or set DRAC_DOCKERD=PATH"
 
 
-def _say(message: str) -> None:
-    log.info("%s", message)
+_say = to_log(log)
 
 
 def namespace_script() -> str:

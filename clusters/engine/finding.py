@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,16 +19,14 @@ from clusters.engine.dockerd import PrivateEngine
 from clusters.engine.handle import Engine
 from clusters.engine.settings import EngineSettings
 from clusters.errors import ToolError
+from clusters.progress import Progress, to_log
 
 __all__ = ["find_engine", "find_or_start", "no_engine_message", "probe_engine", "using_engine"]
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[str], None]
 
-
-def _say(message: str) -> None:
-    log.info("%s", message)
+_say = to_log(log)
 
 
 def probe_engine(docker: Path, settings: EngineSettings, env: Mapping[str, str]) -> tuple[Engine | None, str]:

@@ -49,7 +49,8 @@ from clusters.kind.ociarchive import (
     write_layer,
 )
 from clusters.kind.rootfs import build_rootfs, rootfs_digest
-from clusters.local.binaries import STAMP, cache_lock, fill_entry, prune_others
+from clusters.local.binaries import STAMP, fill_entry, once_cached, prune_others
+from clusters.progress import Progress, to_log
 
 __all__ = [
     "DRIVER_PACKAGES",
@@ -62,8 +63,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-Progress = Callable[[str], None]
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 """The source checkout (``pyproject.toml``, ``driver/deploy/Dockerfile``)."""
@@ -94,8 +93,7 @@ _DRIVER_CONFIG = ImageConfig(
 )
 
 
-def _say(message: str) -> None:
-    log.info("%s", message)
+_say = to_log(log)
 
 
 def _digest(*parts: bytes | str) -> str:
@@ -146,13 +144,8 @@ def _cached(
     if archive is not None:
         progress(f"image {ref} from the cache ({target})")
         return archive
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    with cache_lock(
-        entry.parent / f".{entry.name}.lock", f"waiting for another process building {entry}", progress
-    ):
-        archive = found()
-        if archive is not None:
-            return archive
+
+    def make() -> NodeArchive:
         image_id = ""
 
         def fill(tmp: Path) -> None:
@@ -162,7 +155,10 @@ def _cached(
         seconds = fill_entry(entry, entry.name, fill, lambda: {**stamp, "image_id": image_id})
         progress(f"image {ref} built in {seconds:.0f} s ({(target.stat().st_size) >> 20} MiB, {entry})")
         prune_others(entry)
-    return NodeArchive(target, ref, image_id)
+        return NodeArchive(target, ref, image_id)
+
+    lock = entry.parent / f".{entry.name}.lock"
+    return once_cached(found, lock, f"waiting for another process building {entry}", progress, make)
 
 
 def _tree_layer(dest: Path, top: Path, prefix: str) -> Path:
@@ -223,43 +219,42 @@ def _deps_layer(cache: Path, deps: Sequence[str], progress: Progress) -> Path:
     dependencies do, not with each source change)."""
     entry = cache / _digest(PYTHON, *WHEEL_PLATFORMS, *sorted(deps))
     layer = entry / "layer.tar"
-    if layer.is_file() and (entry / STAMP).is_file():
-        return layer
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    with cache_lock(
-        entry.parent / f".{entry.name}.lock", f"waiting for another process filling {entry}", progress
-    ):
-        if layer.is_file() and (entry / STAMP).is_file():
-            return layer
 
-        def fill(tmp: Path) -> None:
-            site = tmp / "site"
-            _pip(
-                [
-                    "install",
-                    "--target",
-                    str(site),
-                    "--only-binary=:all:",
-                    "--python-version",
-                    PYTHON,
-                    "--implementation",
-                    "cp",
-                    "--abi",
-                    f"cp{PYTHON.replace('.', '')}",
-                    *(f"--platform={platform}" for platform in WHEEL_PLATFORMS),
-                    "--no-compile",  # another Python than Debian's may run pip: no .pyc of it
-                    *deps,
-                ],
-                progress,
-                f"fetch the driver's {len(deps)} dependencies (and theirs) for Python {PYTHON}",
-            )
-            shutil.rmtree(site / "bin", ignore_errors=True)
-            _tree_layer(tmp / "layer.tar", site, SITE)
-            shutil.rmtree(site)
+    def cached() -> Path | None:
+        return layer if layer.is_file() and (entry / STAMP).is_file() else None
 
+    def fill(tmp: Path) -> None:
+        site = tmp / "site"
+        _pip(
+            [
+                "install",
+                "--target",
+                str(site),
+                "--only-binary=:all:",
+                "--python-version",
+                PYTHON,
+                "--implementation",
+                "cp",
+                "--abi",
+                f"cp{PYTHON.replace('.', '')}",
+                *(f"--platform={platform}" for platform in WHEEL_PLATFORMS),
+                "--no-compile",  # another Python than Debian's may run pip: no .pyc of it
+                *deps,
+            ],
+            progress,
+            f"fetch the driver's {len(deps)} dependencies (and theirs) for Python {PYTHON}",
+        )
+        shutil.rmtree(site / "bin", ignore_errors=True)
+        _tree_layer(tmp / "layer.tar", site, SITE)
+        shutil.rmtree(site)
+
+    def make() -> Path:
         fill_entry(entry, entry.name, fill, {"python": PYTHON, "dependencies": sorted(deps)})
         prune_others(entry)
-    return layer
+        return layer
+
+    lock = entry.parent / f".{entry.name}.lock"
+    return once_cached(cached, lock, f"waiting for another process filling {entry}", progress, make)
 
 
 def _project_layer(dest: Path, work: Path, scripts: Mapping[str, str], progress: Progress) -> Path:

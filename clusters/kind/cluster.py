@@ -46,6 +46,7 @@ from clusters.kind.settings import KindSettings
 from clusters.local.gobins import GoBinary, cached_build
 from clusters.local.settings import LocalSettings
 from clusters.podcluster import PodCluster
+from clusters.progress import Progress, to_log
 from clusters.release import DriverRelease, Release, import_image
 
 __all__ = [
@@ -60,8 +61,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[str], None]
-
 KIND_CAPABILITIES = frozenset({"view", "restart-driver", "restart-kubelet"})
 """What a kind cluster can do beyond the API (no driver sockets: those are inside the nodes)."""
 
@@ -73,8 +72,7 @@ HELM_BINARY = GoBinary("helm", "helm.sh/helm/v4", "helm.sh/helm/v4/cmd/helm")
 """helm, from its Go module."""
 
 
-def _say(message: str) -> None:
-    log.info("%s", message)
+_say = to_log(log)
 
 
 def find_tools(

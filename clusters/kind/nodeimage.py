@@ -30,7 +30,7 @@ import os
 import re
 import tarfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,8 +47,9 @@ from clusters.kind.nodeparts import (
 )
 from clusters.kind.ociarchive import Entry, ImageConfig, write_archive, write_layer
 from clusters.kind.rootfs import build_rootfs, rootfs_digest
-from clusters.local.binaries import STAMP, cache_lock, fill_entry, prune_others
+from clusters.local.binaries import STAMP, fill_entry, once_cached, prune_others
 from clusters.local.settings import LocalSettings
+from clusters.progress import Progress, to_log
 
 __all__ = [
     "IMAGE_REPOSITORY",
@@ -63,8 +64,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-Progress = Callable[[str], None]
 
 IMAGE_REPOSITORY = "dra-conformance/kind-node"
 """The repository of the node images built here (tag ``v<version>-<digest>``)."""
@@ -107,8 +106,7 @@ NODE_CONFIG = ImageConfig(
 """The node image's config, as kind's base image has it."""
 
 
-def _say(message: str) -> None:
-    log.info("%s", message)
+_say = to_log(log)
 
 
 @dataclass(frozen=True)
@@ -347,11 +345,8 @@ def build_node_archive(
     if found is not None:
         progress(f"kind node image {ref} from the cache ({target})")
         return found
-    root.mkdir(parents=True, exist_ok=True)
-    with cache_lock(root / f".{digest[:16]}.lock", f"waiting for another process building {entry}", progress):
-        found = cached()
-        if found is not None:
-            return found
+
+    def make() -> NodeArchive:
         image_id = ""
 
         def build(tmp: Path) -> None:
@@ -371,7 +366,10 @@ def build_node_archive(
         progress(f"kind node image {ref} built in {seconds:.0f} s ({entry})")
         for older in prune_others(entry):  # 1.2 GiB each
             progress(f"  removed the older node image {older}")
-    return NodeArchive(target, ref, image_id)
+        return NodeArchive(target, ref, image_id)
+
+    lock = root / f".{digest[:16]}.lock"
+    return once_cached(cached, lock, f"waiting for another process building {entry}", progress, make)
 
 
 def ensure_node_image(engine: Engine, archive: NodeArchive, progress: Progress = _say) -> str:

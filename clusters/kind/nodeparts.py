@@ -28,7 +28,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from clusters.errors import BinariesError, GoBuildError
 from clusters.local import binaries, gobuild
 from clusters.local.gobins import GoBinary, cached_build, resolve_tool
 from clusters.local.settings import LocalSettings
+from clusters.progress import Progress, to_log
 
 __all__ = [
     "CONTAINERD_VERSION",
@@ -48,8 +48,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-Progress = Callable[[str], None]
 
 CONTAINERD_VERSION = "v2.4.2"
 """containerd built for the nodes (CDI is on by default from 2.0; Kubernetes 1.36+ wants 2.x)."""
@@ -69,8 +67,7 @@ _CRICTL = GoBinary("crictl", "sigs.k8s.io/cri-tools", "sigs.k8s.io/cri-tools/cmd
 _KUBEADM = GoBinary("kubeadm", "k8s.io/kubernetes", "k8s.io/kubernetes/cmd/kubeadm")
 
 
-def _say(message: str) -> None:
-    log.info("%s", message)
+_say = to_log(log)
 
 
 @dataclass(frozen=True)

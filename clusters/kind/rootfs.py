@@ -19,17 +19,16 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from clusters.errors import ToolError
-from clusters.local.binaries import STAMP, cache_lock, fill_entry, prune_others
+from clusters.local.binaries import STAMP, fill_entry, once_cached, prune_others
+from clusters.progress import Progress, to_log
 
 __all__ = ["PACKAGES", "SUITE", "build_rootfs", "rootfs_digest"]
 
 log = logging.getLogger(__name__)
-
-Progress = Callable[[str], None]
 
 SUITE = "bookworm"
 """The Debian release of the node image (that of the machines this project runs on)."""
@@ -61,8 +60,7 @@ ROOTFS = "rootfs.tar"
 """The file of a cache entry."""
 
 
-def _say(message: str) -> None:
-    log.info("%s", message)
+_say = to_log(log)
 
 
 def rootfs_digest(suite: str = SUITE, packages: Sequence[str] = PACKAGES) -> str:
@@ -88,45 +86,48 @@ def build_rootfs(
     digest = rootfs_digest(suite, packages)
     entry = cache_root / digest
     target = entry / ROOTFS
-    if target.is_file() and (entry / STAMP).is_file():
-        return target
-    if shutil.which("mmdebstrap") is None:
-        raise ToolError(f"mmdebstrap is not on PATH to make {what} Debian base: apt-get install mmdebstrap")
-    if os.geteuid() != 0:
-        raise ToolError(f"making {what} Debian base needs root (this process runs as uid {os.geteuid()})")
-    cache_root.mkdir(parents=True, exist_ok=True)
-    with cache_lock(cache_root / f".{digest}.lock", f"waiting for another process making {entry}", progress):
-        if target.is_file() and (entry / STAMP).is_file():
-            return target
 
-        def make(tmp: Path) -> None:
-            argv = [
-                "unshare",
-                "--mount",
-                "--",
-                "mmdebstrap",
-                "--mode=root",
-                "--variant=minbase",
-                "--format=tar",
-                f"--include={','.join(packages)}",
-                suite,
-                str(tmp / ROOTFS),
-            ]
-            if mirror:
-                argv.append(mirror)
-            progress(f"making {what} Debian {suite} base with mmdebstrap ({len(packages)} packages)")
-            started = time.monotonic()
-            log_file = tmp / "mmdebstrap.log"
-            with log_file.open("wb") as out:
-                done = subprocess.run(
-                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, check=False
-                )
-            if done.returncode != 0:
-                tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-25:])
-                raise ToolError(f"mmdebstrap exited {done.returncode} making the Debian base:\n{tail}")
-            progress(f"  Debian base made in {time.monotonic() - started:.0f} s")
+    def cached() -> Path | None:
+        return target if target.is_file() and (entry / STAMP).is_file() else None
 
+    def debootstrap(tmp: Path) -> None:
+        argv = [
+            "unshare",
+            "--mount",
+            "--",
+            "mmdebstrap",
+            "--mode=root",
+            "--variant=minbase",
+            "--format=tar",
+            f"--include={','.join(packages)}",
+            suite,
+            str(tmp / ROOTFS),
+        ]
+        if mirror:
+            argv.append(mirror)
+        progress(f"making {what} Debian {suite} base with mmdebstrap ({len(packages)} packages)")
+        started = time.monotonic()
+        log_file = tmp / "mmdebstrap.log"
+        with log_file.open("wb") as out:
+            done = subprocess.run(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, check=False
+            )
+        if done.returncode != 0:
+            tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-25:])
+            raise ToolError(f"mmdebstrap exited {done.returncode} making the Debian base:\n{tail}")
+        progress(f"  Debian base made in {time.monotonic() - started:.0f} s")
+
+    def make() -> Path:
+        if shutil.which("mmdebstrap") is None:
+            raise ToolError(
+                f"mmdebstrap is not on PATH to make {what} Debian base: apt-get install mmdebstrap"
+            )
+        if os.geteuid() != 0:
+            raise ToolError(f"making {what} Debian base needs root (this process runs as uid {os.geteuid()})")
         stamp = {"suite": suite, "variant": "minbase", "packages": sorted(packages), "source": "mmdebstrap"}
-        fill_entry(entry, digest, make, stamp)
+        fill_entry(entry, digest, debootstrap, stamp)
         prune_others(entry)  # bases of older package lists
-    return target
+        return target
+
+    lock = cache_root / f".{digest}.lock"
+    return once_cached(cached, lock, f"waiting for another process making {entry}", progress, make)

@@ -35,13 +35,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from filelock import FileLock, Timeout
 
 from clusters.errors import BinariesError, ChecksumMismatch, GoBuildError
 from clusters.local import gobuild
 from clusters.local.settings import BinariesSettings
+from clusters.progress import Progress, to_log
 
 __all__ = [
     "COMPONENTS",
@@ -49,9 +50,9 @@ __all__ = [
     "KUBE_COMPONENTS",
     "STAMP",
     "Binaries",
-    "cache_lock",
     "download_release",
     "fill_entry",
+    "once_cached",
     "prune_others",
     "read_stamp",
     "resolve",
@@ -61,6 +62,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 KUBE_COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 """The Kubernetes binaries the local control plane runs."""
 COMPONENTS = ("etcd", *KUBE_COMPONENTS)
@@ -69,8 +72,6 @@ KUBELET = "kubelet"
 """The node binary of kubelet nodes (resolved by :func:`resolve_kubelet`)."""
 STAMP = "stamp.json"
 """Metadata file of a complete cache entry: version, source, timings."""
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -106,12 +107,11 @@ def read_stamp(directory: Path) -> dict[str, Any] | None:
     return stamp
 
 
-def _log_progress(message: str) -> None:
-    log.info("%s", message)
+_log_progress = to_log(log)
 
 
 @contextmanager
-def cache_lock(lock_file: Path, waiting: str, progress: Progress) -> Iterator[None]:
+def _cache_lock(lock_file: Path, waiting: str, progress: Progress) -> Iterator[None]:
     """Hold the file lock ``lock_file`` of a cache entry; when another process holds it, say
     ``waiting`` once and wait for it (that process then usually has filled the entry)."""
     lock = FileLock(str(lock_file))
@@ -124,6 +124,22 @@ def cache_lock(lock_file: Path, waiting: str, progress: Progress) -> Iterator[No
         yield
     finally:
         lock.release()
+
+
+def once_cached(
+    found: Callable[[], T | None], lock_file: Path, waiting: str, progress: Progress, make: Callable[[], T]
+) -> T:
+    """What ``found`` finds in a cache entry; else, under the entry's file lock ``lock_file``
+    (:func:`_cache_lock`), what it finds there now (another process filled it while this one
+    waited) or what ``make`` fills in. ``found`` answers ``None`` for a missing or incomplete
+    entry."""
+    hit = found()
+    if hit is not None:
+        return hit
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with _cache_lock(lock_file, waiting, progress):
+        hit = found()
+        return hit if hit is not None else make()
 
 
 def resolve(settings: BinariesSettings, progress: Progress = _log_progress) -> Binaries:
@@ -141,16 +157,11 @@ def resolve(settings: BinariesSettings, progress: Progress = _log_progress) -> B
             )
         return Binaries(settings.bin_dir, version, "dir")
     cache_dir = settings.cache_dir
-    if read_stamp(cache_dir) is not None:
-        return Binaries(cache_dir, version, "cache")
-    settings.cache_root.mkdir(parents=True, exist_ok=True)
-    with cache_lock(
-        settings.cache_root / f".{version}.lock",
-        f"waiting for another process that is fetching or building into {cache_dir}",
-        progress,
-    ):
-        if read_stamp(cache_dir) is not None:  # filled while we waited
-            return Binaries(cache_dir, version, "cache")
+
+    def cached() -> Binaries | None:
+        return Binaries(cache_dir, version, "cache") if read_stamp(cache_dir) is not None else None
+
+    def fetch() -> Binaries:
         source = _download_or_build(
             settings,
             progress,
@@ -167,6 +178,9 @@ def resolve(settings: BinariesSettings, progress: Progress = _log_progress) -> B
             ),
         )
         return Binaries(cache_dir, version, source)
+
+    waiting = f"waiting for another process that is fetching or building into {cache_dir}"
+    return once_cached(cached, settings.cache_root / f".{version}.lock", waiting, progress, fetch)
 
 
 Fill = Callable[[str, Callable[[Path], object]], None]
@@ -218,7 +232,7 @@ def fill_entry(
     write its ``stamp.json`` (``stamp``, or what it returns once ``fetch`` is done; the seconds
     ``fetch`` took, the time), rename it into place; the seconds. A failed ``fetch`` leaves nothing
     behind, so the cache never holds a partial entry. The caller holds the entry's lock
-    (:func:`cache_lock`)."""
+    (:func:`once_cached`)."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{version}.tmp-", dir=entry.parent))
     try:
         start = time.monotonic()
@@ -279,20 +293,24 @@ def store_in_cache(
     missing = _missing(source_dir)
     if missing:
         raise BinariesError(f"{source_dir} lacks executable {', '.join(missing)}")
-    settings.cache_root.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(settings.cache_root / f".{settings.k8s_version}.lock")):
-        if read_stamp(settings.cache_dir) is not None:
-            return settings.cache_dir
+    entry = settings.cache_dir
 
-        def copy(tmp: Path) -> None:
-            for name in COMPONENTS:
-                shutil.copy2(source_dir / name, tmp / name)
+    def copy(tmp: Path) -> None:
+        for name in COMPONENTS:
+            shutil.copy2(source_dir / name, tmp / name)
 
+    def store() -> Path:
         _filler(settings, _log_progress)(source, copy)
-        stamp = json.loads((settings.cache_dir / STAMP).read_text())
+        stamp = json.loads((entry / STAMP).read_text())
         stamp["seconds"] = round(seconds, 1)
-        (settings.cache_dir / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
-    return settings.cache_dir
+        (entry / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+        return entry
+
+    def cached() -> Path | None:
+        return entry if read_stamp(entry) is not None else None
+
+    lock = settings.cache_root / f".{settings.k8s_version}.lock"
+    return once_cached(cached, lock, f"waiting for another process filling {entry}", _log_progress, store)
 
 
 def _go_build(settings: BinariesSettings, dest: Path, progress: Progress) -> None:
@@ -328,16 +346,11 @@ def resolve_kubelet(settings: BinariesSettings, progress: Progress = _log_progre
         progress(f"{settings.bin_dir} has no kubelet; looking in the cache, the releases and Go")
     entry = settings.kubelet_cache_dir
     target = entry / KUBELET
-    if _usable(target) and (entry / STAMP).is_file():
-        return target
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    with cache_lock(
-        entry.parent / f".{version}.lock",
-        f"waiting for another process that is fetching or building into {entry}",
-        progress,
-    ):
-        if _usable(target) and (entry / STAMP).is_file():  # filled while we waited
-            return target
+
+    def cached() -> Path | None:
+        return target if _usable(target) and (entry / STAMP).is_file() else None
+
+    def fetch() -> Path:
         _download_or_build(
             settings,
             progress,
@@ -355,6 +368,9 @@ def resolve_kubelet(settings: BinariesSettings, progress: Progress = _log_progre
             ),
         )
         return target
+
+    waiting = f"waiting for another process that is fetching or building into {entry}"
+    return once_cached(cached, entry.parent / f".{version}.lock", waiting, progress, fetch)
 
 
 def _download_kubelet(settings: BinariesSettings, dest: Path, progress: Progress) -> None:

@@ -56,6 +56,7 @@ from clusters.local.gobins import fill_binaries, resolve_fakecri
 from clusters.local.processes import ManagedProcess, install_signal_handlers
 from clusters.local.settings import LocalSettings
 from clusters.pools import PoolsSettled
+from clusters.progress import Progress
 from draproto.rest import q
 from nodeagent.layout import NodeLayout
 
@@ -74,8 +75,6 @@ _T = TypeVar("_T")
 __all__ = ["LOCAL_CAPABILITIES", "LocalCluster", "LocalClusterBase", "LocalNode", "find_container_view"]
 
 log = logging.getLogger(__name__)
-
-Progress = Callable[[str], None]
 
 LOCAL_CAPABILITIES = frozenset(
     {"grpc", "view", "restart-driver", "update-driver", "restart-kubelet", "restart-apiserver"}

@@ -27,8 +27,9 @@ from pathlib import Path
 
 from clusters.errors import BinariesError, GoBuildError
 from clusters.local import gobuild
-from clusters.local.binaries import STAMP, cache_lock, fill_entry
+from clusters.local.binaries import STAMP, fill_entry, once_cached
 from clusters.local.settings import LocalSettings
+from clusters.progress import Progress, to_log
 
 __all__ = [
     "FAKECRI_SOURCE",
@@ -44,8 +45,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -94,8 +93,7 @@ def placeholders(command: Sequence[str]) -> list[str]:
     return names
 
 
-def _log_progress(message: str) -> None:
-    log.info("%s", message)
+_log_progress = to_log(log)
 
 
 def _usable(path: Path) -> bool:
@@ -143,16 +141,11 @@ def cached_build(
     :func:`clusters.local.gobuild.build_go_command` of the module at ``version``)."""
     name = binary.name
     target = entry / name
-    if _usable(target) and (entry / STAMP).is_file():
-        return target
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    with cache_lock(
-        entry.parent / f".{version}.lock",
-        f"waiting for another process that is building {name} {version} into {entry}",
-        progress,
-    ):
-        if _usable(target) and (entry / STAMP).is_file():  # built while we waited
-            return target
+
+    def cached() -> Path | None:
+        return target if _usable(target) and (entry / STAMP).is_file() else None
+
+    def make() -> Path:
         suffix = f"; {instead}" if instead else ""
         if not build:
             raise BinariesError(
@@ -177,6 +170,9 @@ def cached_build(
         seconds = fill_entry(entry, version, build_into, stamp)
         progress(f"{name} {version} (build, {seconds:.0f} s) in {entry}")
         return target
+
+    waiting = f"waiting for another process that is building {name} {version} into {entry}"
+    return once_cached(cached, entry.parent / f".{version}.lock", waiting, progress, make)
 
 
 def fill_binaries(

@@ -27,11 +27,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from clusters.errors import GoBuildError
 from clusters.local.settings import ETCD_VERSION
+from clusters.progress import Progress
 
 __all__ = [
     "ETCD_MODULE_VERSION",
@@ -50,8 +50,6 @@ KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 """The control-plane commands of ``k8s.io/kubernetes`` that :func:`build_kubernetes` builds by default."""
 NODE_COMMANDS = ("kubelet",)
 """The node commands, built on their own in the same wrapper module (and Go build cache)."""
-
-Progress = Callable[[str], None]
 
 
 def _run_go(args: list[str], cwd: Path, env: dict[str, str], progress: Progress) -> str:

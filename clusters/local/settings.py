@@ -41,6 +41,7 @@ __all__ = [
     "NODE_KINDS",
     "BinariesSettings",
     "LocalSettings",
+    "env_k8s_version",
     "normalize_version",
     "parse_node_kinds",
     "xdg_state_dir",
@@ -86,6 +87,18 @@ def normalize_version(version: str) -> str:
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
         raise ValueError(f"Kubernetes version {version!r} is not of the form 1.37.2 (or 1.37)")
     return v
+
+
+def env_k8s_version(env: Mapping[str, str]) -> str | None:
+    """The Kubernetes version ``DRAC_K8S_VERSION`` names (``X.Y.Z``; every backend reads it), or
+    ``None`` when it is unset or empty. Raises ``ValueError`` naming the variable when it is no version."""
+    given = env.get("DRAC_K8S_VERSION", "")
+    if not given:
+        return None
+    try:
+        return normalize_version(given)
+    except ValueError as e:
+        raise ValueError(f"DRAC_K8S_VERSION: {e}") from e
 
 
 def xdg_state_dir(name: str, env: Mapping[str, str]) -> Path:
@@ -207,8 +220,9 @@ class LocalSettings:
         cache_home = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
         binaries = BinariesSettings(cache_root=cache_home / "dra-conformance" / "k8s")
         changes: dict[str, object] = {}
-        if env.get("DRAC_K8S_VERSION"):
-            changes["k8s_version"] = normalize_version(env["DRAC_K8S_VERSION"])
+        version = env_k8s_version(env)
+        if version:
+            changes["k8s_version"] = version
         if env.get("DRAC_BIN_DIR"):
             changes["bin_dir"] = Path(env["DRAC_BIN_DIR"]).expanduser()
         if env.get("DRAC_RELEASE_URL"):

@@ -353,3 +353,45 @@ def test_a_cache_entry_is_stamped_after_its_fill_and_replaces_the_older_ones(tmp
     assert json.loads((entry / STAMP).read_text())["image_id"] == "sha256:1"
     assert prune_others(entry) == [older]
     assert sorted(p.name for p in tmp_path.iterdir()) == [".new.tmp-x", "new"]
+
+
+def test_once_cached_makes_an_entry_once_and_a_waiter_finds_it(tmp_path: Path) -> None:
+    """The second of two threads asking for a missing entry says it waits, then finds what the
+    first made instead of making it again; a found entry takes no lock."""
+    made: list[str] = []
+    heard: list[str] = []
+    entry = tmp_path / "entry"
+    inside = threading.Event()
+    release = threading.Event()
+
+    def found() -> Path | None:
+        return entry if entry.is_dir() else None
+
+    def make() -> Path:
+        made.append(threading.current_thread().name)
+        inside.set()
+        assert release.wait(10)
+        entry.mkdir()
+        return entry
+
+    lock = tmp_path / ".entry.lock"
+    first = threading.Thread(
+        target=binaries.once_cached, args=(found, lock, "wait", heard.append, make), name="a"
+    )
+    first.start()
+    assert inside.wait(10)
+    second = threading.Thread(
+        target=binaries.once_cached, args=(found, lock, "waiting", heard.append, make), name="b"
+    )
+    second.start()
+    for _ in range(100):  # the second thread says it waits once it finds the lock held
+        if heard:
+            break
+        threading.Event().wait(0.05)
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert (made, heard) == (["a"], ["waiting"])
+    lock.unlink()
+    assert binaries.once_cached(found, lock, "wait", heard.append, make) == entry
+    assert not lock.exists(), "a found entry takes no lock"

@@ -10,9 +10,11 @@ from types import SimpleNamespace
 import pytest
 
 from clusters.base import ContainerView, pod_key
+from clusters.k3s import K3sSettings
+from clusters.kind.settings import KindSettings
 from clusters.local.daemon import settings_from_json, settings_to_json
 from clusters.local.driverproc import default_driver_command, expand_command
-from clusters.local.settings import LocalSettings, normalize_version, parse_node_kinds
+from clusters.local.settings import LocalSettings, env_k8s_version, normalize_version, parse_node_kinds
 
 
 @pytest.mark.parametrize(
@@ -27,6 +29,20 @@ def test_versions_normalize(given: str, expected: str) -> None:
 def test_bad_versions_are_refused_with_the_value(bad: str) -> None:
     with pytest.raises(ValueError, match="is not of the form"):
         normalize_version(bad)
+
+
+def test_every_backend_reads_the_version_variable_alike() -> None:
+    """The local tier and the pod-cluster backends take ``DRAC_K8S_VERSION`` through one reader,
+    which names the variable when its value is no version."""
+    env = {"DRAC_K8S_VERSION": "v1.36"}
+    assert LocalSettings.from_env(env).k8s_version == "1.36.3"
+    assert KindSettings.from_env(env).k8s_version == K3sSettings.from_env(env).k8s_version == "1.36.3"
+    assert env_k8s_version({"DRAC_K8S_VERSION": ""}) is None
+    for backend in (LocalSettings, KindSettings, K3sSettings):
+        with pytest.raises(
+            ValueError, match="DRAC_K8S_VERSION: Kubernetes version 'latest' is not of the form"
+        ):
+            backend.from_env({"DRAC_K8S_VERSION": "latest"})
 
 
 def test_settings_survive_the_trip_to_the_daemon() -> None:
