@@ -23,38 +23,38 @@ def check(kubeconfig: Path, timeout: float = 15.0) -> str:
     or the server does not answer, and :class:`~clusters.errors.ClusterUnfit` when it answers but
     does not serve :data:`DRA_GROUP_VERSION`.
     """
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
+    # draproto comes with grpc: not for every user of this module
+    from draproto.apiconn import KubeconfigError, connect
+    from draproto.rest import Rest, RestError
 
     if not kubeconfig.is_file():
         raise ClusterStateError(f"kubeconfig {kubeconfig} does not exist: give the path of a kubeconfig")
     try:
-        api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
-    except (ConfigException, OSError, ValueError, TypeError) as e:
+        rest = Rest(connect(kubeconfig), timeout)
+    except (KubeconfigError, OSError, ValueError, TypeError, AttributeError) as e:  # a malformed one too
         raise ClusterStateError(f"kubeconfig {kubeconfig} cannot be used: {e}") from e
     try:
         try:
-            version = client.VersionApi(api).get_code(_request_timeout=timeout)
-            groups = client.ApisApi(api).get_api_versions(_request_timeout=timeout)
-        except Exception as e:  # urllib3 and the client raise many kinds: all mean "not reachable"
-            server = api.configuration.host
+            version = str(rest.send("GET", "/version").get("gitVersion", ""))
+            groups = rest.send("GET", "/apis").get("groups") or []
+        except (RestError, KubeconfigError) as e:  # no answer, a refusal, or a token file gone
             raise ClusterStateError(
-                f"the cluster of {kubeconfig} ({server}) does not answer: {type(e).__name__}: {e}; "
+                f"the cluster of {kubeconfig} ({rest.connection.server}) does not answer: {e}; "
                 "check that it runs and that the kubeconfig's server and credentials are right"
             ) from e
         served = {
-            v.group_version
-            for g in groups.groups or []
-            if g.name == "resource.k8s.io"
-            for v in g.versions or []
+            str(v.get("groupVersion"))
+            for g in groups
+            if g.get("name") == "resource.k8s.io"
+            for v in g.get("versions") or []
         }
         if DRA_GROUP_VERSION not in served:
             have = ", ".join(sorted(served)) or "none"
             raise ClusterUnfit(
-                f"the cluster of {kubeconfig} (Kubernetes {version.git_version}) does not serve "
+                f"the cluster of {kubeconfig} (Kubernetes {version}) does not serve "
                 f"{DRA_GROUP_VERSION} (resource.k8s.io versions served: {have}): DRA needs Kubernetes "
                 "1.34 or newer, or the DynamicResourceAllocation feature gate and that API enabled"
             )
-        return str(version.git_version)
+        return version
     finally:
-        api.close()
+        rest.close()

@@ -52,6 +52,10 @@ class KubeconfigError(Exception):
 class Connection(Protocol):
     """Sends one request to the API server over a pool of connections."""
 
+    @property
+    def server(self) -> str:
+        """The server's base URL, for messages."""
+
     def request(
         self,
         method: str,
@@ -137,6 +141,10 @@ class _ClientConnection:
 
     def __init__(self, api_client: Any) -> None:
         self.api = api_client
+
+    @property
+    def server(self) -> str:
+        return str(self.api.configuration.host)
 
     def request(
         self,

@@ -5,10 +5,12 @@ Both sides of a node, the driver and the node agent, ask the API server about th
 drop fields they do not know, and its API classes import every model they name, about a second
 of CPU per process that touches ``CoreV1Api``. :class:`Rest` sends each request itself over a
 :class:`~draproto.apiconn.Connection` (:func:`~draproto.apiconn.connect` reads a kubeconfig
-without the kubernetes client), or over a kubernetes client ``ApiClient``. A refusal raises the
-:class:`RestError` subclass of its status (:func:`error_type`, the one table of status codes):
-callers catch :class:`NotFound`, :class:`Conflict`, :class:`Gone` or :class:`Invalid`, and the node
-agent's and the suite's own errors are subclasses of these.
+without the kubernetes client), or over a kubernetes client ``ApiClient``. It is the one HTTP path
+to the API server of every process of ours and of the suite (``conformance.harness.kube`` is its
+kinds table and verbs over a :class:`Rest`). A refusal raises the :class:`RestError` subclass of
+its status (:func:`error_type`, the one table of status codes): callers catch :class:`NotFound`,
+:class:`Conflict`, :class:`Gone` or :class:`Invalid`, and the node agent's and the suite's own
+errors are subclasses of these (a :class:`Rest` raises the suite's own when given its ``errors``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -27,12 +29,14 @@ from draproto.apiconn import ApiConnection, Connection, of_client
 __all__ = [
     "AlreadyExists",
     "Conflict",
+    "ErrorMaker",
     "Gone",
     "Invalid",
     "NotFound",
     "Rest",
     "RestError",
     "error_type",
+    "group_path",
     "q",
     "rest_error",
 ]
@@ -43,6 +47,11 @@ Obj = dict[str, Any]
 def q(value: str) -> str:
     """``value`` quoted as one path segment."""
     return quote(value, safe="")
+
+
+def group_path(group_version: str) -> str:
+    """The URL path of an API group version: ``/api/v1`` for the core group, else ``/apis/GROUP/VERSION``."""
+    return "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
 
 
 class RestError(Exception):
@@ -112,10 +121,22 @@ def _status_of(data: bytes) -> tuple[str, str]:
     return reason, message
 
 
+ErrorMaker = Callable[[str, int, str, str], RestError]
+"""Makes the error of a request from its text, HTTP status, Status reason and message, of the
+class :func:`error_type` names (:func:`rest_error`, or a family of subclasses of those classes)."""
+
+
 class Rest:
     """Plain-JSON requests over one connection pool and its credentials."""
 
-    def __init__(self, connection: Connection | Any, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        connection: Connection | Any,
+        timeout: float = 30.0,
+        *,
+        headers: Mapping[str, str] | None = None,
+        errors: ErrorMaker = rest_error,
+    ) -> None:
         self.connection: Connection = (
             connection
             if isinstance(connection, ApiConnection) or not hasattr(connection, "param_serialize")
@@ -124,6 +145,10 @@ class Rest:
         """The server's address, TLS and credentials (a kubernetes client ``ApiClient`` is wrapped)."""
         self.timeout = timeout
         """Seconds a request may take when the call gives none."""
+        self.headers: Mapping[str, str] = dict(headers or {})
+        """Sent with every request (impersonation: ``Impersonate-User``)."""
+        self.errors = errors
+        """Makes each error raised (:func:`rest_error` unless given)."""
         self._streams: set[Any] = set()
         self._lock = threading.Lock()
 
@@ -140,8 +165,9 @@ class Rest:
         body: Any,
         content_type: str,
         timeout: float | tuple[float, float] | None,
+        accept: str = "application/json",
     ) -> Any:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        headers = {"Accept": accept, "Content-Type": content_type, **self.headers}
         limit = self.timeout if timeout is None else timeout
         if isinstance(limit, tuple):
             t = urllib3.Timeout(connect=limit[0], read=limit[1])
@@ -153,7 +179,37 @@ class Rest:
                 method, path, query=query or {}, headers=headers, body=data, timeout=t
             )
         except urllib3.exceptions.HTTPError as e:
-            raise RestError(f"{method} {path}: {e}") from e
+            raise self.errors(f"{method} {path}: {e}", 0, "", "") from e
+
+    def _refused(self, what: str, status: int, data: bytes) -> RestError:
+        reason, message = _status_of(data)
+        return self.errors(f"{what}: {status} {message}", status, reason, message)
+
+    def read(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+        timeout: float | tuple[float, float] | None = None,
+    ) -> bytes:
+        """The body of the answer to one request (``accept`` ``text/plain`` for ``/metrics``); the
+        error of its status (:func:`error_type`) unless the status is 2xx."""
+        resp = self._open(
+            method, path, query=query, body=body, content_type=content_type, timeout=timeout, accept=accept
+        )
+        try:
+            data: bytes = resp.read()
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise self.errors(f"{method} {path}: {e}", 0, "", "") from e
+        finally:
+            resp.release_conn()
+        if not 200 <= resp.status < 300:
+            raise self._refused(f"{method} {path}", resp.status, data)
+        return data
 
     def send(
         self,
@@ -165,22 +221,13 @@ class Rest:
         content_type: str = "application/json",
         timeout: float | tuple[float, float] | None = None,
     ) -> Obj:
-        """The JSON answer of one request; :class:`RestError` (of the class of the status, see
-        :func:`error_type`) unless the status is 2xx."""
-        resp = self._open(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
-        try:
-            data = resp.read()
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise RestError(f"{method} {path}: {e}") from e
-        finally:
-            resp.release_conn()
-        if not 200 <= resp.status < 300:
-            reason, message = _status_of(data)
-            raise rest_error(f"{method} {path}: {resp.status} {message}", resp.status, reason, message)
+        """The JSON answer of one request (empty when it has no body); the error of its status
+        (:func:`error_type`) unless the status is 2xx."""
+        data = self.read(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
         try:
             out: Obj = json.loads(data) if data else {}
         except ValueError as e:
-            raise RestError(f"{method} {path}: the answer is not JSON: {e}", resp.status) from e
+            raise self.errors(f"{method} {path}: the answer is not JSON: {e}", 0, "", "") from e
         return out
 
     def get(self, path: str, *, query: Mapping[str, str] | None = None) -> Obj | None:
@@ -190,12 +237,19 @@ class Rest:
         except NotFound:
             return None
 
+    def resources(self, group_version: str) -> list[Obj]:
+        """The resources an API group version serves (the ``resources`` of its ``APIResourceList``,
+        their subresources left out: ``name`` is the plural, with ``kind`` and ``namespaced``);
+        empty when the server does not serve it."""
+        found = (self.get(group_path(group_version)) or {}).get("resources") or []
+        return [r for r in found if "/" not in str(r.get("name"))]
+
     def watch(
         self, path: str, query: Mapping[str, str], timeout_seconds: int, *, bookmarks: bool = False
-    ) -> Iterator[tuple[str, Obj]]:
+    ) -> Generator[tuple[str, Obj], None, None]:
         """Watch events (type, object) of the list at ``path`` (``BOOKMARK`` ones too with
-        ``bookmarks``); ends when the server ends the watch (after ``timeout_seconds``) or
-        :meth:`interrupt` is called."""
+        ``bookmarks``; an ``ERROR`` one's object is the Status); ends when the server ends the
+        watch (after ``timeout_seconds``) or :meth:`interrupt` is called."""
         params = {**query, "watch": "true", "timeoutSeconds": str(timeout_seconds)}
         if bookmarks:
             params["allowWatchBookmarks"] = "true"
@@ -210,10 +264,7 @@ class Rest:
         if not 200 <= resp.status < 300:
             data = resp.read()
             resp.release_conn()
-            reason, message = _status_of(data)
-            raise rest_error(
-                f"watch {path}: {resp.status} {data.decode(errors='replace')}", resp.status, reason, message
-            )
+            raise self._refused(f"watch {path}", resp.status, data)
         with self._lock:
             self._streams.add(resp)
         try:
@@ -229,7 +280,7 @@ class Rest:
             with self._lock:
                 interrupted = resp not in self._streams
             if not interrupted:
-                raise RestError(f"watch {path} broke: {e}") from e
+                raise self.errors(f"watch {path} broke: {e}", 0, "", "") from e
         finally:
             with self._lock:
                 self._streams.discard(resp)

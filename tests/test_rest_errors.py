@@ -176,7 +176,7 @@ def test_a_refused_watch_is_of_the_class_of_its_status(server: dict[str, Answer]
     with pytest.raises(Gone) as caught:
         list(rest.watch("/apis/resource.k8s.io/v1/resourceslices", {"resourceVersion": "5"}, 5))
     assert (caught.value.status, caught.value.reason, caught.value.message) == EXPIRED
-    assert str(caught.value).startswith("watch /apis/resource.k8s.io/v1/resourceslices: 410 {")
+    assert str(caught.value) == f"watch /apis/resource.k8s.io/v1/resourceslices: 410 {EXPIRED[2]}"
 
 
 def test_no_answer_is_the_base_class_with_status_zero(tmp_path: Path) -> None:
@@ -257,7 +257,7 @@ def test_the_suites_kube_raises_the_same_classes(
     assert type(error) is kind
     assert isinstance(error, ResourceError) and isinstance(error, error_type(code, reason))
     assert (error.status, error.reason, error.message) == refusal
-    assert str(error) == f"{code} {reason}: POST /apis/resource.k8s.io/v1/resourceslices: {message}"
+    assert str(error) == f"POST /apis/resource.k8s.io/v1/resourceslices: {code} {message}"
 
 
 def test_the_suites_kube_answers_none_or_false_for_not_found_only(
@@ -281,7 +281,7 @@ def test_an_error_event_of_the_suites_watch_is_of_the_class_of_its_code(
         list(kube.watch("ResourceSlice", resource_version="5", timeout_seconds=5))
     assert isinstance(caught.value, ApiGone)
     assert (caught.value.status, caught.value.reason, caught.value.message) == EXPIRED
-    assert str(caught.value).startswith("410 Expired: {")
+    assert str(caught.value) == f"watch /apis/resource.k8s.io/v1/resourceslices: 410 {EXPIRED[2]}"
 
 
 def test_the_suites_kube_unreachable_is_the_base_class(tmp_path: Path) -> None:
@@ -294,5 +294,5 @@ def test_the_suites_kube_unreachable_is_the_base_class(tmp_path: Path) -> None:
     with pytest.raises(ApiError) as caught:
         kube.get("ResourceSlice", "s")
     assert type(caught.value) is ApiError
-    assert (caught.value.status, caught.value.reason, caught.value.message) == (0, "Unreachable", "")
-    assert str(caught.value).startswith("0 Unreachable: GET /apis/resource.k8s.io/v1/resourceslices/s: ")
+    assert (caught.value.status, caught.value.reason, caught.value.message) == (0, "", "")
+    assert str(caught.value).startswith("GET /apis/resource.k8s.io/v1/resourceslices/s: ")

@@ -198,21 +198,34 @@ def manifests_from_file(path: Path, driver_name: str) -> list[dict[str, Any]]:
     return docs
 
 
-def create_objects(api_client: Any, manifests: Sequence[dict[str, Any]]) -> None:
-    """Create each manifest (DeviceClasses and other cluster-scoped kinds); existing ones are replaced."""
-    from kubernetes import dynamic
-    from kubernetes.client.exceptions import ApiException
+def create_objects(api: Any, manifests: Sequence[dict[str, Any]]) -> None:
+    """Create each manifest (DeviceClasses and other kinds the server serves) over ``api`` (a
+    kubernetes client ``ApiClient`` or a :class:`~draproto.apiconn.Connection`); existing ones are
+    replaced. Where a kind lives comes from the server's discovery of its group version."""
+    from draproto.rest import AlreadyExists, Rest, RestError, group_path, q
 
-    dyn = dynamic.DynamicClient(api_client)  # type: ignore[no-untyped-call]
+    rest = Rest(api)
+    found: dict[str, list[dict[str, Any]]] = {}
     for manifest in manifests:
-        resource = dyn.resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"])
+        group_version, kind, meta = manifest["apiVersion"], manifest["kind"], manifest["metadata"]
+        what = f"{kind} {meta['name']}"
         try:
-            resource.create(body=manifest)
-        except ApiException as e:
-            if e.status != 409:
+            if group_version not in found:
+                found[group_version] = rest.resources(group_version)
+            resource = next((r for r in found[group_version] if r.get("kind") == kind), None)
+            if resource is None:
                 raise ControlPlaneError(
-                    f"creating {manifest['kind']} {manifest['metadata']['name']}: {e.status} {e.reason}"
-                ) from e
-            existing = resource.get(name=manifest["metadata"]["name"])
-            meta = {**manifest["metadata"], "resourceVersion": existing.metadata.resourceVersion}
-            resource.replace(body={**manifest, "metadata": meta})
+                    f"creating {what}: the API server does not serve {kind} in {group_version}"
+                )
+            where = group_path(group_version)
+            if resource.get("namespaced"):
+                where += f"/namespaces/{q(meta.get('namespace') or 'default')}"
+            where += f"/{resource['name']}"
+            try:
+                rest.send("POST", where, body=manifest)
+            except AlreadyExists:
+                path = f"{where}/{q(meta['name'])}"
+                version = (rest.send("GET", path).get("metadata") or {}).get("resourceVersion")
+                rest.send("PUT", path, body={**manifest, "metadata": {**meta, "resourceVersion": version}})
+        except RestError as e:
+            raise ControlPlaneError(f"creating {what}: {e}") from e

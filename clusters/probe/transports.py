@@ -62,33 +62,31 @@ class PortForwards:
         """Dials the probe of ``node``."""
         return lambda: self._connect(node)
 
-    def _core(self) -> Any:
-        from kubernetes import client, config
+    def _client(self) -> Any:
+        """The kubernetes client's ``ApiClient``: the port-forward is a WebSocket stream that only
+        ``kubernetes.stream`` speaks here; the pod lookup is a plain request over the same client."""
+        from kubernetes import config
 
         if self._api is None:
             self._api = config.new_client_from_config(config_file=str(self._kubeconfig))  # type: ignore[no-untyped-call]
-        return client.CoreV1Api(self._api)
+        return self._api
 
     def _pod(self, node: str) -> str:
-        from kubernetes.client.exceptions import ApiException
+        from draproto.rest import Rest, RestError, q
 
         selector = ",".join(f"{k}={v}" for k, v in PROBE_LABELS.items())
+        query = {"labelSelector": selector, "fieldSelector": f"spec.nodeName={node}"}
         try:
-            pods = (
-                self._core()
-                .list_namespaced_pod(
-                    self.namespace,
-                    label_selector=selector,
-                    field_selector=f"spec.nodeName={node}",
-                    _request_timeout=30,
-                )
-                .items
+            answer = Rest(self._client()).send(
+                "GET", f"/api/v1/namespaces/{q(self.namespace)}/pods", query=query
             )
-        except ApiException as e:
-            raise ProbeError(
-                f"cannot list the probe pods in namespace {self.namespace!r}: {e.status} {e.reason}"
-            ) from e
-        running = sorted(str(p.metadata.name) for p in pods if p.status and p.status.phase == "Running")
+        except RestError as e:
+            raise ProbeError(f"cannot list the probe pods in namespace {self.namespace!r}: {e}") from e
+        running = sorted(
+            str(p["metadata"]["name"])
+            for p in answer.get("items") or []
+            if (p.get("status") or {}).get("phase") == "Running"
+        )
         if not running:
             raise ProbeError(
                 f"no running {PROBE_NAME} pod on node {node} in namespace {self.namespace!r}: deploy it "
@@ -98,6 +96,7 @@ class PortForwards:
         return running[0]
 
     def _connect(self, node: str) -> socket.socket:
+        from kubernetes import client
         from kubernetes.client.exceptions import ApiException
         from kubernetes.stream import portforward
 
@@ -107,7 +106,7 @@ class PortForwards:
                 self._pods[node] = pod
                 try:
                     forward = portforward(
-                        self._core().connect_get_namespaced_pod_portforward,
+                        client.CoreV1Api(self._client()).connect_get_namespaced_pod_portforward,
                         pod,
                         self.namespace,
                         ports=str(self.port),

@@ -1,22 +1,33 @@
 """The API requests the suite makes, on plain JSON objects (dicts), for the kinds it uses.
 
 Tests read and write objects as the YAML a person would write, not as generated model classes;
-one table (:data:`KINDS`) says where each kind lives. Watches stream decoded events. A refusal is
-an :class:`ApiError` of the class of its status, each also the :mod:`draproto.rest` error of that
-status: code catches ``NotFound``, ``Conflict``, ``Gone``, ``Invalid`` from there rather than test
-the status.
+one table (:data:`KINDS`) says where each kind lives, and :class:`Kube` is its verbs over a
+:class:`draproto.rest.Rest`, the one HTTP path of our processes too. Watches stream decoded events.
+A refusal is an :class:`ApiError` of the class of its status, each also the :mod:`draproto.rest`
+error of that status: code catches ``NotFound``, ``Conflict``, ``Gone``, ``Invalid`` from there
+rather than test the status.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from conformance.errors import ResourceError
-from draproto.rest import AlreadyExists, Conflict, Gone, Invalid, NotFound, RestError, error_type
+from draproto.rest import (
+    AlreadyExists,
+    Conflict,
+    Gone,
+    Invalid,
+    NotFound,
+    Rest,
+    RestError,
+    error_type,
+    group_path,
+)
 
 __all__ = [
     "KINDS",
@@ -46,7 +57,7 @@ class Kind:
 
     def path(self, namespace: str | None = None, name: str | None = None, subresource: str = "") -> str:
         """The URL path of the collection, or of one object (and a subresource)."""
-        base = "/api/v1" if self.group_version == "v1" else f"/apis/{self.group_version}"
+        base = group_path(self.group_version)
         if self.namespaced:
             if not namespace:
                 raise ValueError(f"{self.plural} are namespaced: give a namespace")
@@ -57,6 +68,12 @@ class Kind:
             if subresource:
                 path += f"/{subresource}"
         return path
+
+    def every(self, namespace: str | None = None) -> str:
+        """The URL path of the collection: in ``namespace``, or across all namespaces when None."""
+        if namespace or not self.namespaced:
+            return self.path(namespace)
+        return f"{group_path(self.group_version)}/{self.plural}"
 
 
 RESOURCE_V1 = "resource.k8s.io/v1"
@@ -87,9 +104,9 @@ KINDS: Mapping[str, Kind] = {
 
 
 class ApiError(ResourceError, RestError):
-    """The API server answered a request with an error status (or none: ``status`` 0, ``reason``
-    ``Unreachable``); of the subclass of its status (:func:`api_error`). ``str()`` reads
-    ``STATUS REASON: REQUEST: MESSAGE``; :attr:`status`, :attr:`reason` (the Status reason) and
+    """The API server answered a request with an error status (or none: :attr:`status` 0); of the
+    subclass of its status (:func:`api_error`). ``str()`` reads ``REQUEST: STATUS MESSAGE`` (or
+    ``REQUEST: WHY NO ANSWER``); :attr:`status`, :attr:`reason` (the Status reason) and
     :attr:`message` (the server's message) are those of :class:`~draproto.rest.RestError`."""
 
 
@@ -124,7 +141,8 @@ _API_ERRORS: Mapping[type[RestError], type[ApiError]] = {
 
 def api_error(text: str, status: int = 0, reason: str = "", message: str = "") -> ApiError:
     """The :class:`ApiError` of an answer with ``status`` and the Status ``reason``: of the subclass
-    of the draproto error class ``draproto.rest.error_type`` names."""
+    of the draproto error class ``draproto.rest.error_type`` names (the ``errors`` of the suite's
+    :class:`~draproto.rest.Rest`)."""
     kind = _API_ERRORS.get(error_type(status, reason), ApiError)
     return kind(text, status, reason, message)
 
@@ -140,17 +158,13 @@ def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 class Kube:
-    """JSON requests over a ``kubernetes.client.ApiClient`` (its TLS and credentials)."""
+    """The verbs of :data:`KINDS` over a :class:`~draproto.rest.Rest` that raises :class:`ApiError`,
+    on ``api``: a kubernetes client ``ApiClient`` (its TLS and credentials) or a
+    :class:`~draproto.apiconn.Connection`."""
 
-    def __init__(
-        self, api_client: Any, timeout: float = 30.0, headers: Mapping[str, str] | None = None
-    ) -> None:
-        self.api = api_client
-        """The underlying client."""
-        self.timeout = timeout
-        """Seconds a single request may take."""
-        self.headers: Mapping[str, str] = dict(headers or {})
-        """Sent with every request (impersonation: :meth:`impersonating`)."""
+    def __init__(self, api: Any, timeout: float = 30.0, headers: Mapping[str, str] | None = None) -> None:
+        self.rest = Rest(api, timeout, headers=headers, errors=api_error)
+        """The requests (``timeout``: seconds one may take; ``headers``: sent with each)."""
 
     def impersonating(self, user: str, extra: Mapping[str, str] | None = None) -> Kube:
         """The same connection acting as ``user`` (a service account gets its groups from the API
@@ -158,36 +172,7 @@ class Kube:
         headers = {"Impersonate-User": user}
         for key, value in (extra or {}).items():
             headers[f"Impersonate-Extra-{urllib.parse.quote(key, safe='')}"] = value
-        return Kube(self.api, self.timeout, headers)
-
-    def _open(
-        self,
-        method: str,
-        path: str,
-        query: Sequence[tuple[str, str]],
-        *,
-        body: Any,
-        content_type: str,
-        timeout: Any,
-        accept: str = "application/json",
-    ) -> Any:
-        """Send a request; the raw urllib3 response (body not read yet)."""
-        import urllib3
-
-        method, url, headers, _, _ = self.api.param_serialize(
-            method,
-            path,
-            query_params=list(query),
-            header_params={"Accept": accept, "Content-Type": content_type, **self.headers},
-            auth_settings=["BearerToken"],
-        )
-        payload = None if body is None else json.dumps(body)
-        try:
-            return self.api.rest_client.pool_manager.request(
-                method, url, body=payload, headers=headers, timeout=timeout, preload_content=False
-            )
-        except urllib3.exceptions.HTTPError as e:
-            raise ApiError(f"0 Unreachable: {method} {path}: {e}", 0, "Unreachable") from e
+        return Kube(self.rest.connection, self.rest.timeout, headers)
 
     def request(
         self,
@@ -199,36 +184,12 @@ class Kube:
         content_type: str = "application/json",
         timeout: float | None = None,
     ) -> Any:
-        """One request; the decoded JSON answer, or :class:`ApiError`."""
-        params = [(k, str(v)) for k, v in (query or {}).items() if v is not None]
-        data = self._read(method, path, params, body=body, content_type=content_type, timeout=timeout)
-        return json.loads(data) if data else None
-
-    def _read(
-        self,
-        method: str,
-        path: str,
-        query: Sequence[tuple[str, str]],
-        *,
-        body: Any,
-        content_type: str,
-        timeout: float | None,
-        accept: str = "application/json",
-    ) -> bytes:
-        """The whole answer of one request, or :class:`ApiError` for a status outside 2xx."""
-        import urllib3
-
-        limit = urllib3.Timeout(total=timeout or self.timeout)
-        response = self._open(
-            method, path, query, body=body, content_type=content_type, timeout=limit, accept=accept
+        """One request; the decoded JSON answer (empty when none), or :class:`ApiError`. Query
+        values of None are left out."""
+        params = {k: str(v) for k, v in (query or {}).items() if v is not None}
+        return self.rest.send(
+            method, path, query=params, body=body, content_type=content_type, timeout=timeout
         )
-        try:
-            data: bytes = response.read()
-        finally:
-            response.release_conn()
-        if not 200 <= response.status < 300:
-            raise _api_error(response.status, data, f"{method} {path}")
-        return data
 
     # --- objects ---------------------------------------------------------------------------
 
@@ -242,10 +203,7 @@ class Kube:
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
-        try:
-            return dict(self.request("GET", KINDS[kind].path(namespace, name)))
-        except NotFound:
-            return None
+        return self.rest.get(KINDS[kind].path(namespace, name))
 
     def objects(
         self,
@@ -256,18 +214,16 @@ class Kube:
         fields: str | None = None,
     ) -> list[dict[str, Any]]:
         """Every object of ``kind`` (in ``namespace``, or all namespaces when None)."""
-        k = KINDS[kind]
-        path = k.path(namespace) if namespace or not k.namespaced else f"/{_prefix(k)}/{k.plural}"
-        answer = self.request("GET", path, query={"labelSelector": labels, "fieldSelector": fields})
+        answer = self.request(
+            "GET", KINDS[kind].every(namespace), query={"labelSelector": labels, "fieldSelector": fields}
+        )
         return [dict(item) for item in answer.get("items") or []]
 
     def objects_and_version(
         self, kind: str, namespace: str | None = None, *, fields: str | None = None
     ) -> tuple[list[dict[str, Any]], str]:
         """Like :meth:`objects`, with the list's resourceVersion (to watch from)."""
-        k = KINDS[kind]
-        path = k.path(namespace) if namespace or not k.namespaced else f"/{_prefix(k)}/{k.plural}"
-        answer = self.request("GET", path, query={"fieldSelector": fields})
+        answer = self.request("GET", KINDS[kind].every(namespace), query={"fieldSelector": fields})
         return [dict(i) for i in answer.get("items") or []], str(meta(answer).get("resourceVersion", ""))
 
     def delete(
@@ -325,43 +281,23 @@ class Kube:
         fields: str | None = None,
         timeout_seconds: int = 30,
     ) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Stream ``(type, object)`` events until the server ends the watch after ``timeout_seconds``."""
-        import urllib3
-
-        k = KINDS[kind]
-        path = k.path(namespace) if namespace or not k.namespaced else f"/{_prefix(k)}/{k.plural}"
-        query = [("watch", "1"), ("timeoutSeconds", str(timeout_seconds))]
-        if resource_version:
-            query.append(("resourceVersion", resource_version))
-        if fields:
-            query.append(("fieldSelector", fields))
-        limit = urllib3.Timeout(connect=10, read=timeout_seconds + 15)
-        response = self._open("GET", path, query, body=None, content_type="application/json", timeout=limit)
-        try:
-            if not 200 <= response.status < 300:
-                raise _api_error(response.status, response.read(), f"watch {path}")
-            buffer = b""
-            for chunk in response.stream(65536, decode_content=True):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    if event.get("type") == "ERROR":
-                        status = event.get("object") or {}
-                        code, reason = int(status.get("code", 500)), str(status.get("reason"))
-                        message = str(status.get("message") or "")
-                        raise api_error(f"{code} {reason}: {status}", code, reason, message)
-                    yield str(event["type"]), dict(event["object"])
-        finally:
-            response.release_conn()
+        """Stream ``(type, object)`` events until the server ends the watch after ``timeout_seconds``;
+        an ``ERROR`` event raises the :class:`ApiError` of its Status (:class:`~draproto.rest.Gone`:
+        ``resource_version`` is too old)."""
+        path = KINDS[kind].every(namespace)
+        query = {"resourceVersion": resource_version, "fieldSelector": fields or ""}
+        events = self.rest.watch(path, {k: v for k, v in query.items() if v}, timeout_seconds)
+        with contextlib.closing(events):
+            for kind_of_event, obj in events:
+                if kind_of_event == "ERROR":
+                    code, message = int(obj.get("code") or 500), str(obj.get("message") or "")
+                    reason = str(obj.get("reason") or "")
+                    raise api_error(f"watch {path}: {code} {message or obj}", code, reason, message)
+                yield kind_of_event, dict(obj)
 
     def text(self, path: str, timeout: float | None = None) -> str:
         """``GET path`` answered in plain text (``/metrics``); :class:`ApiError` when it is refused."""
-        data = self._read(
-            "GET", path, [], body=None, content_type="text/plain", timeout=timeout, accept="text/plain"
-        )
+        data = self.rest.read("GET", path, content_type="text/plain", accept="text/plain", timeout=timeout)
         return data.decode(errors="replace")
 
     def server_version(self) -> str:
@@ -370,24 +306,4 @@ class Kube:
 
     def served(self, group_version: str) -> list[str]:
         """The kinds an API group version serves (empty when it is not served)."""
-        path = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
-        try:
-            answer = self.request("GET", path)
-        except NotFound:
-            return []
-        return [str(r.get("kind")) for r in answer.get("resources") or [] if "/" not in str(r.get("name"))]
-
-
-def _prefix(kind: Kind) -> str:
-    return "api/v1" if kind.group_version == "v1" else f"apis/{kind.group_version}"
-
-
-def _api_error(status: int, data: bytes, what: str) -> ApiError:
-    reason, message = "", data.decode(errors="replace")[:500]
-    try:
-        body = json.loads(data or b"{}")
-        reason = str(body.get("reason") or "")
-        message = str(body.get("message") or message)
-    except (ValueError, TypeError, AttributeError):
-        pass
-    return api_error(f"{status} {reason}: {what}: {message}", status, reason, message)
+        return [str(r.get("kind")) for r in self.rest.resources(group_version)]

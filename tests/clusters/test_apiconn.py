@@ -1,6 +1,7 @@
 """draproto.apiconn reaches a real API server from a kubeconfig (files, inline data, a token file,
 a checked server name) or a pod's service account, and the node processes never import the
-kubernetes client for it."""
+kubernetes client for it; the suite's ``Kube`` and the local tier's ``create_objects`` go the same
+way (:class:`draproto.rest.Rest`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
+from clusters.errors import ControlPlaneError
 from clusters.local.controlplane import ControlPlane
+from clusters.local.driverproc import create_objects
+from conformance.harness.kube import Kube
 from draproto import apiconn
 from draproto.apiconn import ApiConnection, KubeconfigError, connect, in_cluster
 from draproto.rest import Rest, RestError
@@ -166,3 +170,38 @@ def test_the_node_agent_and_the_drivers_start_without_the_kubernetes_client() ->
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_suites_kube_and_create_objects_go_through_rest(control_plane: ControlPlane) -> None:
+    """``Kube`` over a connection sends its impersonation headers and plain-text requests;
+    ``create_objects`` finds where a kind lives by discovery, and replaces what exists."""
+    kube = Kube(connect(control_plane.kubeconfig))
+    account = "system:serviceaccount:default:someone"
+    review = kube.impersonating(account).request(
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+    )
+    assert review["status"]["userInfo"]["username"] == account
+    assert "apiserver_request_total" in kube.text("/metrics")
+    assert "DeviceClass" in kube.served("resource.k8s.io/v1") and kube.served("nope.example.com/v1") == []
+
+    def device_class(expression: str) -> dict[str, Any]:
+        selectors = [{"cel": {"expression": expression}}]
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "made-by-create-objects"},
+            "spec": {"selectors": selectors},
+        }
+
+    api = connect(control_plane.kubeconfig)
+    create_objects(api, [device_class("true")])
+    create_objects(api, [device_class("false")])  # it exists: replaced
+    made = kube.get("DeviceClass", "made-by-create-objects")
+    assert made is not None and made["spec"]["selectors"][0]["cel"]["expression"] == "false"
+    kube.delete("DeviceClass", "made-by-create-objects")
+    with pytest.raises(ControlPlaneError, match=r"does not serve Gadget in resource\.k8s\.io/v1"):
+        create_objects(
+            api, [{"apiVersion": "resource.k8s.io/v1", "kind": "Gadget", "metadata": {"name": "g"}}]
+        )
