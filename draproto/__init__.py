@@ -15,18 +15,49 @@ plugin APIs (``k8s.io/kubelet/pkg/apis/dra/v1``, ``v1beta1``, ``dra-health``, ``
 
 from __future__ import annotations
 
-from draproto._gen import (
-    dra_v1_pb2,
-    dra_v1_pb2_grpc,
-    dra_v1beta1_pb2,
-    dra_v1beta1_pb2_grpc,
-    health_v1_pb2,
-    health_v1_pb2_grpc,
-    health_v1alpha1_pb2,
-    health_v1alpha1_pb2_grpc,
-    registration_pb2,
-    registration_pb2_grpc,
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from draproto._gen import (
+        dra_v1_pb2,
+        dra_v1_pb2_grpc,
+        dra_v1beta1_pb2,
+        dra_v1beta1_pb2_grpc,
+        health_v1_pb2,
+        health_v1_pb2_grpc,
+        health_v1alpha1_pb2,
+        health_v1alpha1_pb2_grpc,
+        registration_pb2,
+        registration_pb2_grpc,
+    )
+
+_STUBS = frozenset(
+    {
+        "dra_v1_pb2",
+        "dra_v1_pb2_grpc",
+        "dra_v1beta1_pb2",
+        "dra_v1beta1_pb2_grpc",
+        "health_v1_pb2",
+        "health_v1_pb2_grpc",
+        "health_v1alpha1_pb2",
+        "health_v1alpha1_pb2_grpc",
+        "registration_pb2",
+        "registration_pb2_grpc",
+    }
 )
+"""The generated modules, imported on first use: ``draproto.rest``, ``draproto.quantity`` and
+``draproto.cdi`` cost no grpc or protobuf import."""
+
+
+def __getattr__(name: str) -> object:
+    if name in _STUBS:
+        import importlib
+
+        module = importlib.import_module(f"draproto._gen.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'draproto' has no attribute {name!r}")
+
 
 __all__ = [
     "DRA_PLUGIN_TYPE",

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
+from draproto.quantity import parse_quantity
+
 __all__ = [
     "MAX_RESULTS_PER_CLAIM",
     "attribute_value",
@@ -39,11 +41,9 @@ Obj = Mapping[str, Any]
 
 def quantity(value: Any) -> Decimal:
     """A Kubernetes quantity (``"85520809984"``, ``"80Gi"``, ``"500m"``, or ``{"value": ...}``)."""
-    from kubernetes.utils import parse_quantity
-
     if isinstance(value, Mapping):
         value = value.get("value")
-    return Decimal(parse_quantity(value))  # type: ignore[no-untyped-call]
+    return parse_quantity(value)
 
 
 def cel_literal(value: str | int | bool) -> str:

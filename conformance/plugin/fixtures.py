@@ -71,7 +71,7 @@ def dra_preflight(request: pytest.FixtureRequest) -> preflight.Verdict:
     with FileLock(str(slot / "preflight.lock")):
         if path.exists():
             return preflight.Verdict.from_json(path.read_text())
-        kube = Kube(dra_cluster.api_client())
+        kube = Kube(dra_cluster.connection())
         verdict = preflight.run(
             kube, run.suite.profile, dra_cluster.nodes(), str(dra_cluster.kubeconfig), dra_cluster
         )
@@ -84,7 +84,7 @@ def dra_env(request: pytest.FixtureRequest) -> Environment:
     """What this run has: the profile, the backend's abilities, the API server's version."""
     run = _run(request)
     dra_cluster: Cluster = request.getfixturevalue("dra_cluster")
-    kube = Kube(dra_cluster.api_client())
+    kube = Kube(dra_cluster.connection())
     version = kube.server_version()
     gates: dict[str, bool] | None = None
     with contextlib.suppress(ApiError):  # /metrics needs a right an external kubeconfig may lack
@@ -135,7 +135,7 @@ def dra(request: pytest.FixtureRequest) -> Iterator[Harness]:
         namespace = request.getfixturevalue("namespace")
         harness = Harness(
             cluster=dra_cluster,
-            kube=Kube(dra_cluster.api_client()),
+            kube=Kube(dra_cluster.connection()),
             env=dra_env,
             rule=rule,
             namespace=namespace,

@@ -43,6 +43,7 @@ from conformance.plugin import preflight
 from conformance.plugin.records import advisory_reason, record_of
 from conformance.report import RunInfo, TestRecord
 from conformance.suite import SUITE_DIR
+from draproto.apiconn import connect
 
 __all__ = ["HARNESS_KEY", "RUN_KEY", "ConformanceRun"]
 
@@ -316,9 +317,7 @@ class ConformanceRun:
         verdict = preflight.Verdict.from_json(path.read_text())
         if not verdict.created or not verdict.kubeconfig:
             return
-        from kubernetes import config as kconfig
-
-        api = kconfig.new_client_from_config(config_file=verdict.kubeconfig)  # type: ignore[no-untyped-call]
+        api = connect(verdict.kubeconfig)
         try:
             errors = preflight.cleanup(Kube(api), verdict)
         finally:
