@@ -73,6 +73,10 @@ def run(settings: Settings, stop: threading.Event) -> int:
         from driver.compatibility import group_by_mode
 
         inventory = group_by_mode(inventory)
+    if settings.backend.list_attributes:
+        from driver.listattrs import with_list_attributes
+
+        inventory = with_list_attributes(inventory)
     inventory = attach_on_demand(inventory, settings.backend.attached_gpus)
     pods = ApiPodSource(api) if settings.break_rules & POD_SWITCHES else None
     state = DeviceState(settings, inventory, ApiClaimSource(api), pods=pods)

@@ -70,6 +70,7 @@ RULES: dict[str, str] = {
     "drop-slices-on-update": "on shutdown the slices are deleted though another instance serves the node",
     "numa-node-missing": "devices are published without the standard resource.kubernetes.io/numaNode",
     "prepare-foreign-results": "a claim's results of other drivers are prepared too, as if they were ours",
+    "scalar-list-attrs": "list attributes (--list-attributes) are published as their first value, a scalar",
     "compat-groups-missing": "partitions and the shared whole GPU are published without compatibility groups",
     "never-attach": "GPUs attached on demand are never attached: pods of their claims are never bound",
     "ignore-attach-failure": "a GPU whose attach failed is reported attached: the pod is bound to it",

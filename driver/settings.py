@@ -83,6 +83,9 @@ class BackendSettings:
     compatibility_groups: bool = False
     """Partitionable GPUs are also shared as a whole by capacity, kept apart from their partitions by
     compatibility groups (``driver.compatibility``)."""
+    list_attributes: bool = False
+    """Every device also carries a list-typed attribute, ``sharingStrategies`` (``driver.listattrs``;
+    needs the DRAListTypeAttributes gate)."""
 
 
 @dataclass(frozen=True)
@@ -303,6 +306,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"(env {_env_name('--compatibility-groups')})",
     )
     parser.add_argument(
+        "--list-attributes",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="every device also carries the list attribute sharingStrategies (strings; KEP-5491: "
+        "Kubernetes 1.36+ with the DRAListTypeAttributes gate, else the API server refuses the slices; "
+        f"default off) (env {_env_name('--list-attributes')})",
+    )
+    parser.add_argument(
         "--health",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -433,6 +444,11 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
             f"{','.join(sorted(kinds))} publishes no partitions; add partitionable-mig"
         )
 
+    list_attributes = args.list_attributes
+    if list_attributes is None:
+        name = _env_name("--list-attributes")
+        list_attributes = _bool(env.get(name) or "false", name)
+
     health = args.health
     if health is None:
         # an empty env var counts as unset, as for every other flag
@@ -498,6 +514,7 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
             consumable_gpus=consumable_gpus,
             attached_gpus=attached,
             compatibility_groups=compatibility,
+            list_attributes=list_attributes,
         ),
         health=HealthSettings(enabled=health, ignored_xids=ignored, informational_seconds=informational),
         log_format=log_format,

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from driver.errors import StoreConflict
 from driver.inventory import NUMA_NODE, Inventory
+from driver.listattrs import scalar_lists
 from driver.slicing import Body, DeviceTaint, build_slices
 
 __all__ = ["SlicePublisher", "SliceStore"]
@@ -185,6 +186,9 @@ class SlicePublisher:
                     for use in device.get("consumesCounters") or []:
                         use.pop("compatibilityGroups", None)
         every_device = [device for devices in with_devices for device in devices]
+        if self._breaks("scalar-list-attrs"):
+            for device in every_device:
+                scalar_lists(device)
         if self._breaks("index-as-string"):
             for device in every_device:
                 index = device.get("attributes", {}).get("index")

@@ -39,6 +39,9 @@ class ClaimInfo:
     devices: list[PreparedDevice] = field(default_factory=list)
     pods: set[str] = field(default_factory=set)
     """UIDs of pods on this node that use the claim."""
+    skips: dict[str, list[str]] = field(default_factory=dict)
+    """Driver -> the node operations skipped for it (``nodeagent.skipops``; the kubelet's
+    ``DriverState.SkipNodeOperations``), kept as the kubelet keeps them in its checkpoint."""
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for the checkpoint."""
@@ -48,6 +51,7 @@ class ClaimInfo:
             "drivers": list(self.drivers),
             "devices": [d.to_json() for d in self.devices],
             "pods": sorted(self.pods),
+            "skips": {d: list(ops) for d, ops in sorted(self.skips.items())},
         }
 
     @classmethod
@@ -60,6 +64,7 @@ class ClaimInfo:
             drivers=list(data.get("drivers", ())),
             devices=[PreparedDevice.from_json(d) for d in data.get("devices", ())],
             pods=set(data.get("pods", ())),
+            skips={str(d): [str(op) for op in ops] for d, ops in (data.get("skips") or {}).items()},
         )
 
 

@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from nodeagent import claims
+from nodeagent import claims, skipops
 from nodeagent.checkpoint import Checkpoint, ClaimInfo
 from nodeagent.draclient import ClaimRef, PreparedDevice
 from nodeagent.errors import PluginError, PrepareError
@@ -31,10 +31,19 @@ log = logging.getLogger(__name__)
 class ClaimManager:
     """Prepared claims of the node and the calls that change them."""
 
-    def __init__(self, node: str, plugins: PluginManager, checkpoint: Checkpoint) -> None:
+    def __init__(
+        self,
+        node: str,
+        plugins: PluginManager,
+        checkpoint: Checkpoint,
+        *,
+        optional_node_operations: bool = True,
+    ) -> None:
         self.node = node
         self.plugins = plugins
         self.checkpoint = checkpoint
+        self.optional_node_operations = optional_node_operations
+        """Gate DRAOptionalNodeOperations: off, a claim whose devices skip an operation is refused."""
         self._lock = threading.Lock()
         self._prepared: set[str] = set()
         self._claim_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
@@ -59,6 +68,8 @@ class ClaimManager:
         prepared stay prepared.
         """
         by_uid = {c["metadata"]["uid"]: c for c in claim_objs}
+        # for every claim before any call, as the kubelet makes every claim's info first
+        skipped = {u: skipops.driver_skips(c, self.optional_node_operations) for u, c in by_uid.items()}
         with self._locked(list(by_uid)):
             by_driver: dict[str, list[ClaimRef]] = defaultdict(list)
             devices: dict[str, list[PreparedDevice]] = {}
@@ -71,7 +82,8 @@ class ClaimManager:
                     devices[cuid] = list(info.devices)
                     continue
                 if info is None:
-                    info = ClaimInfo(cuid, namespace, claim["metadata"]["name"], drivers, [], {pod_uid})
+                    name = claim["metadata"]["name"]
+                    info = ClaimInfo(cuid, namespace, name, drivers, [], {pod_uid}, skipped[cuid])
                     self.checkpoint.put(info)
                 else:
                     self.checkpoint.add_pod(cuid, pod_uid)
@@ -79,6 +91,8 @@ class ClaimManager:
                 todo.append(cuid)
                 ref = ClaimRef(namespace, cuid, claim["metadata"]["name"])
                 for d in drivers:
+                    if self._skipped(info, d, skipops.PREPARE):
+                        continue  # not even the plugin is looked up (kubelet manager.go prepareResources)
                     by_driver[d].append(ref)
             failed: set[str] = set()
             errors: list[str] = []
@@ -126,7 +140,8 @@ class ClaimManager:
                     continue
                 todo.append(cuid)
                 for d in info.drivers:
-                    by_driver[d].append(ClaimRef(info.namespace, cuid, info.name))
+                    if not self._skipped(info, d, skipops.UNPREPARE):
+                        by_driver[d].append(ClaimRef(info.namespace, cuid, info.name))
             failed, errors = self._unprepare(by_driver)
             for cuid in todo:
                 if cuid not in failed:
@@ -149,10 +164,11 @@ class ClaimManager:
                 fresh = self.checkpoint.get(info.uid)
                 if fresh is None or fresh.pods & live:
                     continue
-                if not all(self.plugins.registered(d) for d in fresh.drivers):
+                calls = [d for d in fresh.drivers if not self._skipped(fresh, d, skipops.UNPREPARE)]
+                if not all(self.plugins.registered(d) for d in calls):
                     continue
                 ref = ClaimRef(fresh.namespace, fresh.uid, fresh.name)
-                failed, errors = self._unprepare({d: [ref] for d in fresh.drivers})
+                failed, errors = self._unprepare({d: [ref] for d in calls})
                 if failed:
                     log.warning(
                         "orphan unprepare failed", extra={"claim_uid": fresh.uid, "error": "; ".join(errors)}
@@ -160,6 +176,17 @@ class ClaimManager:
                     continue
                 self._forget(fresh.uid)
                 log.info("orphaned claim unprepared", extra={"node": self.node, "claim_uid": fresh.uid})
+
+    def _skipped(self, info: ClaimInfo, driver: str, op: str) -> bool:
+        """Whether ``op`` is left out for ``driver`` of the claim, logged (the kubelet counts it in
+        ``dra_node_prepare_skips_total`` / ``dra_node_unprepare_skips_total``)."""
+        if not skipops.skips(info.skips.get(driver, ()), op):
+            return False
+        log.info(
+            "node operation skipped",
+            extra={"node": self.node, "claim_uid": info.uid, "driver": driver, "operation": op},
+        )
+        return True
 
     def _forget(self, cuid: str) -> None:
         self.checkpoint.delete(cuid)

@@ -17,6 +17,7 @@ from draproto.rest import Conflict
 from nodeagent.errors import KubeError
 from nodeagent.kube import Kube
 from nodeagent.settings import Settings
+from nodeagent.skipops import FEATURE as OPTIONAL_NODE_OPERATIONS
 from nodeagent.timeutil import micro_time, rfc3339
 
 __all__ = ["NodeHeartbeat"]
@@ -76,6 +77,14 @@ class NodeHeartbeat:
         return out
 
     def _status(self) -> dict[str, Any]:
+        status = self._base_status()
+        if self.settings.optional_node_operations and self.settings.at_least(1, 37):
+            # what a 1.37 kubelet declares for this gate (component-helpers nodedeclaredfeatures
+            # draoptionalnodeoperations Discover); the scheduler asks for it (dynamicresources.go)
+            status["declaredFeatures"] = [OPTIONAL_NODE_OPERATIONS]
+        return status
+
+    def _base_status(self) -> dict[str, Any]:
         return {
             "capacity": dict(self.settings.capacity),
             "allocatable": dict(self.settings.capacity),

@@ -82,7 +82,12 @@ class PodManager:
         self._lock = threading.RLock()
         self._cache: dict[str, Obj] = {}
         self._runs: dict[str, PodRun] = {}
-        self.dra = ClaimManager(settings.node_name, plugins, checkpoint)
+        self.dra = ClaimManager(
+            settings.node_name,
+            plugins,
+            checkpoint,
+            optional_node_operations=settings.optional_node_operations and settings.at_least(1, 37),
+        )
         self._failures: dict[str, int] = {}
         self._unprepare_since: dict[str, float] = {}
         self._pending: dict[str, tuple[float, Obj | None]] = {}

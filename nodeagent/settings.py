@@ -55,6 +55,10 @@ class Settings:
     """Node capacity and allocatable."""
     labels: dict[str, str] = field(default_factory=dict)
     """Extra Node labels (``kubernetes.io/hostname`` and os/arch are always set)."""
+    optional_node_operations: bool = True
+    """Feature gate DRAOptionalNodeOperations (1.37+; the local tier turns every alpha DRA gate on):
+    the node declares it, and leaves out the prepare or unprepare calls the allocation skips
+    (``nodeagent.skipops``); off, such a claim is refused, as a kubelet with the gate off does."""
 
     @property
     def layout(self) -> NodeLayout:
@@ -100,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-timeout-seconds", type=float, default=45.0, help=argparse.SUPPRESS)
     p.add_argument("--resync-seconds", type=float, default=5.0, help=argparse.SUPPRESS)
     p.add_argument("--label", action="append", type=_label, default=[], help="extra Node label KEY=VALUE")
+    p.add_argument(
+        "--optional-node-operations",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="feature gate DRAOptionalNodeOperations (default: on from Kubernetes 1.37, which has it)",
+    )
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
     return p
@@ -118,5 +128,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, argparse.Na
         grpc_timeout_seconds=ns.grpc_timeout_seconds,
         resync_seconds=ns.resync_seconds,
         labels=dict(ns.label),
+        optional_node_operations=(
+            version >= (1, 37) if ns.optional_node_operations is None else ns.optional_node_operations
+        ),
     )
     return settings, ns

@@ -450,6 +450,24 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        id="SLICE-LIST-ATTRS",
+        sentence="the profile's list attributes are stored in the node's slices as lists of their types, the "
+        "API server takes those slices again (dry run), and claims select by them with list semantics: a CEL "
+        "selector on one element, `matchAttribute` on lists that meet",
+        needs=("list-attributes", "DRAListTypeAttributes"),
+        since="1.37 (DRAListTypeAttributes, alpha)",
+        upstream="KEP-5491",
+        level="MUST",
+        source=(
+            "dynamic-resource-allocation/structured/internal/experimental/allocator_experimental.go "
+            "matchAttributeConstraint.add (lists match on a non-empty intersection) and cel/compile.go (list "
+            "attributes are CEL lists): a claim that selects by the list gets no device when the driver "
+            "publishes it otherwise; gate off: resourceslice/strategy.go dropDisableDRAListTypeAttributesFields "
+            "empties the list and validation.go validateDeviceAttribute refuses the slice (no devices on the "
+            "node); alpha 1.36, 1.37"
+        ),
+    ),
+    Rule(
         id="SLICE-COUNT",
         sentence="the device count per node matches the profile (the hardware)",
         needs=(),

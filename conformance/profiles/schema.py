@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_IMAGE",
     "EXTERNAL_PLACEHOLDERS",
     "FAULT_PLACEHOLDERS",
+    "LIST_ATTRIBUTE_TYPES",
     "METRICS_PLACEHOLDERS",
     "PROFILE_CAPABILITIES",
     "VIEW_WAYS",
@@ -67,6 +68,7 @@ PROFILE_CAPABILITIES: Mapping[str, str] = {
     "numa": "its devices carry the standard resource.kubernetes.io/numaNode attribute (KEP-6072)",
     "rolling-update": "two instances of its plugin can run on a node at once (sockets named by pod UID)",
     "compatibility-groups": "declares compatibility groups that keep devices of a counter set apart",
+    "list-attributes": "publishes list-typed device attributes (devices.listAttributes; KEP-5491)",
     "device-metadata": "mounts a device metadata file per request into the containers that use it (KEP-5304)",
     "admin-access": "prepares adminAccess claims for devices in use",
     "opaque-config": "accepts opaque device configs (class and claim)",
@@ -79,6 +81,9 @@ PROFILE_CAPABILITIES: Mapping[str, str] = {
 
 ATTRIBUTE_TYPES = ("string", "int", "bool", "version")
 """Types of device attributes, as ResourceSlices spell them."""
+
+LIST_ATTRIBUTE_TYPES = ("strings", "ints", "bools", "versions")
+"""Types of list-typed device attributes (gate DRAListTypeAttributes), as ResourceSlices spell them."""
 
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -148,6 +153,9 @@ class Devices:
     """An attribute that devices of one node share, for ``matchAttribute`` (ALLOC-MATCH-ATTR)."""
     per_node_in_class: int = 0
     """Devices of the default class on each node (0: :attr:`per_node`, every device)."""
+    list_attributes: Mapping[str, str] = field(default_factory=dict)
+    """List-typed attributes every such device has, with their types (``strings``, ``ints``,
+    ``bools``, ``versions``; the ``list-attributes`` capability)."""
 
     @property
     def in_class(self) -> int:
@@ -715,7 +723,9 @@ def _device_classes(r: _Reader, base: Path | None) -> DeviceClasses:
 
 
 def _devices(r: _Reader) -> Devices:
-    r.known(["perNode", "perNodeInClass", "unique", "attributes", "select", "noMatch", "common"])
+    r.known(
+        ["perNode", "perNodeInClass", "unique", "attributes", "listAttributes", "select", "noMatch", "common"]
+    )
     per_node = r.get("perNode", int, required=True)
     if per_node < 1:
         r.fail(per_node, "a count of at least 1", "perNode")
@@ -726,6 +736,16 @@ def _devices(r: _Reader) -> Devices:
     for name, kind in attributes.items():
         if kind not in ATTRIBUTE_TYPES:
             r.fail(kind, f"one of {', '.join(ATTRIBUTE_TYPES)}", f"attributes.{name}")
+    lists = r.get("listAttributes", dict, {})
+    for name, kind in lists.items():
+        if kind not in LIST_ATTRIBUTE_TYPES:
+            r.fail(kind, f"one of {', '.join(LIST_ATTRIBUTE_TYPES)}", f"listAttributes.{name}")
+        if name in attributes:
+            r.fail(
+                name,
+                "an attribute not also in devices.attributes (one attribute has one type)",
+                "listAttributes",
+            )
     return Devices(
         per_node=per_node,
         unique=r.get("unique", str, required=True),
@@ -734,6 +754,7 @@ def _devices(r: _Reader) -> Devices:
         no_match=_match(r.sub("noMatch")),
         common=r.get("common", str, ""),
         per_node_in_class=in_class,
+        list_attributes=dict(lists),
     )
 
 
@@ -1259,6 +1280,13 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
     dr = r.sub("devices", required=True)
     assert classes is not None and dr is not None
     devices = _devices(dr)
+    if ("list-attributes" in capabilities) != bool(devices.list_attributes):
+        dr.fail(
+            dict(devices.list_attributes),
+            "list attributes (name: strings|ints|bools|versions) exactly when the profile claims "
+            "list-attributes",
+            "listAttributes",
+        )
     return DriverProfile(
         name=name,
         driver=driver,

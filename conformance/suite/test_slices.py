@@ -19,14 +19,26 @@ import contextlib
 import functools
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
+from conformance import manifests
 from conformance.catalogue import exclusive, reads_every_node, rule
-from conformance.harness import ApiError, Harness, Objects, as_driver, install_identity, meta, watch_until
+from conformance.harness import (
+    ApiError,
+    Harness,
+    Objects,
+    allocated_devices,
+    as_driver,
+    cel_literal,
+    install_identity,
+    meta,
+    watch_until,
+)
 from draproto.rest import Conflict, Gone, NotFound
 
 Obj = dict[str, Any]
@@ -446,6 +458,89 @@ def test_attributes(dra: Harness) -> None:
             elif kind not in entry:
                 problems.append(f"{device} attribute {name} is {sorted(entry)}, the profile says {kind}")
     fail_on(problems, "attribute problems")
+
+
+def _lists_of(dra: Harness, slices: Iterable[Obj]) -> dict[str, dict[str, list[Any]]]:
+    """The profile's list attributes of the node's devices (attribute -> device -> values); a device
+    whose attribute is missing or not a non-empty list of the profile's type fails the test."""
+    wanted = dra.profile.devices.list_attributes
+    found: dict[str, dict[str, list[Any]]] = {name: {} for name in wanted}
+    problems = []
+    for d in devices(slices):
+        for name, kind in sorted(wanted.items()):
+            entry = attribute_entry(d, name, dra.driver)
+            values = None if entry is None else entry.get(kind)
+            if entry is None:
+                problems.append(f"{d['name']} lacks list attribute {name} (devices.listAttributes)")
+            elif not isinstance(values, list) or not values:
+                problems.append(f"{d['name']} attribute {name} is {dict(entry)}; the profile says {kind}")
+            else:
+                found[name][d["name"]] = values
+    fail_on(problems, "list attribute problems")
+    return found
+
+
+def _taken_again(dra: Harness, slices: Iterable[Obj], name: str) -> None:
+    """The API server takes each slice again as it is (a dry-run create under a new name), its list
+    attribute ``name`` kept: the slices a driver creates anew (after the kubelet's wipe) are valid."""
+    for s in slices:
+        copy = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"generateName": "drac-dry-run-"},
+            "spec": s.get("spec") or {},
+        }
+        try:
+            stored = dra.kube.create(copy, dry_run=True)
+        except ApiError as e:
+            if e.status == 403:  # a kubeconfig of an external cluster that may not create slices
+                dra.partial(f"the dry-run create of the node's slices is forbidden to this account: {e}")
+                return
+            raise AssertionError(f"the API server refuses slice {meta(s)['name']} anew (dry run): {e}") from e
+        before = {d["name"]: attribute_entry(d, name, dra.driver) for d in devices([s])}
+        after = {d["name"]: attribute_entry(d, name, dra.driver) for d in devices([stored])}
+        assert after == before, f"the API server keeps {name} of slice {meta(s)['name']} as {after}: {before}"
+
+
+def _element_cel(kind: str, value: Any) -> str:
+    """``value``, an element of a ``kind`` list, as CEL (versions as ``semver(...)``)."""
+    literal = cel_literal(value)
+    return f"semver({literal})" if kind == "versions" else literal
+
+
+@rule("SLICE-LIST-ATTRS")
+def test_list_attributes(dra: Harness) -> None:
+    """the profile's list attributes are stored in the node's slices as lists of their types, the API
+    server takes those slices again (dry run), and claims select by them with list semantics: a CEL
+    selector on one element, `matchAttribute` on lists that meet"""
+    slices = settled(dra)
+    lists = _lists_of(dra, slices)
+    name, kind = sorted(dra.profile.devices.list_attributes.items())[0]
+    _taken_again(dra, slices, name)
+    domain, _, short = name.rpartition("/")
+    qualified = name if domain else f"{dra.driver}/{name}"
+    ref = f"device.attributes[{cel_literal(domain or dra.driver)}].{short or name}"
+    # CEL: one element, the one the most devices have (some of them are in the default class)
+    counts = Counter(v for values in lists[name].values() for v in dict.fromkeys(values))
+    element = counts.most_common(1)[0][0]
+    found = _element_cel(kind, element)
+    member = f"{ref}.exists(x, x == {found})" if kind == "versions" else f"{found} in {ref}"
+    selector = manifests.cel(f"has({ref}) && {member}")
+    _pod, claim = dra.run_pod({"device_class": dra.device_class, "selectors": [selector]})
+    got = [r.device for r in allocated_devices(claim)]
+    wrong = [d for d in got if element not in lists[name].get(d, [])]
+    assert got, f"a claim for a device whose {name} has {element!r} was allocated nothing"
+    assert not wrong, f"a claim for a device whose {name} has {element!r} got {got}: {lists[name]}"
+    # matchAttribute: two devices whose lists meet (a non-empty intersection, not equal lists)
+    requests = [manifests.request(n, dra.device_class) for n in ("a", "b")]
+    constraint = {"requests": ["a", "b"], "matchAttribute": qualified}
+    _pod, claim = dra.run_pod({"requests": requests, "constraints": [constraint]})
+    pair = [r.device for r in allocated_devices(claim)]
+    assert len(pair) == 2, f"two requests were allocated {pair}"
+    met = set(lists[name].get(pair[0], [])) & set(lists[name].get(pair[1], []))
+    assert met, f"matchAttribute {qualified} picked {pair}, whose lists do not meet: " + ", ".join(
+        f"{d}={lists[name].get(d)}" for d in pair
+    )
 
 
 @rule("SLICE-COUNT")

@@ -24,13 +24,13 @@ COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES
 
 
 def test_catalogue_shape() -> None:
-    assert len(RULES) == 117
-    assert len({r.id for r in RULES}) == 117
+    assert len(RULES) == 118
+    assert len({r.id for r in RULES}) == 118
     counts = {a: sum(r.area == a for r in RULES) for a in AREAS}
     assert counts == {
         "PRE": 5,
         "REG": 20,
-        "SLICE": 13,
+        "SLICE": 14,
         "ALLOC": 28,
         "SHARE": 8,
         "PREP": 21,

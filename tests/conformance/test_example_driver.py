@@ -53,6 +53,8 @@ EXAMPLE_GPU_SKIPS = area_rules("health") | frozenset(
         # no multi-allocatable device (no shareID to answer), no device-status and no identity
         "PREP-SHARE-ID",
         "ALLOC-STATUS-RBAC",
+        # its devices carry no list attributes: the profile does not claim list-attributes
+        "SLICE-LIST-ATTRS",
     }
 )
 """The rules a clean example-gpu run skips (each for the reason its record states)."""

@@ -67,6 +67,8 @@ NVIDIA_SKIPS = area_rules("health") | frozenset(
         # no multi-allocatable device (no shareID to answer), no device-status and no identity
         "PREP-SHARE-ID",
         "ALLOC-STATUS-RBAC",
+        # its devices carry no list attributes: the profile does not claim list-attributes
+        "SLICE-LIST-ATTRS",
     }
 )
 """The rules a clean nvidia-gpu-local run skips (each for the reason its record states)."""

@@ -297,6 +297,7 @@ CASES: dict[str, Case] = {
     "compat-groups-missing": case(
         "reference-gpu", "allocation", "ALLOC-COMPAT-GROUPS", rules=("ALLOC-COMPAT-GROUPS",)
     ),
+    "scalar-list-attrs": case("reference-gpu", "slices", "SLICE-LIST-ATTRS", rules=("SLICE-LIST-ATTRS",)),
     # an id no spec defines: the suite's own prepare shows it, and no pod's container can start
     "cdi-id-of-another-device": case(
         "reference-gpu",
@@ -356,9 +357,11 @@ REFERENCE_GPU_ONLY = BINDING | {
     "ALLOC-NUMA",
     "ALLOC-TWO-DRIVERS",
     "ALLOC-STATUS-RBAC",
+    "SLICE-LIST-ATTRS",
 }
 """Rules only reference-gpu's settings meet (binding-conditions, device-metadata, a metrics URL,
-compatibility-groups, a service account, rolling-update, numa, the companion NIC driver)."""
+compatibility-groups, a service account, rolling-update, numa, the companion NIC driver,
+list-attributes)."""
 
 CONSUMABLE = frozenset({"ALLOC-CONSUMABLE", "PREP-SHARE-ID"})
 """The rules of devices shared by capacity (consumable-capacity)."""

@@ -55,6 +55,7 @@ from driver.errors import CDIError, DeviceConflict, PrepareError, SettingsError,
 from driver.health import HealthMonitor
 from driver.healthstream import UNHEALTHY
 from driver.inventory import NUMA_NODE, Inventory
+from driver.listattrs import SHARING_STRATEGIES, with_list_attributes
 from driver.metrics import MetricsServer
 from driver.plugin import slices_left_to
 from driver.settings import BREAK_RULES_ENV, access_options, from_args
@@ -115,7 +116,8 @@ def test_every_rule_is_documented() -> None:
         "keep-deleted-claims", "trust-corrupt-checkpoint", "config-to-whole-request", "claims-by-name",
         "exceed-consumable-share", "drop-share-id", "never-attach", "ignore-attach-failure",
         "metadata-to-every-container", "metadata-of-whole-claim", "metrics-broken",
-        "compat-groups-missing", "slices-any-node", "no-status-access", "drop-slices-on-update",
+        "compat-groups-missing", "scalar-list-attrs", "slices-any-node", "no-status-access",
+        "drop-slices-on-update",
         "numa-node-missing",
         "prepare-foreign-results",
         "prepare-missing-claims", "prepare-unallocated-claims", "refuse-after-failed-registration",
@@ -321,6 +323,17 @@ def _groups_published(node: Node) -> tuple[bool, ...]:
         for d in s["spec"].get("devices") or []
     }
     return (groups.get(whole.name) == [(WHOLE_GPU_GROUP,)], groups.get(part.name) == [(MIG_GROUP,)])
+
+
+def _list_attributes_published(node: Node) -> tuple[bool, ...]:
+    listed = with_list_attributes(Inventory(devices={d.name: d for d in (gpu(0), gpu(1))}))
+    _, store = _published(node, inventory=listed)
+    found = [
+        d["attributes"].get(SHARING_STRATEGIES)
+        for s in store.objects.values()
+        for d in s["spec"].get("devices") or []
+    ]
+    return (found == [{"strings": ["TimeSlicing", "MPS"]}] * 2,)
 
 
 def _slice_policy_enforced(node: Node) -> tuple[bool, ...]:
@@ -1023,6 +1036,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "metadata-of-whole-claim": _metadata_of_its_request,
     "metrics-broken": _metrics_answered,
     "compat-groups-missing": _groups_published,
+    "scalar-list-attrs": _list_attributes_published,
     "slices-any-node": _slice_policy_enforced,
     "no-status-access": _status_access_granted,
     "drop-slices-on-update": _slices_left_to_the_new_instance,

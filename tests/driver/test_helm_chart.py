@@ -70,6 +70,7 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
     "informational-taints": {"informationalTaints": 10},
     "attach-on-demand": {"attachOnDemand": "2"},
     "device-metadata": {"deviceMetadata": True},
+    "list-attributes": {"listAttributes": True},
     "compatibility-groups": {"deviceKinds": ["gpu", "partitionable-mig"], "compatibilityGroups": True},
     "nothing-optional": {"deviceClasses": {"enabled": False}, "admissionPolicy": {"enabled": False}},
 }
@@ -232,6 +233,7 @@ def test_driver_reads_the_daemonset_as_meant(values: dict[str, Any] | None) -> N
     assert settings.backend.attached_gpus == {"": frozenset(), "2": frozenset({2})}[merged["attachOnDemand"]]
     assert settings.device_metadata is merged["deviceMetadata"]
     assert settings.backend.compatibility_groups is merged["compatibilityGroups"]
+    assert settings.backend.list_attributes is merged["listAttributes"]
     assert settings.health.enabled is merged["health"]
     assert settings.health.informational_seconds == merged["informationalTaints"]
     assert settings.log_format == merged["logFormat"]

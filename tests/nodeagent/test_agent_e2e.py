@@ -6,6 +6,7 @@ the test. Uses the session's control-plane binaries (``local_binaries``; marker 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -584,3 +585,50 @@ def test_agent_process_with_the_reference_driver(world: World) -> None:
                     proc.kill()
         agent_log.close()
         driver_log.close()
+
+
+def test_a_device_whose_slice_skips_node_operations_runs_without_a_call(world: World) -> None:
+    """DRAOptionalNodeOperations (1.37): the scheduler places the claim only on a node declaring the
+    feature, copies ``skipNodeOperations`` into the allocation, and the agent calls the driver for
+    neither prepare nor unprepare (kubelet claiminfo.go computeDriverStates)."""
+    if not world.agent.settings.at_least(1, 37):
+        pytest.skip(f"Kubernetes {world.agent.settings.k8s_version} has no skipNodeOperations")
+    slices = "/apis/resource.k8s.io/v1/resourceslices"
+    skipping = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{NODE}-skip"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": NODE,
+            "pool": {"name": "pool-skip", "generation": 1, "resourceSliceCount": 1},
+            "skipNodeOperations": ["*"],
+            "devices": [{"name": "skip-0", "attributes": {"skip": {"bool": True}}}],
+        },
+    }
+    only_it = manifests.device_class(DRIVER, "skip-class")
+    only_it["spec"]["selectors"] = [{"cel": {"expression": f'"skip" in device.attributes["{DRIVER}"]'}}]
+    try:
+        stored = world.create(slices, skipping)
+        assert (stored.get("spec") or {}).get("skipNodeOperations") == ["*"], f"the API server kept {stored}"
+        world.create("/apis/resource.k8s.io/v1/deviceclasses", only_it)
+        claim = world.create(
+            f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims", _claim("c-skip", "skip-class")
+        )
+        world.create(f"/api/v1/namespaces/{NS}/pods", _pod("p-skip", {"resourceClaimName": "c-skip"}))
+        until(
+            lambda: (world.pod("p-skip") or {}).get("status", {}).get("phase") == "Running", 60, "p-skip runs"
+        )
+        allocated = world.send("GET", f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/c-skip")
+        results = allocated["status"]["allocation"]["devices"]["results"]
+        assert [(r["device"], r.get("skipNodeOperations")) for r in results] == [("skip-0", ["*"])]
+        uid = claim["metadata"]["uid"]
+        assert not [c for c in world.plugin.prepare_calls if any(u == uid for _, u, _ in c)]
+        assert world.view("p-skip", "app")["cdi_devices"] == []  # no CDI ids: nothing was prepared
+        world.send("DELETE", f"/api/v1/namespaces/{NS}/pods/p-skip")
+        until(lambda: world.pod("p-skip") is None, 30, "pod gone")
+        assert not [c for c in world.plugin.unprepare_calls if any(u == uid for _, u, _ in c)]
+    finally:
+        for path in (f"{slices}/{NODE}-skip", "/apis/resource.k8s.io/v1/deviceclasses/skip-class"):
+            with contextlib.suppress(Exception):
+                world.send("DELETE", path)
