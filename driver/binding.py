@@ -27,10 +27,9 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
-from http import HTTPStatus
 from typing import Any
 
-from draproto.rest import Rest, RestError
+from draproto.rest import Gone, Rest, RestError, error_type
 from driver.claims import ClaimSource
 from driver.errors import DriverError, SettingsError
 from driver.inventory import DeviceInfo, Inventory
@@ -218,7 +217,7 @@ class Attacher:
             if self._stop.is_set():
                 break
             if kind == "ERROR":
-                if obj.get("code") == HTTPStatus.GONE:
+                if issubclass(error_type(int(obj.get("code") or 0), str(obj.get("reason") or "")), Gone):
                     return ""
                 raise DriverError(f"claim watch: {obj.get('message', obj)}")
             version = str((obj.get("metadata") or {}).get("resourceVersion", "")) or version

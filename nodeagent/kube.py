@@ -83,7 +83,9 @@ class RestKube:
     """:class:`Kube` against a real API server."""
 
     def __init__(self, kubeconfig: str | None = None, api_client: Any = None) -> None:
-        self.rest = Rest(api_client if api_client is not None else connect(kubeconfig or None))
+        self.rest = Rest(
+            api_client if api_client is not None else connect(kubeconfig or None), errors=kube_error
+        )
         """Plain-JSON requests to the server (of ``kubeconfig``, of ``api_client``, or in-cluster)."""
         self._lock = threading.Lock()
         self._resource_group: str | None = None
@@ -104,12 +106,9 @@ class RestKube:
         content_type: str = "application/json",
         timeout: float | tuple[float, float] = 30.0,
     ) -> Any:
-        try:
-            return self.rest.send(
-                method, path, query=query, body=body, content_type=content_type, timeout=timeout
-            )
-        except RestError as e:
-            raise kube_error(str(e), e.status, e.reason, e.message) from e
+        return self.rest.send(
+            method, path, query=query, body=body, content_type=content_type, timeout=timeout
+        )
 
     def _get_or_none(self, path: str) -> Obj | None:
         try:

@@ -235,18 +235,18 @@ class ContainerSpec:
     def share_problems(self, env: Mapping[str, str], consumed: Mapping[str, Any]) -> list[str]:
         """Where ``env`` does not show the share ``consumed`` (capacity -> quantity) as
         :attr:`capacity_env` says it should (``NAME=value, consumed amount``)."""
-        from kubernetes.utils import parse_quantity
+        from draproto.quantity import parse_quantity
 
         out = []
         for capacity, name in sorted(self.capacity_env.items()):
             if capacity not in consumed:
                 continue
-            want = parse_quantity(consumed[capacity])  # type: ignore[no-untyped-call]
+            want = parse_quantity(consumed[capacity])
             seen = {k: v for k, v in env.items() if _env_name(name).fullmatch(k)}
             shown = []
             for value in seen.values():
                 try:
-                    shown.append(parse_quantity(value))  # type: ignore[no-untyped-call]
+                    shown.append(parse_quantity(value))
                 except ValueError:
                     continue
             if want not in shown:

@@ -37,6 +37,7 @@ from conformance.harness import (
     cel_literal,
     install_identity,
     meta,
+    quantity,
     watch_until,
 )
 from draproto.rest import Conflict, Gone, NotFound
@@ -293,13 +294,6 @@ def value_problem(entry: Mapping[str, Any]) -> str:
         if base == "version" and not SEMVER.match(item):
             return f"version {item!r} is not semver 2.0.0"
     return ""
-
-
-def quantity(value: Any) -> Decimal:
-    """A Kubernetes quantity (``"16"``, ``"10Gi"``) as a number."""
-    from kubernetes.utils.quantity import parse_quantity
-
-    return Decimal(parse_quantity(str(value)))  # type: ignore[no-untyped-call]
 
 
 def fail_on(problems: list[str], what: str) -> None:
