@@ -43,7 +43,7 @@ from clusters.local import binaries, daemon
 from clusters.local.attached import AttachedLocalCluster
 from clusters.local.driverproc import COMMAND_PLACEHOLDERS
 from clusters.local.settings import LocalSettings
-from draproto.rest import NotFound, Rest
+from draproto.rest import NotFound, Rest, RestError
 
 __all__ = [
     "SESSION_LABEL",
@@ -77,6 +77,14 @@ class ClusterSession:
     factory: Callable[[], Cluster] | None = None
     """Makes the cluster instead of the local tier (set by another plugin, e.g. for an existing
     cluster from a kubeconfig)."""
+    discarded: bool = False
+    """Whether whoever made the cluster throws it away after this run (``--disposable-cluster``)."""
+
+    @property
+    def disposable(self) -> bool:
+        """Whether the cluster goes away with this run: one this session starts (and stops), or
+        one its maker says it discards. Its tests' empty namespaces are left to it."""
+        return self.discarded or (self.external is None and self.factory is None)
 
     def ensure_slot(self) -> Path:
         """The slot directory, made if it does not exist yet."""
@@ -125,6 +133,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="use the cluster 'dra-conformance cluster up --state-dir DIR' started instead of starting one",
     )
+    group.addoption(
+        "--disposable-cluster",
+        action="store_true",
+        default=False,
+        help="the cluster is thrown away after this run: a test's namespace left empty is not deleted "
+        "(each deletion costs the namespace controller some 30 requests)",
+    )
 
 
 def _settings(config: pytest.Config) -> LocalSettings:
@@ -153,6 +168,7 @@ def pytest_configure(config: pytest.Config) -> None:
         slot = settings.work_dir / f"drac-slot-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         session = ClusterSession(settings, slot, True, os.getpid())
     session.external = Path(external).resolve() if external else None
+    session.discarded = bool(config.getoption("disposable_cluster"))
     config.stash[SESSION_KEY] = session
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(), "dra-conformance-xdist")
@@ -235,20 +251,39 @@ def _namespace_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def namespace(dra_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace for this test (its ``default`` service account exists); deleted afterwards.
+    """A fresh namespace for this test (its ``default`` service account exists); deleted afterwards,
+    unless the cluster is :attr:`~ClusterSession.disposable` and the test left no pod or claim in it.
 
     It carries :data:`SESSION_LABEL`, so a test can tell this session's namespaces from others'.
     """
     rest = dra_cluster.rest()
     name = _namespace_name(request)
-    labels = {SESSION_LABEL: _session(request).slot.name}
+    session = _session(request)
+    labels = {SESSION_LABEL: session.slot.name}
     rest.send("POST", "/api/v1/namespaces", body={"metadata": {"name": name, "labels": labels}})
     try:
         _wait_default_service_account(rest, name)
         yield name
     finally:
-        with contextlib.suppress(NotFound):
-            rest.send("DELETE", f"/api/v1/namespaces/{name}")
+        if not (session.disposable and _holds_nothing(rest, name)):
+            with contextlib.suppress(NotFound):
+                rest.send("DELETE", f"/api/v1/namespaces/{name}")
+
+
+LEFTOVERS = ("/api/v1/namespaces/{}/pods", "/apis/resource.k8s.io/v1/namespaces/{}/resourceclaims")
+"""What a test's namespace must not hold to be left to a disposable cluster: what runs on a node or
+holds a device."""
+
+
+def _holds_nothing(rest: Rest, namespace: str) -> bool:
+    """Whether ``namespace`` holds none of :data:`LEFTOVERS` (a pod still terminating counts); an
+    error answers no, so the namespace is deleted as always."""
+    try:
+        return not any(
+            rest.send("GET", path.format(namespace), query={"limit": "1"}).get("items") for path in LEFTOVERS
+        )
+    except RestError:
+        return False
 
 
 def _wait_default_service_account(rest: Rest, namespace: str, timeout: float = 60.0) -> None:

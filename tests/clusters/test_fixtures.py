@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import time
@@ -13,6 +14,8 @@ from clusters.base import Cluster
 from clusters.errors import CapabilityMissing
 from clusters.local.attached import AttachedLocalCluster
 from clusters.local.binaries import Binaries
+from clusters.local.settings import LocalSettings
+from clusters.pytest_plugin import ClusterSession, _holds_nothing
 from tests import kube
 from tests.clusters.e2e import run_pod, still_running
 from tests.manifests import GPU_POD_CONTAINER, gpu_pod
@@ -28,6 +31,22 @@ def test_namespace_fixture_gives_a_usable_namespace(dra_cluster: Cluster, namesp
     core = kube.core(dra_cluster.api_client())
     assert core.read_namespace(namespace).status.phase == "Active"
     assert core.read_namespaced_service_account("default", namespace).metadata.name == "default"
+
+
+def test_a_namespace_is_left_to_a_disposable_cluster_only_when_it_holds_nothing(
+    dra_cluster: Cluster, namespace: str
+) -> None:
+    """An empty namespace is left to a cluster that goes away with the run; one with a pod (or a
+    claim) is deleted as always, so nothing a test left keeps running or holding a device."""
+    rest = dra_cluster.rest()
+    assert _holds_nothing(rest, namespace)
+    run_pod(dra_cluster.api_client(), namespace)
+    assert not _holds_nothing(rest, namespace), "a running pod and its claim"
+    owned = ClusterSession(LocalSettings(), Path("/nowhere"), True, 1)
+    assert owned.disposable, "a cluster this session starts stops with it"
+    attached = dataclasses.replace(owned, external=Path("/state"))
+    assert not attached.disposable, "a cluster someone else started outlives the run"
+    assert dataclasses.replace(attached, discarded=True).disposable, "--disposable-cluster"
 
 
 def test_claim_survives_driver_and_kubelet_restarts(
