@@ -163,6 +163,7 @@ class _ClientConnection:
             header_params=dict(headers),
             auth_settings=["BearerToken"],
         )
+        sent = {**sent, **headers}  # the caller's over the client's defaults (its User-Agent)
         response: urllib3.BaseHTTPResponse = self.api.rest_client.pool_manager.request(
             method, url, body=body, headers=sent, timeout=timeout, preload_content=False
         )

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import threading
 from collections.abc import Callable, Generator, Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -126,6 +128,21 @@ ErrorMaker = Callable[[str, int, str, str], RestError]
 class :func:`error_type` names (:func:`rest_error`, or a family of subclasses of those classes)."""
 
 
+def _program() -> str:
+    """The name of this process's program: the module ``python -m`` ran (``driver``,
+    ``nodeagent``), else the script's name; ``python`` for code given on the command line."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name:
+        return str(spec.name).removesuffix(".__main__")
+    script = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return script if script and not script.startswith("-") else "python"
+
+
+USER_AGENT = f"{_program()} (dra-conformance)"
+"""The ``User-Agent`` of every request unless the caller's headers name another: the API server's
+audit log and metrics then tell the driver's requests from the node agent's and the suite's."""
+
+
 class Rest:
     """Plain-JSON requests over one connection pool and its credentials."""
 
@@ -167,7 +184,7 @@ class Rest:
         timeout: float | tuple[float, float] | None,
         accept: str = "application/json",
     ) -> Any:
-        headers = {"Accept": accept, "Content-Type": content_type, **self.headers}
+        headers = {"Accept": accept, "Content-Type": content_type, "User-Agent": USER_AGENT, **self.headers}
         limit = self.timeout if timeout is None else timeout
         if isinstance(limit, tuple):
             t = urllib3.Timeout(connect=limit[0], read=limit[1])

@@ -17,6 +17,7 @@ import pytest
 
 from conformance.errors import ResourceError
 from conformance.harness.kube import (
+    SUITE_AGENT,
     ApiAlreadyExists,
     ApiConflict,
     ApiError,
@@ -27,6 +28,7 @@ from conformance.harness.kube import (
 )
 from draproto.apiconn import connect
 from draproto.rest import (
+    USER_AGENT,
     AlreadyExists,
     Conflict,
     Gone,
@@ -92,7 +94,8 @@ def test_the_status_names_the_class_and_409_is_already_exists_only_with_that_rea
 @pytest.fixture
 def server() -> Iterator[dict[str, Answer]]:
     """An HTTP server answering each path as the dict says (404 NotFound for any other path); the
-    dict has the server's URL under ``""``. A watch (``watch=true``) streams the answer's body."""
+    dict has the server's URL under ``""``, the last request's ``User-Agent`` under
+    ``"user-agent"``. A watch (``watch=true``) streams the answer's body."""
     answers: dict[str, Answer] = {}
 
     class Handler(BaseHTTPRequestHandler):
@@ -101,6 +104,7 @@ def server() -> Iterator[dict[str, Answer]]:
             if length:
                 self.rfile.read(length)
             path = self.path.split("?")[0]
+            answers["user-agent"] = (0, str(self.headers.get("User-Agent")).encode())
             code, data = answers.get(
                 path, (404, status(404, "NotFound", f"the server could not find {path}"))
             )
@@ -296,3 +300,15 @@ def test_the_suites_kube_unreachable_is_the_base_class(tmp_path: Path) -> None:
     assert type(caught.value) is ApiError
     assert (caught.value.status, caught.value.reason, caught.value.message) == (0, "", "")
     assert str(caught.value).startswith("GET /apis/resource.k8s.io/v1/resourceslices/s: ")
+
+
+def test_each_process_names_itself_to_the_server(server: dict[str, Answer], rest: Rest, kube: Kube) -> None:
+    """The audit log and the metrics tell the suite's requests from its processes' (the driver's,
+    the node agent's: the module ``python -m`` ran), and a caller's own header wins."""
+    assert rest.get("/api/v1/namespaces/x") is None
+    assert server["user-agent"][1].decode() == USER_AGENT
+    assert USER_AGENT.endswith(" (dra-conformance)")
+    assert kube.get("Pod", "x", "ns") is None
+    assert server["user-agent"][1].decode() == SUITE_AGENT
+    Rest(rest.connection, headers={"User-Agent": "mine"}).get("/x")
+    assert server["user-agent"][1] == b"mine"

@@ -43,6 +43,9 @@ __all__ = [
     "meta",
 ]
 
+SUITE_AGENT = "dra-conformance-suite"
+"""The ``User-Agent`` of the suite's requests (the audit log tells them from the driver's)."""
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -163,7 +166,9 @@ class Kube:
     :class:`~draproto.apiconn.Connection`."""
 
     def __init__(self, api: Any, timeout: float = 30.0, headers: Mapping[str, str] | None = None) -> None:
-        self.rest = Rest(api, timeout, headers=headers, errors=api_error)
+        self.rest = Rest(
+            api, timeout, headers={"User-Agent": SUITE_AGENT, **(headers or {})}, errors=api_error
+        )
         """The requests (``timeout``: seconds one may take; ``headers``: sent with each)."""
 
     def impersonating(self, user: str, extra: Mapping[str, str] | None = None) -> Kube:
