@@ -24,6 +24,7 @@ ENTRIES: list[str] = [
     "cluster_boot",
     "cluster_scale",
     "conformance_suite",
+    "kept_reuse",
     "node_parity",
 ]
 """Benchmark module names under ``benchmarks/`` in the order they run."""

@@ -1,14 +1,15 @@
 """``conformance.run(config) -> Report``: one conformance run from start to report.
 
-1. start the cluster (``local``: control plane, node agents and the driver as processes, in the
-   background with progress; ``kind``/``k3s``: a cluster in Docker with the reference driver's
-   chart; ``external``: the given kubeconfig, checked to answer and serve DRA, nothing started);
+1. start the cluster, through the run's :class:`~conformance.tiers.Tier` (``local``: control plane,
+   node agents and the driver as processes, in the background with progress, or the kept one;
+   ``kind``/``k3s``: a cluster in Docker with the reference driver's chart; ``external``: the
+   given kubeconfig, checked to answer and serve DRA, nothing started);
 2. preflight (``-m preflight``) on its own: when it fails, the run stops with its one message;
 3. the selected rules, in parallel (pytest-xdist), in a pytest process of their own, with a live
    count and a line per area as it finishes;
-4. stop the cluster (unless kept; a kind or k3s cluster's logs go to ``cluster-logs/`` when a
-   rule failed), write ``manifest.sha256`` over the run's files, last (and with ``archive`` the
-   run as one tarball beside it), and return the report the plugin wrote to
+4. finish the tier (stop the cluster unless kept; a kind or k3s cluster's logs go to
+   ``cluster-logs/`` when a rule failed), write ``manifest.sha256`` over the run's files, last
+   (and with ``archive`` the run as one tarball beside it), and return the report the plugin wrote to
    ``<reports>/<run-id>/`` (``reports/latest`` points there).
 
 :func:`plan` is the dry run: which rules a run of a profile on a cluster backend would check and
@@ -29,34 +30,25 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from clusters import apicheck
-from clusters.errors import ClusterError
-from clusters.external import command_capabilities
-from clusters.k3s import K3S_CAPABILITIES, K3sCluster, K3sSettings
-from clusters.kind import KIND_CAPABILITIES, KindCluster, KindSettings
-from clusters.local import daemon, gobins, kept
-from clusters.local.cluster import LOCAL_CAPABILITIES
-from clusters.local.settings import LocalSettings, normalize_version
+from clusters.progress import Progress
 from conformance import report
 from conformance._files import write_atomic
 from conformance.catalogue import AREAS, RULES, Rule, by_id
-from conformance.config import CLUSTER_KINDS, IN_CLUSTER, SuiteConfig
+from conformance.config import CLUSTER_KINDS, SuiteConfig
 from conformance.errors import ConformanceError, UsageError
 from conformance.harness import Environment, assumed, gaps, missing, parse_minor
 from conformance.profiles import DriverProfile
 from conformance.report import TestRecord, read_records, rule_results
 from conformance.suite import SUITE_DIR
+from conformance.tiers import backend_version, capabilities, tier_for
+from conformance.warm import WarmPytest
 
 __all__ = ["Planned", "Progress", "backend_version", "plan", "plan_lines", "pytest_command", "run"]
-
-Progress = Callable[[str], None]
-"""Where progress lines go (the CLI prints them to stderr)."""
 
 
 def _quiet(_: str) -> None:
@@ -107,23 +99,6 @@ def pytest_command(
     cmd += ["-p", "no:xdist"] if chosen == "0" else ["-n", chosen, "--dist", "load"]
     cmd += ["-q", "-rfEs", *config.pytest_args]
     return cmd
-
-
-def _local_settings(config: SuiteConfig) -> LocalSettings:
-    settings = LocalSettings.from_env(os.environ).with_options(
-        k8s_version=config.k8s_version,
-        bin_dir=config.bin_dir,
-        nodes=config.local_nodes,
-        driver_name=config.profile.driver,
-        driver_command=config.start_command,
-        example_driver_bin=config.example_driver_bin,
-        fake_nvml=config.fake_nvml,
-        nic_driver=config.nic_driver,
-        node_kind=config.node_kind,
-    )
-    # whether the driver registers and publishes slices is for preflight to judge (PRE-REGISTERED,
-    # PRE-SLICES): a verdict in the report, not a failed start
-    return dataclasses.replace(settings, wait_slices=False, wait_registered=False)
 
 
 REASON_CHARS = 160
@@ -229,16 +204,19 @@ def _interrupt(proc: subprocess.Popen[bytes], say: Progress) -> None:
             proc.wait()
 
 
-def _phase(config: SuiteConfig, cmd: list[str], watcher: _Watcher) -> int:
+def _phase(config: SuiteConfig, cmd: list[str], watcher: _Watcher, warm: WarmPytest | None = None) -> int:
+    """Run one pytest phase (``warm``: in that interpreter, when it still waits), following its records."""
     log = config.run_dir / "pytest.log"
     started = time.time()
     with log.open("ab") as out:
         out.write(f"\n$ {' '.join(cmd)}\n".encode())
         out.flush()
-        # its own session: a Ctrl-C reaches only this process, which passes it on once (_interrupt)
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, cwd=config.run_dir, start_new_session=True
-        )
+        proc = warm.go(cmd, config.run_dir.resolve(), log.resolve()) if warm is not None else None
+        if proc is None:
+            # its own session: a Ctrl-C reaches only this process, which passes it on once (_interrupt)
+            proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, cwd=config.run_dir, start_new_session=True
+            )
         try:
             while proc.poll() is None:
                 watcher.poll(started)
@@ -253,43 +231,6 @@ def _phase(config: SuiteConfig, cmd: list[str], watcher: _Watcher) -> int:
     return proc.returncode
 
 
-def _check_api(config: SuiteConfig, say: Progress) -> None:
-    """Stops a run on a cluster that does not answer or serves no DRA, before pytest starts."""
-    assert config.kubeconfig is not None
-    try:
-        version = apicheck.check(config.kubeconfig)
-    except ClusterError as e:
-        raise ConformanceError(str(e)) from e
-    say(f"cluster of {config.kubeconfig}: Kubernetes {version}, serving {apicheck.DRA_GROUP_VERSION}")
-
-
-def _start_in_cluster(config: SuiteConfig, say: Progress) -> tuple[KindCluster | K3sCluster, SuiteConfig]:
-    """Make the kind or k3s cluster of a run, with the driver :attr:`SuiteConfig.release` names (the
-    reference chart, or the profile's ``install``); the config that points the pytest processes at it."""
-    release = config.release
-    cluster: KindCluster | K3sCluster
-    if config.cluster == "kind":
-        kind = KindSettings.from_env(os.environ).with_options(
-            k8s_version=config.k8s_version, workers=config.local_nodes, release=release
-        )
-        if config.keep_cluster:
-            kind = dataclasses.replace(kind, keep=True)
-        cluster = KindCluster(kind, progress=say)
-    else:
-        k3s = K3sSettings.from_env(os.environ)
-        if config.k8s_version:
-            k3s = dataclasses.replace(k3s, k8s_version=config.k8s_version)
-        cluster = K3sCluster(dataclasses.replace(k3s, release=release), progress=say)
-    try:
-        cluster.start()
-    except ClusterError as e:
-        raise ConformanceError(f"the {config.cluster} cluster did not come up: {e}") from e
-    config.run_dir.resolve().mkdir(parents=True, exist_ok=True)
-    info = config.run_dir.resolve() / "cluster.json"
-    info.write_text(json.dumps(cluster.info(), indent=2) + "\n")
-    return cluster, dataclasses.replace(config, cluster_info=info, kubeconfig=cluster.kubeconfig)
-
-
 def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
     """Run the suite as ``config`` says and return its report.
 
@@ -301,62 +242,30 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
     began = time.time()
     run_dir = config.run_dir.resolve()
     profile = config.profile
+    tier = tier_for(config, say, echo=progress is not None and os.environ.get("DRAC_VERBOSE") == "1")
     say(f"dra-conformance run {config.run_id}: driver {profile.driver}, profile {profile.name}")
-    if not config.quiet:
-        version = "" if config.cluster == "external" else backend_version(config.cluster, config.k8s_version)
-        for line in plan_lines(plan(profile, config.cluster, version, config.selected)):
-            say(line)
-    state_dir: Path | None = None
-    settings: LocalSettings | None = None
-    made: KindCluster | K3sCluster | None = None
-    # a cluster that cannot serve the run stops it before a report directory exists
-    if config.cluster == "external":
-        _check_api(config, say)
-    elif config.cluster in IN_CLUSTER:
-        made, config = _start_in_cluster(config, say)
-    if config.cluster == "local":
-        settings = _local_settings(config)  # a bad --driver-bin stops the run before its directory
+    warm = WarmPytest()  # preflight's interpreter imports while the plan is said and the cluster starts
+    try:
+        if not config.quiet:
+            for line in plan_lines(plan(profile, config.cluster, tier.version(), config.selected)):
+                say(line)
+        # a cluster that cannot serve the run stops it here, before pytest starts
+        running = tier.start()
+    except BaseException:
+        warm.discard()
+        raise
+    config, state_dir = running.config, running.state_dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    if settings is not None:
-        if settings.driver_command and gobins.placeholders(settings.driver_command):
-            # a driver built from Go modules: found in the cache or built now, with progress
-            try:
-                filled = gobins.fill_binaries(settings.driver_command, settings, say)
-            except ClusterError as e:
-                raise ConformanceError(f"the driver's binary is not available: {e}") from e
-            settings = dataclasses.replace(settings, driver_command=tuple(filled))
-        settings.work_dir.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
-        state = kept.reuse(settings, say) if config.keep_cluster else None
-        if state is not None:
-            state_dir = kept.kept_dir(settings)
-            took = time.monotonic() - started
-            say(f"reused the kept cluster in {took:.1f} s: nodes {', '.join(state['nodes'])}")
-        else:
-            state_dir = (
-                kept.kept_dir(settings)
-                if config.keep_cluster
-                else Path(tempfile.mkdtemp(prefix="drac-run-", dir=settings.work_dir))
-            )
-            say(f"starting a local cluster: Kubernetes {settings.k8s_version}, {settings.nodes} node(s) ...")
-            try:
-                state = daemon.launch(
-                    settings,
-                    state_dir,
-                    watch_pid=None if config.keep_cluster else os.getpid(),
-                    echo=progress is not None and os.environ.get("DRAC_VERBOSE") == "1",
-                )
-            except ClusterError as e:
-                raise ConformanceError(f"the local cluster did not start: {e}") from e
-            say(f"cluster ready in {time.monotonic() - started:.1f} s: nodes {', '.join(state['nodes'])}")
     watcher = _Watcher(run_dir, say, live, config.quiet)  # one for both phases: each line comes once
     result: report.Report | None = None
+    ahead = WarmPytest()  # the main phase's interpreter imports while preflight runs
     try:
         say("preflight ...")
         code = _phase(
             config,
             pytest_command(config, state_dir=state_dir, marker="preflight", workers="0", started=began),
             watcher,
+            warm,
         )
         result = _report(config)
         pre = [r for r in result.rules if r.rule.area == "PRE"]
@@ -367,11 +276,13 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
             for line in _details(failed[0]) if failed else []:
                 say(f"  {line}")
             return result
+        if code == 0 and all(r.outcome == "passed" for r in pre):
+            tier.passed_preflight()
         chosen = f"{len(config.selected)} selected rule(s)" if config.narrowed else "every rule"
         # the run reports preflight's tests again (from its verdict): allure keeps one result per test
         shutil.rmtree(run_dir / "allure-results", ignore_errors=True)
         say(f"running {chosen} with -n {config.worker_count} ...")
-        code = _phase(config, pytest_command(config, state_dir=state_dir, started=began), watcher)
+        code = _phase(config, pytest_command(config, state_dir=state_dir, started=began), watcher, ahead)
         if code not in (0, 1):
             say(f"pytest exited with {code}; see {run_dir / 'pytest.log'}")
         result = _report(config)
@@ -382,27 +293,9 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
         say(f"the run was cut short; the report of what ran: {run_dir / 'index.html'}")
         raise
     finally:
-        if made is not None:
-            if result is None or not result.ok:
-                logs = run_dir / "cluster-logs"
-                say(f"collecting the {config.cluster} cluster's logs into {logs} ...")
-                with contextlib.suppress(ClusterError, OSError):
-                    made.collect_logs(logs)
-            made.stop()
-        if state_dir is not None:
-            if config.keep_cluster:
-                found = daemon.read_state(state_dir)
-                if found is not None:
-                    say(f"the cluster keeps running: export KUBECONFIG={found['kubeconfig']}")
-                    say("the next 'run --keep-cluster' reuses it if it fits (same version, nodes, driver)")
-                    say(f"stop it with: dra-conformance cluster down --state-dir {state_dir}")
-            else:
-                say("stopping the cluster ...")
-                daemon.shutdown(state_dir)
-                with contextlib.suppress(OSError):
-                    for leftover in state_dir.iterdir():
-                        leftover.unlink()
-                    state_dir.rmdir()
+        warm.discard()
+        ahead.discard()
+        tier.finish(result)
         if result is not None:  # last: nothing writes into the run directory after this
             report.write_manifest(run_dir)
             if config.archive:
@@ -450,31 +343,6 @@ def _report(config: SuiteConfig) -> report.Report:
     return report.load(path)
 
 
-_BACKEND_CAPABILITIES: Mapping[str, frozenset[str]] = {
-    "local": LOCAL_CAPABILITIES,
-    "kind": KIND_CAPABILITIES,
-    "k3s": K3S_CAPABILITIES,
-}
-
-
-def backend_version(cluster: str, k8s_version: str | None = None) -> str:
-    """The Kubernetes version a run on ``cluster`` would get: ``k8s_version`` when given, else the
-    backend's default (env ``DRAC_K8S_VERSION`` included); empty for ``external``, whose version
-    only the cluster knows. UsageError for a version that is not one."""
-    if k8s_version:
-        try:
-            return normalize_version(k8s_version)
-        except ValueError as e:
-            raise UsageError(f"--k8s-version {k8s_version!r}: {e}") from None
-    if cluster == "local":
-        return LocalSettings.from_env(os.environ).k8s_version
-    if cluster == "kind":
-        return KindSettings.from_env(os.environ).k8s_version
-    if cluster == "k3s":
-        return K3sSettings.from_env(os.environ).k8s_version
-    return ""
-
-
 @dataclass(frozen=True)
 class Planned:
     """What a run would do with one rule, before any cluster is reached."""
@@ -505,14 +373,10 @@ def plan(
     """
     if cluster not in CLUSTER_KINDS:
         raise UsageError(f"--cluster {cluster!r} is not one of {', '.join(CLUSTER_KINDS)}")
-    if cluster == "external":
-        abilities = command_capabilities(profile.external.given(), profile.external.probe_namespace)
-    else:
-        abilities = _BACKEND_CAPABILITIES[cluster]
     env = Environment(
         profile=profile,
         backend=cluster,
-        cluster_capabilities=abilities,
+        cluster_capabilities=capabilities(cluster, profile),
         k8s_minor=parse_minor(k8s_version),
         k8s_version=k8s_version,
         served_known=False,

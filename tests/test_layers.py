@@ -31,6 +31,8 @@ CONFORMANCE_PARTS = (
     "__main__",
     "cli",
     "runner",
+    "tiers",
+    "warm",
     "plugin",
     "suite",
     "config",

@@ -12,7 +12,9 @@ Protocol: one JSON object per connection each way: ``{"op": ..., ...}`` ->
 ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. Ops: ``status``,
 ``restart_driver``, ``stop_driver``, ``update_driver``, ``restart_kubelet``, ``stop_kubelet``,
 ``start_driver``,
-``restart_component``, ``reset_drivers``, ``stop``.
+``restart_component``, ``reset_drivers``, ``wait_quiet`` (until no pod is on the nodes and no claim
+is allocated; at most ``seconds``), ``devices`` (the driver's published devices by node, with
+their taints), ``stop``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from clusters.errors import ClusterError, ClusterStateError, UpdateFailed
-from clusters.local.cluster import LocalCluster
+from clusters.local.cluster import SLICES, LocalCluster
 from clusters.local.processes import install_signal_handlers
 from clusters.local.settings import BinariesSettings, LocalSettings
 
@@ -314,6 +316,21 @@ def shutdown(state_dir: Path, timeout: float = 60.0) -> bool:
 # --- the daemon ---------------------------------------------------------------------------------
 
 
+def _devices(cluster: LocalCluster) -> dict[str, list[str]]:
+    """The driver's published devices by the node their slice names (``None``: a slice of no one
+    node), each with its taints (``name`` or ``name key=value:effect ...``), sorted."""
+    query = {"fieldSelector": f"spec.driver={cluster.settings.driver_name}"}
+    out: dict[str, list[str]] = {}
+    for item in cluster.rest().send("GET", SLICES, query=query).get("items") or []:
+        spec = item.get("spec") or {}
+        for device in spec.get("devices") or []:
+            taints = sorted(
+                f"{t.get('key')}={t.get('value')}:{t.get('effect')}" for t in device.get("taints") or []
+            )
+            out.setdefault(str(spec.get("nodeName")), []).append(" ".join([str(device.get("name")), *taints]))
+    return {node: sorted(names) for node, names in sorted(out.items())}
+
+
 class _Daemon:
     def __init__(self, cluster: LocalCluster, state_dir: Path, watch_pid: int | None) -> None:
         self.cluster = cluster
@@ -351,6 +368,11 @@ class _Daemon:
         if op == "stop":
             self.stopping = True
             return {"ok": True}
+        if op == "wait_quiet":
+            c.wait_quiet(float(req.get("seconds", 30.0)))
+            return {"ok": True}
+        if op == "devices":
+            return {"ok": True, "devices": _devices(c)}
         if op == "restart_driver":
             c.restart_driver(req["node"], crash=bool(req.get("crash")))
         elif op == "stop_driver":
