@@ -79,6 +79,8 @@ def pytest_command(
         cmd += [f"--dra-cluster-info={config.cluster_info.resolve()}"]
     if state_dir is not None:
         cmd += [f"--cluster-state-dir={state_dir}"]
+    if config.cluster != "external" and not config.keep_cluster:
+        cmd += ["--disposable-cluster"]  # the run stops it: its tests' empty namespaces need no deleting
     if config.rules:
         cmd += [f"--dra-rules={','.join(config.rules)}"]
     if config.areas:

@@ -76,3 +76,12 @@ def test_fail_fast_and_quiet_reach_the_settings_and_pytest(tmp_path: Path) -> No
     config = SuiteConfig.build("reference-gpu", fail_fast=True, quiet=True, reports_dir=tmp_path)
     assert "--dra-fail-fast" in pytest_command(config, state_dir=None)
     assert "--dra-fail-fast" not in pytest_command(SuiteConfig.build("reference-gpu"), state_dir=None)
+
+
+def test_only_a_cluster_the_run_throws_away_is_disposable() -> None:
+    """Its tests' empty namespaces are left to it; a kept or an external cluster has them deleted."""
+    assert "--disposable-cluster" in pytest_command(SuiteConfig.build("reference-gpu"), state_dir=None)
+    kept = SuiteConfig.build("reference-gpu", keep_cluster=True)
+    assert "--disposable-cluster" not in pytest_command(kept, state_dir=None)
+    external = SuiteConfig.build("reference-gpu", cluster="external", kubeconfig=__file__)
+    assert "--disposable-cluster" not in pytest_command(external, state_dir=None)
