@@ -18,9 +18,11 @@ Each run reports its wall time (cluster start to report) and the suite phase alo
 tests of each area took (the sum of their durations, so the areas of one run add up to more than
 its wall time when they ran in parallel), its slowest tests, and the figures tests record
 (``measures``, ``"<rule> <name>"``, the largest of a run: e.g. ``HEALTH-TAINT fault_to_taint_s``).
-``suite_now_over_before`` is the ratio of the suite phases. Env ``BENCH_SUITE_PROFILE`` picks another
-profile; ``BENCH_SUITE_BEFORE=0``, ``BENCH_SUITE_BROKEN=0`` and ``BENCH_SUITE_KEPT=0`` leave those
-runs out.
+``suite_now_over_before`` is the ratio of the suite phases. ``cpu_s`` is the CPU time the run
+cost, cluster processes included (:mod:`benchmarks.cpu`), with ``cpu_s_by_program``: on a 2-core
+machine the wall time cannot be less than half of it, and load beside the run moves it least.
+Env ``BENCH_SUITE_PROFILE`` picks another profile; ``BENCH_SUITE_BEFORE=0``,
+``BENCH_SUITE_BROKEN=0`` and ``BENCH_SUITE_KEPT=0`` leave those runs out.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cpu import CpuSampler
 from conformance import SuiteConfig
 from conformance import run as run_suite
 from conformance.catalogue import AREAS
@@ -66,8 +69,10 @@ def _one(
     )
     began = time.time()
     started = time.monotonic()
-    report = run_suite(config)
+    with CpuSampler() as cpu:
+        report = run_suite(config)
     wall = time.monotonic() - started
+    cpu_s = cpu.by_program()
     tests = [t for r in report.rules for t in r.tests]
     per_area: dict[str, float] = {}
     measures: dict[str, list[float]] = {}
@@ -87,6 +92,8 @@ def _one(
         "suite_s": round(max(t.started + t.duration_s for t in suite) - min(t.started for t in suite), 1),
         "start_to_first_rule_s": round(min(t.started for t in suite) - began, 1),
         "ok": report.ok,
+        "cpu_s": round(sum(cpu_s.values()), 1),
+        "cpu_s_by_program": cpu_s,
         "totals": {k: v for k, v in report.totals.items() if v},
         "area_test_seconds": {a: round(per_area[a], 1) for a in AREAS if a in per_area},
         "slowest": sorted(((t.duration_s, t.rule) for r in report.rules for t in r.tests), reverse=True)[:5],
