@@ -29,7 +29,7 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -272,15 +272,24 @@ def namespace(dra_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[
 
 LEFTOVERS = ("/api/v1/namespaces/{}/pods", "/apis/resource.k8s.io/v1/namespaces/{}/resourceclaims")
 """What a test's namespace must not hold to be left to a disposable cluster: what runs on a node or
-holds a device."""
+holds a device, unless it is on its way out already (deleting the namespace would only ask again)."""
+
+
+def _on_its_way_out(item: Mapping[str, Any]) -> bool:
+    """Being deleted, or owned (a claim a template made for a pod: the garbage collector deletes it
+    with its owner)."""
+    meta = item.get("metadata") or {}
+    return bool(meta.get("deletionTimestamp") or meta.get("ownerReferences"))
 
 
 def _holds_nothing(rest: Rest, namespace: str) -> bool:
-    """Whether ``namespace`` holds none of :data:`LEFTOVERS` (a pod still terminating counts); an
+    """Whether ``namespace`` holds none of :data:`LEFTOVERS` that is not :func:`_on_its_way_out`; an
     error answers no, so the namespace is deleted as always."""
     try:
-        return not any(
-            rest.send("GET", path.format(namespace), query={"limit": "1"}).get("items") for path in LEFTOVERS
+        return all(
+            _on_its_way_out(item)
+            for path in LEFTOVERS
+            for item in rest.send("GET", path.format(namespace)).get("items") or []
         )
     except RestError:
         return False

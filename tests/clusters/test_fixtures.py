@@ -37,11 +37,26 @@ def test_a_namespace_is_left_to_a_disposable_cluster_only_when_it_holds_nothing(
     dra_cluster: Cluster, namespace: str
 ) -> None:
     """An empty namespace is left to a cluster that goes away with the run; one with a pod (or a
-    claim) is deleted as always, so nothing a test left keeps running or holding a device."""
+    claim) that is not on its way out is deleted as always, so nothing a test left keeps running or
+    holding a device."""
     rest = dra_cluster.rest()
     assert _holds_nothing(rest, namespace)
-    run_pod(dra_cluster.api_client(), namespace)
+    pod = run_pod(dra_cluster.api_client(), namespace)
     assert not _holds_nothing(rest, namespace), "a running pod and its claim"
+    # a pod being deleted (its finalizer holds it) is no leftover: deleting the namespace asks again
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod.metadata.name}"
+    rest.send(
+        "PATCH",
+        path,
+        body={"metadata": {"finalizers": ["example.com/hold"]}},
+        content_type="application/merge-patch+json",
+    )
+    rest.send("DELETE", path)
+    assert rest.send("GET", path)["metadata"]["deletionTimestamp"]
+    assert _holds_nothing(rest, namespace), "only a pod being deleted, and the claim it owns"
+    rest.send(
+        "PATCH", path, body={"metadata": {"finalizers": None}}, content_type="application/merge-patch+json"
+    )
     owned = ClusterSession(LocalSettings(), Path("/nowhere"), True, 1)
     assert owned.disposable, "a cluster this session starts stops with it"
     attached = dataclasses.replace(owned, external=Path("/state"))
