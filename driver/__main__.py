@@ -44,6 +44,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
     from draproto.rest import Rest
     from driver import devices
     from driver.binding import Attacher, attach_on_demand
+    from driver.breaking import interceptors
     from driver.claims import ApiClaimSource
     from driver.consumable import make_consumable
     from driver.consumers import POD_SWITCHES, ApiPodSource
@@ -99,7 +100,8 @@ def run(settings: Settings, stop: threading.Event) -> int:
 
     publisher.update(inventory=inventory, taints=taints())
     monitor.subscribe(lambda: publisher.update(taints=taints()))
-    server = PluginServer(settings, state, monitor if settings.health.enabled else None)
+    health = monitor if settings.health.enabled else None
+    server = PluginServer(settings, state, health, interceptors=interceptors(settings, state))
     started: list[Callable[[], None]] = []
     try:
         # on shutdown the kubelet loses the plugin first, then health, then the slices go

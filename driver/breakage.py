@@ -4,7 +4,9 @@ Each switch makes the driver break exactly one rule the suite checks, so the sui
 can show that its test for that rule fails against a driver that breaks it. They
 are off by default and can only be turned on by ``--testing-break-rule RULE``
 (repeatable) or the env var ``DRA_GPU_TESTING_BREAK_RULES`` (comma list); the
-names say they are for testing. Code asks ``settings.breaks("rule")``.
+names say they are for testing. Code asks ``settings.breaks("rule")``; the switches that
+change a kubelet call's request or answer are asked only by ``driver.breaking``, an interceptor
+around the plugin's servicers.
 """
 
 from __future__ import annotations

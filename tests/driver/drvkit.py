@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 
 from draproto import dra_v1_pb2, dra_v1_pb2_grpc
+from driver.breaking import interceptors
 from driver.claims import MemoryClaimSource
 from driver.inventory import DeviceInfo, Inventory, MigProfile, Placement
 from driver.plugin import PluginServer
@@ -163,8 +164,10 @@ class Node:
         )
 
     def serve(self, state: DeviceState | None = None, **kwargs: Any) -> PluginServer:
-        """Start the plugin's gRPC servers; stopped at teardown."""
-        server = PluginServer(self.settings, state or self.state(), **kwargs)
+        """Start the plugin's gRPC servers, wrapped as ``driver.__main__`` wraps them when a
+        rule-breaking switch is on; stopped at teardown."""
+        state = state or self.state()
+        server = PluginServer(self.settings, state, interceptors=interceptors(self.settings, state), **kwargs)
         server.start()
         self.servers.append(server)
         return server

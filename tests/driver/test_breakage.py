@@ -41,11 +41,12 @@ from draproto import (
     registration_pb2,
     registration_pb2_grpc,
 )
-from driver import access
+from driver import access, plugin
 from driver.__main__ import handle_signals
 from driver.__main__ import main as driver_main
 from driver.binding import ATTACH_FAILED, ATTACHED, Attacher, attach_on_demand
 from driver.breakage import RULES, parse_rules
+from driver.breaking import GRPC_SWITCHES, interceptors
 from driver.cdi import validate
 from driver.checkpoint import PreparedDevice
 from driver.compatibility import MIG_GROUP, WHOLE_GPU_GROUP, group_by_mode
@@ -1061,6 +1062,16 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "misnamed-device-classes": _documented_class_names,
 }
 """Per switch: the checks of the rule it breaks."""
+
+
+def test_grpc_switches_wrap_the_plugin_only_when_on(node: Node) -> None:
+    """The gRPC switches live in an interceptor around the plugin, which the plugin never reads."""
+    assert not GRPC_SWITCHES - set(RULES)
+    source = Path(plugin.__file__).read_text()
+    assert not [rule for rule in GRPC_SWITCHES if f'breaks("{rule}")' in source]
+    assert interceptors(node.settings, node.state()) == []
+    assert interceptors(broken(node, "no-health").settings, node.state()) == []
+    assert len(interceptors(broken(node, "drop-claim-from-batch").settings, node.state())) == 1
 
 
 def test_every_switch_has_a_scenario() -> None:
