@@ -31,33 +31,6 @@ if TYPE_CHECKING:
         registration_pb2_grpc,
     )
 
-_STUBS = frozenset(
-    {
-        "dra_v1_pb2",
-        "dra_v1_pb2_grpc",
-        "dra_v1beta1_pb2",
-        "dra_v1beta1_pb2_grpc",
-        "health_v1_pb2",
-        "health_v1_pb2_grpc",
-        "health_v1alpha1_pb2",
-        "health_v1alpha1_pb2_grpc",
-        "registration_pb2",
-        "registration_pb2_grpc",
-    }
-)
-"""The generated modules, imported on first use: ``draproto.rest``, ``draproto.quantity`` and
-``draproto.cdi`` cost no grpc or protobuf import."""
-
-
-def __getattr__(name: str) -> object:
-    if name in _STUBS:
-        import importlib
-
-        module = importlib.import_module(f"draproto._gen.{name}")
-        globals()[name] = module
-        return module
-    raise AttributeError(f"module 'draproto' has no attribute {name!r}")
-
 
 __all__ = [
     "DRA_PLUGIN_TYPE",
@@ -76,6 +49,21 @@ __all__ = [
     "registration_pb2",
     "registration_pb2_grpc",
 ]
+
+_STUBS = frozenset(name for name in __all__ if name.endswith(("_pb2", "_pb2_grpc")))
+"""The generated modules, imported on first use: ``draproto.rest``, ``draproto.quantity`` and
+``draproto.cdi`` cost no grpc or protobuf import."""
+
+
+def __getattr__(name: str) -> object:
+    if name in _STUBS:
+        import importlib
+
+        module = importlib.import_module(f"draproto._gen.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'draproto' has no attribute {name!r}")
+
 
 DRA_PLUGIN_TYPE = "DRAPlugin"
 """``PluginInfo.type`` of a DRA driver."""

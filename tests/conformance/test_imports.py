@@ -1,5 +1,7 @@
-"""Imports cost what they use: the catalogue (data), the profiles (YAML and data) and the fake GPU
-load neither gRPC, protobuf, the Kubernetes client, pytest nor a cluster backend, and
+"""Imports cost what they use: the catalogue (data), the profiles (YAML and data), the fake GPU and
+the plain-JSON API requests load neither gRPC, protobuf, the Kubernetes client, pytest nor a
+cluster backend; the suite's pytest processes (plugin and rule modules) never load the Kubernetes
+client; and
 ``import conformance`` loads its public names (:data:`conformance.__all__`) only when first used.
 
 Each import runs in a fresh interpreter: this one has loaded everything already.
@@ -19,7 +21,15 @@ import conformance
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("grpc", "google.protobuf", "kubernetes", "clusters.local", "draproto._gen", "pytest")
 """Packages that none of the light imports may load (a module of one counts)."""
-LIGHT = ("conformance", "conformance.catalogue", "conformance.errors", "conformance.profiles", "fakegpu")
+LIGHT = (
+    "conformance",
+    "conformance.catalogue",
+    "conformance.errors",
+    "conformance.profiles",
+    "fakegpu",
+    "draproto.rest",
+    "draproto.quantity",
+)
 
 _PROBE = """
 import json, sys
@@ -54,6 +64,20 @@ def test_light_imports_load_nothing_heavy(module: str) -> None:
         f"import {module} loads {heavy} ({len(added)} modules in all): import what needs them "
         "inside the function that does (or lazily from a package's __init__)"
     )
+
+
+def test_the_suites_processes_leave_the_kubernetes_client_alone() -> None:
+    """A pytest worker of the suite imports the plugin and every rule module; none of them loads
+    the kubernetes client (a third of a second of CPU each): requests go over ``draproto.rest``."""
+    modules = ["conformance.plugin.hooks", "conformance.plugin.fixtures", "conformance.plugin.state"]
+    modules += [f"conformance.suite.{p.stem}" for p in sorted((ROOT / "conformance/suite").glob("test_*.py"))]
+    probe = "import importlib, sys\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)
+    probe += "print(sorted(m for m in sys.modules if m == 'kubernetes' or m.startswith('kubernetes.')))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]", f"the suite's modules load {done.stdout.strip()}"
 
 
 def test_public_names_resolve_lazily() -> None:
