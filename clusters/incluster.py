@@ -29,7 +29,7 @@ from clusters import tools
 from clusters.base import ContainerView, PodRef, pod_key
 from clusters.errors import ClusterError, DriverDeployError, ToolError
 from clusters.progress import Progress
-from clusters.release import DriverPods, Release
+from clusters.release import DriverPods, Release, VendorRelease
 
 __all__ = [
     "InCluster",
@@ -66,6 +66,12 @@ def find_tools(env: Mapping[str, str], release: Release | None) -> Tools:
     helm = tools.find("helm", env) if release is not None and release.uses_helm else None
     if release is not None:
         release.check()
+        if isinstance(release, VendorRelease) and release.builds_here:
+            raise ToolError(
+                "the profile's install section names {src:NAME} or {image:NAME}, parts that only the "
+                "kind tier makes here: run it with --cluster kind, or give a chart and images a k3s "
+                "node can get"
+            )
     return Tools(docker, kubectl, helm)
 
 

@@ -13,10 +13,11 @@ run a command in it and read its logs. Both install through an :class:`Installer
 
 from __future__ import annotations
 
+import re
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,6 +31,8 @@ __all__ = [
     "CHART_DIR",
     "DOCKERFILE",
     "FAKE_ROOT",
+    "IMAGE_PLACEHOLDER",
+    "SOURCE_PLACEHOLDER",
     "DriverPods",
     "DriverRelease",
     "HelmChart",
@@ -39,6 +42,13 @@ __all__ = [
     "import_image",
     "load_image",
 ]
+
+SOURCE_PLACEHOLDER = re.compile(r"^\{src:([A-Za-z0-9._-]+)\}")
+"""``{src:NAME}`` at the start of a chart path: the source of the Go module that the binary NAME
+(``clusters.local.gobins``) is built from, in the Go module cache (kind only)."""
+IMAGE_PLACEHOLDER = re.compile(r"^\{image:([A-Za-z0-9._-]+)\}$")
+"""``{image:NAME}`` as an image: the Go binary NAME built here as an image ``NAME:local``
+(``clusters.kind.appimages.binary_archive``; kind only)."""
 
 CHART_DIR = Path(__file__).resolve().parent.parent / "driver" / "deploy" / "helm" / "dra-gpu-driver"
 """The reference driver's Helm chart."""
@@ -334,7 +344,7 @@ class HelmChart:
 
     @property
     def local(self) -> bool:
-        """Whether :attr:`chart` is a path."""
+        """Whether :attr:`chart` is a path (``{src:NAME}/...`` is one once filled)."""
         return self.chart.startswith("/")
 
 
@@ -361,6 +371,22 @@ class VendorRelease:
     def uses_helm(self) -> bool:
         """Whether it is a chart."""
         return self.chart is not None
+
+    @property
+    def builds_here(self) -> bool:
+        """Whether its chart is ``{src:NAME}/...`` or an image ``{image:NAME}``: parts made on this
+        machine from a Go module (:meth:`filled`)."""
+        chart = self.chart.chart if self.chart is not None else ""
+        return bool(SOURCE_PLACEHOLDER.match(chart)) or any(IMAGE_PLACEHOLDER.match(i) for i in self.images)
+
+    def filled(self, source: Callable[[str], Path], image: Callable[[str], str]) -> VendorRelease:
+        """It with ``{src:NAME}`` of its chart replaced by ``source(NAME)`` (the module's directory)
+        and each ``{image:NAME}`` by ``image(NAME)`` (the ref of an image made and loaded)."""
+        chart = self.chart
+        if chart is not None and (m := SOURCE_PLACEHOLDER.match(chart.chart)):
+            chart = replace(chart, chart=str(source(m.group(1))) + chart.chart[m.end() :])
+        images = tuple(image(m.group(1)) if (m := IMAGE_PLACEHOLDER.match(i)) else i for i in self.images)
+        return replace(self, chart=chart, images=images)
 
     def check(self) -> None:
         """Every file it installs from exists."""

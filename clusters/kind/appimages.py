@@ -22,6 +22,7 @@ the nodes as any image (:func:`clusters.release.import_image`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -57,6 +58,8 @@ __all__ = [
     "POD_IMAGE",
     "PYTHON",
     "SOURCES",
+    "binary_archive",
+    "binary_image",
     "busybox_archive",
     "driver_archive",
     "ensure_image",
@@ -325,11 +328,9 @@ def driver_archive(cache: Path, ref: str, progress: Progress = _say) -> NodeArch
     return _cached(entry, build, {"ref": ref, "source": "build"}, progress)
 
 
-def busybox_archive(
-    cache: Path, ref: str = POD_IMAGE, busybox: Path = Path("/bin/busybox"), progress: Progress = _say
-) -> NodeArchive:
-    """The test pods' image ``ref``: ``busybox`` (static: Debian's ``busybox-static``) as
-    ``/bin/busybox``, a ``/bin`` link per applet, ``/tmp``."""
+def _busybox_entries(busybox: Path) -> list[Entry]:
+    """``busybox`` (static) as ``/bin/busybox``, a ``/bin`` link per applet, ``/tmp`` and ``/etc``;
+    :class:`ToolError` when it is no static busybox with ``sh``."""
     if not busybox.is_file():
         raise ToolError(f"no {busybox} to make the test pods' image from: apt-get install busybox-static")
     listed = subprocess.run([str(busybox), "--list"], capture_output=True, text=True, check=False)
@@ -338,23 +339,81 @@ def busybox_archive(
         raise ToolError(
             f"{busybox} --list names no sh: give a static busybox (apt-get install busybox-static)"
         )
-    digest = _digest(ref, digest_file(busybox), *applets)
+    return [
+        Entry("bin", directory=True),
+        Entry("tmp", directory=True, mode=0o1777),
+        Entry("etc", directory=True),
+        Entry("bin/busybox", source=busybox, mode=0o755),
+        *(Entry(f"bin/{applet}", link="busybox") for applet in applets),
+    ]
+
+
+def _entry_key(entry: Entry) -> str:
+    """What makes ``entry`` what it is, for a cache key: its path, mode and content."""
+    content = digest_file(entry.source) if entry.source is not None else _digest(entry.data or b"")
+    return f"{entry.path}\0{entry.mode:o}\0{entry.directory}\0{entry.link}\0{content}"
+
+
+def _one_layer_archive(
+    cache: Path,
+    ref: str,
+    entries: Sequence[Entry],
+    config: ImageConfig,
+    *,
+    stamp: Mapping[str, object],
+    progress: Progress,
+) -> NodeArchive:
+    """An image of one layer of ``entries``, cached by their names and contents."""
+    shape = json.dumps(dataclasses.asdict(config), sort_keys=True)
+    digest = _digest(ref, *(_entry_key(e) for e in entries), shape)
     entry = cache / "images" / ref.replace("/", "_").replace(":", "_") / digest
 
     def build(tmp: Path) -> str:
-        entries = [
-            Entry("bin", directory=True),
-            Entry("tmp", directory=True, mode=0o1777),
-            Entry("etc", directory=True),
-            Entry("bin/busybox", source=busybox, mode=0o755),
-            *(Entry(f"bin/{applet}", link="busybox") for applet in applets),
-        ]
         layer = write_layer(tmp / "layer.tar", entries)
-        image_id = write_archive(tmp / ARCHIVE, ref, [layer], ImageConfig(cmd=("sh",)))
+        image_id = write_archive(tmp / ARCHIVE, ref, [layer], config)
         layer.unlink()
         return image_id
 
-    return _cached(entry, build, {"ref": ref, "source": "busybox-static"}, progress)
+    return _cached(entry, build, {"ref": ref, **stamp}, progress)
+
+
+def busybox_archive(
+    cache: Path, ref: str = POD_IMAGE, busybox: Path = Path("/bin/busybox"), progress: Progress = _say
+) -> NodeArchive:
+    """The test pods' image ``ref``: ``busybox`` (static: Debian's ``busybox-static``) as
+    ``/bin/busybox``, a ``/bin`` link per applet, ``/tmp``."""
+    entries = _busybox_entries(busybox)
+    config = ImageConfig(cmd=("sh",))
+    return _one_layer_archive(
+        cache, ref, entries, config, stamp={"source": "busybox-static"}, progress=progress
+    )
+
+
+def binary_image(name: str) -> str:
+    """The image ref of the Go binary ``name`` built here (``{image:NAME}`` of a profile's install):
+    ``NAME:local``, for a chart's values to name with ``pullPolicy: Never``."""
+    return f"{name}:local"
+
+
+def binary_archive(
+    cache: Path,
+    name: str,
+    binary: Path,
+    busybox: Path = Path("/bin/busybox"),
+    progress: Progress = _say,
+) -> NodeArchive:
+    """The image :func:`binary_image` of ``name``: the static Go ``binary`` as ``/usr/bin/NAME`` on
+    the busybox of :func:`busybox_archive` (a shell for ``kubectl exec``), NAME its entrypoint."""
+    entries = [
+        *_busybox_entries(busybox),
+        Entry("usr", directory=True),
+        Entry("usr/bin", directory=True),
+        Entry(f"usr/bin/{name}", source=binary, mode=0o755),
+    ]
+    config = ImageConfig(entrypoint=(name,))
+    return _one_layer_archive(
+        cache, binary_image(name), entries, config, stamp={"source": str(binary)}, progress=progress
+    )
 
 
 def ensure_image(engine: Engine, archive: NodeArchive, progress: Progress = _say) -> str:

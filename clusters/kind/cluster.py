@@ -38,16 +38,16 @@ from clusters.base import ContainerView, PodRef, pod_key
 from clusters.engine import Engine, Forward, PrivateEngine, find_or_start, forward
 from clusters.errors import ClusterError, ToolError
 from clusters.incluster import CAT_SPECS, InCluster, Tools, give_up, parse_specs
-from clusters.kind.appimages import busybox_archive, driver_archive, ensure_image
+from clusters.kind.appimages import binary_archive, busybox_archive, driver_archive, ensure_image
 from clusters.kind.config import dra_gates, render
 from clusters.kind.nodeimage import ensure_node_image, node_archive
 from clusters.kind.nodeparts import resolve_parts
 from clusters.kind.settings import KindSettings
-from clusters.local.gobins import GoBinary, cached_build
+from clusters.local.gobins import GoBinary, cached_build, resolve_binary, resolve_source
 from clusters.local.settings import LocalSettings
 from clusters.podcluster import PodCluster
 from clusters.progress import Progress, to_log
-from clusters.release import DriverRelease, Release, import_image
+from clusters.release import DriverRelease, Release, VendorRelease, import_image
 
 __all__ = [
     "HELM_BINARY",
@@ -255,11 +255,26 @@ class KindCluster(PodCluster[KindSettings]):
 
     def _release_to_install(self) -> Release:
         """The release to install: the reference driver's told not to build its image where
-        :meth:`_import_built_images` loaded one into the engine."""
+        :meth:`_import_built_images` loaded one into the engine; another driver's with its
+        ``{src:NAME}`` chart and ``{image:NAME}`` images made here (:meth:`_binary_image`)."""
         release = self.settings.release
         if self.settings.build_image and isinstance(release, DriverRelease):
             return dataclasses.replace(release, build=False)
+        if isinstance(release, VendorRelease) and release.builds_here:
+            local = LocalSettings.from_env(self._env).with_version(self.settings.k8s_version)
+            return release.filled(
+                lambda name: resolve_source(name, local, self._say),
+                lambda name: self._binary_image(local, name),
+            )
         return release
+
+    def _binary_image(self, local: LocalSettings, name: str) -> str:
+        """The Go binary ``name`` (cached or built) as an image made here and loaded into the
+        engine (:func:`clusters.kind.appimages.binary_archive`); its ref."""
+        assert self._engine is not None
+        binary = resolve_binary(name, local, self._say)
+        cache = local.binaries.cache_root.parent / "kind-node"
+        return ensure_image(self._engine, binary_archive(cache, name, binary, progress=self._say), self._say)
 
     def _reach_api(self, engine: Engine) -> None:
         """Where the engine's network is apart, relay the API server's published port to this

@@ -40,6 +40,7 @@ __all__ = [
     "placeholders",
     "resolve_binary",
     "resolve_fakecri",
+    "resolve_source",
     "resolve_tool",
     "source_digest",
 ]
@@ -122,6 +123,19 @@ def resolve_binary(name: str, settings: LocalSettings, progress: Progress = _log
         progress=progress,
         instead="pass --example-driver-bin PATH (or set DRAC_EXAMPLE_DRIVER_BIN)",
     )
+
+
+def resolve_source(name: str, settings: LocalSettings, progress: Progress = _log_progress) -> Path:
+    """The source of the Go module the binary ``name`` is built from, at the version in use, in the
+    Go module cache (``{src:NAME}`` of a profile's install chart: the files it ships, e.g. its Helm
+    chart). :class:`BinariesError` for an unknown name, :class:`GoBuildError` when it cannot be had."""
+    binary = GO_BINARIES.get(name)
+    if binary is None:
+        known = ", ".join(sorted(GO_BINARIES))
+        raise BinariesError(f"{{src:{name}}} names no known Go binary; known: {known}")
+    if shutil.which("go") is None:
+        raise BinariesError(f"'go' is not on PATH to download {binary.module}; install Go 1.24+")
+    return gobuild.module_dir(binary.module, binary.version(settings), progress)
 
 
 def cached_build(

@@ -41,6 +41,7 @@ __all__ = [
     "build_go_command",
     "build_kubernetes",
     "build_module_dir",
+    "module_dir",
 ]
 
 ETCD_MODULE_VERSION = f"v{ETCD_VERSION}"
@@ -233,6 +234,23 @@ def build_go_command(module: str, version: str, package: str, dest: Path, progre
         target = dest / name
         shutil.move(str(tmp_out), target)
         return target
+
+
+def module_dir(module: str, version: str, progress: Progress = print) -> Path:
+    """The source of ``module`` at exactly ``version`` in the Go module cache (``go mod download``;
+    seconds when it is there already): for files a module ships beside its code, e.g. a Helm chart."""
+    env = _go_env()
+    env["GOFLAGS"] = " ".join(f for f in (env.get("GOFLAGS", ""), "-mod=mod") if f)
+    with tempfile.TemporaryDirectory(prefix="mod-src-") as tmp:
+        out = _run_go(["mod", "download", "-json", f"{module}@{version}"], Path(tmp), env, progress)
+    try:
+        found = json.loads(out[out.index("{") :])
+    except ValueError as e:
+        raise GoBuildError(f"'go mod download -json {module}@{version}' gave no JSON: {out[-400:]}") from e
+    if found.get("Error") or not found.get("Dir"):
+        why = found.get("Error") or "no Dir in the answer"
+        raise GoBuildError(f"{module}@{version} cannot be downloaded: {why}")
+    return Path(found["Dir"])
 
 
 def build_module_dir(source: Path, target: Path, progress: Progress = print, *, cgo: bool = False) -> Path:

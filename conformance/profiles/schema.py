@@ -549,8 +549,9 @@ class Install:
     """``driverPods.container``: the container commands run in (empty: the pod's default)."""
     chart: str = ""
     """A Helm chart: a chart directory or ``.tgz`` (a path relative to the profile's folder,
-    absolute here), ``repo/name`` (a repository helm knows, or the one :attr:`repo` adds), or
-    ``oci://host/path``. Or else :attr:`manifests`."""
+    absolute here), ``repo/name`` (a repository helm knows, or the one :attr:`repo` adds),
+    ``oci://host/path``, or ``{src:NAME}/path``: a directory of the source of the Go module the
+    binary ``NAME`` (``{bin:NAME}``) is built from (kind only). Or else :attr:`manifests`."""
     version: str = ""
     """The chart's version (``helm --version``; not for a local chart)."""
     repo: str = ""
@@ -569,7 +570,8 @@ class Install:
     (they name their own namespaces). Or else :attr:`chart`."""
     images: tuple[str, ...] = ()
     """Images of the local Docker engine imported into every node before the install (for
-    images no node can pull, e.g. a local build)."""
+    images no node can pull, e.g. a local build); ``{image:NAME}``: the Go binary ``NAME`` built
+    here as the image ``NAME:local`` on a static busybox (kind only)."""
 
 
 @dataclass(frozen=True)
@@ -1076,6 +1078,7 @@ def _pods(r: _Reader | None) -> TestPods:
     return TestPods(image, secrets, tuple(dict(t) for t in tolerations), labels)
 
 
+_CHART_SOURCE = re.compile(r"^\{src:[A-Za-z0-9._-]+\}(/[^\s]*)?$")
 _CHART_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SELECTOR_PART = re.compile(r"^(?P<key>[^=!]+?)\s*(?P<op>==|!=|=)\s*(?P<value>[^=!]*)$")
 _CHART_KEYS = ("chart", "version", "repo", "release", "namespace", "values", "valuesFiles")
@@ -1101,6 +1104,8 @@ def _chart(r: _Reader, chart: str, base: Path | None) -> tuple[str, bool]:
         if len(chart) == len("oci://") or not valid_image(chart):
             r.fail(chart, f"{_CHART_FORMS} (an OCI reference: oci://host/path)", "chart")
         return chart, False
+    if _CHART_SOURCE.match(chart):
+        return chart, True  # a directory of a Go module's source, found at install time
     path = Path(chart).expanduser()
     if not path.is_absolute() and base is not None:
         path = base / path

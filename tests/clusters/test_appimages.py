@@ -144,3 +144,32 @@ def test_an_environment_without_pip_borrows_its_base_interpreters(monkeypatch: p
     command = appimages._pip_command()
     assert command[0] != sys.executable
     assert subprocess.run([*command, "--version"], capture_output=True, check=False).returncode == 0
+
+
+def test_a_go_binary_image_is_the_binary_on_busybox_and_cached(tmp_path: Path, busybox: Path) -> None:
+    binary = tmp_path / "dra-example-kubeletplugin"
+    binary.write_bytes(b"\x7fELF static")
+    said: list[str] = []
+    archive = appimages.binary_archive(
+        tmp_path / "cache", binary.name, binary, busybox=busybox, progress=said.append
+    )
+    assert archive.ref == appimages.binary_image(binary.name) == "dra-example-kubeletplugin:local"
+    (layer,) = _layers(archive.path)
+    assert layer["usr/bin/dra-example-kubeletplugin"].mode == 0o755 and layer["bin/sh"].issym()
+    with tarfile.open(archive.path) as tar:
+        config_name = json.loads(tar.extractfile("manifest.json").read())[0]["Config"]  # type: ignore[union-attr]
+        config = json.loads(tar.extractfile(config_name).read())  # type: ignore[union-attr]
+    assert config["config"]["Entrypoint"] == ["dra-example-kubeletplugin"]
+    said.clear()
+    assert (
+        appimages.binary_archive(
+            tmp_path / "cache", binary.name, binary, busybox=busybox, progress=said.append
+        )
+        == archive
+    )
+    assert said == [f"image {archive.ref} from the cache ({archive.path})"]
+    binary.write_bytes(b"\x7fELF another version")  # another build: another image
+    again = appimages.binary_archive(
+        tmp_path / "cache", binary.name, binary, busybox=busybox, progress=said.append
+    )
+    assert again.image_id != archive.image_id

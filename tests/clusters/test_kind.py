@@ -292,49 +292,6 @@ def _running(tmp_path: Path, api: str) -> tuple[KindCluster, FakeBin]:
     return cluster, fake
 
 
-def test_fault_commands_run_in_the_driver_pod(tmp_path: Path, api: str) -> None:
-    cluster, _ = _running(tmp_path, api)
-    values = cluster.node_values("drac-worker")
-    assert values["root"] == FAKE_ROOT and values["python"] == "python"
-    argv = cluster.on_node("drac-worker", ["python", "-m", "fakegpu", "heal", "GPU-1"])
-    assert argv[argv.index("exec") :] == [
-        "exec", "-n", "dra-gpu-driver", "dra-gpu-driver-q7", "-c", "driver", "--",
-        "python", "-m", "fakegpu", "heal", "GPU-1",
-    ]  # fmt: skip
-    assert argv[1:3] == ["--kubeconfig", str(cluster.kubeconfig)]
-
-
-def test_restart_kubelet_runs_systemctl_in_the_node(tmp_path: Path, api: str) -> None:
-    cluster, fake = _running(tmp_path, api)
-    cluster.restart_kubelet("drac-worker")
-    cluster.restart_kubelet("drac-worker", crash=True)
-    docker = [a for a in fake.argvs("docker") if a[0] == "exec"]
-    assert docker == [
-        ["exec", "drac-worker", "systemctl", "restart", "kubelet"],
-        ["exec", "drac-worker", "systemctl", "kill", "--signal=SIGKILL", "kubelet"],
-        ["exec", "drac-worker", "systemctl", "start", "kubelet"],
-    ]
-    waits = [a for a in fake.argvs("kubectl") if "wait" in a]
-    assert all("node/drac-worker" in a and "--for=condition=Ready" in a for a in waits) and len(waits) == 2
-
-
-def test_restart_driver_deletes_the_pod_and_waits_for_the_next(tmp_path: Path, api: str) -> None:
-    cluster, fake = _running(tmp_path, api)
-    both = {
-        "items": [
-            {"metadata": {"name": "dra-gpu-driver-q7", "uid": "u1"}, "status": {"phase": "Running"}},
-            {"metadata": {"name": "dra-gpu-driver-z9", "uid": "u2"}, "status": {"phase": "Running"}},
-        ]
-    }
-    fake.first("kubectl", "get", "pods", "spec.nodeName=drac-worker", stdout=json.dumps(both))
-    cluster.restart_driver("drac-worker")
-    kubectl = fake.argvs("kubectl")
-    delete = next(a for a in kubectl if "delete" in a)
-    pod = ["delete", "pod", "-n", "dra-gpu-driver", "dra-gpu-driver-q7"]
-    assert delete[delete.index("delete") :] == [*pod, "--wait=false"]
-    assert any("pod/dra-gpu-driver-z9" in a for a in kubectl if "wait" in a)
-
-
 def test_a_driver_crash_kills_its_container_in_the_node(
     tmp_path: Path, api: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -352,41 +309,6 @@ def test_a_driver_crash_kills_its_container_in_the_node(
     assert seen == ["drac-worker"]
     assert ["exec", "drac-worker", "crictl", "stop", "--timeout", "0", "abc123"] in fake.argvs("docker")
     assert not [a for a in fake.argvs("kubectl") if "delete" in a]
-
-
-def test_container_view_reads_the_container_and_the_node_specs(tmp_path: Path, api: str) -> None:
-    cluster, fake = _running(tmp_path, api)
-    spec = {
-        "cdiVersion": "0.6.0",
-        "kind": "gpu.dra-conformance.io/gpu",
-        "devices": [
-            {
-                "name": "c1-gpu-0",
-                "containerEdits": {"env": ["GPU_DEVICE_0=GPU-a"], "deviceNodes": [{"path": "/dev/nvidia0"}]},
-            },
-            {"name": "c2-gpu-1", "containerEdits": {"env": ["GPU_DEVICE_1=GPU-b"]}},
-        ],
-    }
-    fake.on("kubectl", "get", "pod", "-n", "ns", "p", stdout="drac-worker")
-    fake.on("kubectl", "exec", "env", stdout="PATH=/bin\nGPU_DEVICE_0=GPU-a\n")
-    fake.on("kubectl", "exec", "ls", stdout="crw-rw-rw- 1 root root 195,   0 Dec  1 10:00 nvidia0\n")
-    fake.on("kubectl", "exec", "cat", stdout="overlay / overlay rw,relatime 0 0\n")
-    fake.on(
-        "docker",
-        "exec",
-        "drac-worker",
-        "sh",
-        stdout=f"--- dra-conformance cdi spec ---\n{json.dumps(spec)}\n",
-    )
-    view = cluster.container_view("ns/p", "ctr")
-    assert view.env["GPU_DEVICE_0"] == "GPU-a"
-    assert view.device_nodes == [{"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}]
-    assert view.mounts[0]["containerPath"] == "/"
-    assert view.cdi_devices == ["gpu.dra-conformance.io/gpu=c1-gpu-0"]
-    execs = [a for a in fake.argvs("kubectl") if "exec" in a]
-    assert all(
-        a[a.index("exec") : a.index("exec") + 6] == ["exec", "-n", "ns", "p", "-c", "ctr"] for a in execs
-    )
 
 
 # --- live -------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from clusters.errors import DriverDeployError
+from clusters.errors import DriverDeployError, ToolError
 from clusters.k3s import K3sCluster, K3sSettings
 from clusters.kind import KindCluster, KindSettings
 from clusters.release import DriverPods, HelmChart, Release, VendorRelease
@@ -229,21 +229,6 @@ def test_the_driver_pod_of_a_node_is_found_by_the_selector_and_exec_names_the_co
     ]  # fmt: skip
 
 
-def test_restart_driver_deletes_the_vendor_pod(tmp_path: Path, api: str) -> None:
-    fake, cluster = _running(tmp_path, api, PODS)
-    both = {
-        "items": [
-            {"metadata": {"name": "acme-driver-q7", "uid": "u1"}, "status": {"phase": "Running"}},
-            {"metadata": {"name": "acme-driver-z9", "uid": "u2"}, "status": {"phase": "Running"}},
-        ]
-    }
-    fake.first("kubectl", "get", "pods", "spec.nodeName=drac-worker", stdout=json.dumps(both))
-    cluster.restart_driver("drac-worker")
-    kubectl = [a[2:] for a in fake.argvs("kubectl")]
-    assert ["delete", "pod", "-n", "acme-system", "acme-driver-q7", "--wait=false"] in kubectl
-    assert any("pod/acme-driver-z9" in a and "acme-system" in a for a in kubectl if a[0] == "wait")
-
-
 def test_without_a_container_exec_goes_to_the_pods_default_one(tmp_path: Path, api: str) -> None:
     _, cluster = _running(tmp_path, api, DriverPods("acme-system", "app=acme"))
     argv = cluster.on_node("drac-worker", ["true"])
@@ -260,3 +245,34 @@ def test_an_attached_cluster_finds_the_pods_its_info_names(tmp_path: Path, api: 
         "exec", "-n", "acme-system", "acme-driver-q7", "-c", "plugin", "--", "true",
     ]  # fmt: skip
     assert DriverPods.from_info({"backend": "kind"}) is None
+
+
+# --- parts made here from a Go module: {src:NAME} and {image:NAME} ------------------------------
+
+
+def test_a_release_of_parts_made_here_is_filled_by_name(tmp_path: Path) -> None:
+    chart = _chart(tmp_path, chart="{src:acme-plugin}/deployments/helm/acme", version="", repo="")
+    release = VendorRelease(DRIVER, PODS, chart=chart, images=("{image:acme-plugin}", "other:1"))
+    assert release.builds_here and not release.chart.local  # type: ignore[union-attr]
+    release.check()  # nothing to find on disk before it is filled
+    asked: list[str] = []
+    filled = release.filled(
+        lambda name: asked.append(f"src {name}") or tmp_path / "mod",  # type: ignore[func-returns-value]
+        lambda name: asked.append(f"image {name}") or f"{name}:local",  # type: ignore[func-returns-value]
+    )
+    assert filled.chart is not None and filled.chart.chart == f"{tmp_path}/mod/deployments/helm/acme"
+    assert filled.chart.local and filled.images == ("acme-plugin:local", "other:1")
+    assert asked == ["src acme-plugin", "image acme-plugin"] and not filled.builds_here
+    assert not VendorRelease(DRIVER, PODS, chart=_chart(tmp_path)).builds_here
+
+
+def test_k3s_refuses_parts_only_kind_makes_before_anything_is_made(tmp_path: Path, api: str) -> None:
+    chart = _chart(tmp_path, chart="{src:acme-plugin}/chart", version="", repo="")
+    release = VendorRelease(DRIVER, PODS, chart=chart, images=("{image:acme-plugin}",))
+    fake = FakeBin(tmp_path / "bin", tools=("docker", "helm", "kubectl"))
+    fake.on("docker", "version", stdout="27.3.1\n")
+    settings = K3sSettings(k8s_version="1.37.2", work_dir=tmp_path / "state", release=release)
+    cluster = K3sCluster(settings, env=fake.env(), factory=lambda image: pytest.fail("a container was made"))
+    with pytest.raises(ToolError, match=r"only the kind tier makes here: run it with --cluster kind"):
+        cluster.start()
+    assert fake.argvs("helm") == []

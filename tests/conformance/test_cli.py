@@ -182,8 +182,8 @@ def test_kind_and_k3s_install_the_reference_chart_for_the_reference_driver() -> 
     # the chart's service account is the identity's (dra-system/dra-gpu-driver): SLICE-OWN-NODE and
     # ALLOC-STATUS-RBAC take its token
     assert gpu.namespace == "dra-system" and gpu.pods.namespace == "dra-system"
-    with pytest.raises(UsageError, match=r"example-gpu.*has no 'install' section.*--cluster external"):
-        SuiteConfig.build("example-gpu", cluster="kind")
+    with pytest.raises(UsageError, match=r"example-cpu.*has no 'install' section.*--cluster external"):
+        SuiteConfig.build("example-cpu", cluster="kind")
 
 
 def test_an_unreachable_external_cluster_stops_the_run_with_one_message(tmp_path: Path) -> None:

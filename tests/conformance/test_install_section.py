@@ -16,7 +16,7 @@ import yaml
 from clusters.release import DriverPods, DriverRelease, HelmChart, VendorRelease
 from conformance.config import SuiteConfig
 from conformance.errors import ProfileError, UsageError
-from conformance.profiles import SHIPPED_DIR, Install, parse
+from conformance.profiles import SHIPPED_DIR, Install, load, parse
 from tests.clusters.fakebin import FakeBin
 
 PODS = {"namespace": "acme-system", "selector": "app.kubernetes.io/name=acme-driver"}
@@ -25,6 +25,7 @@ PODS = {"namespace": "acme-system", "selector": "app.kubernetes.io/name=acme-dri
 def _profile(tmp_path: Path, install: dict[str, Any] | None) -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load((SHIPPED_DIR / "example-gpu.yaml").read_text())
     data["deviceClasses"]["file"] = str(SHIPPED_DIR / data["deviceClasses"]["file"])
+    data.pop("install")  # the shipped one's: its own chart, from its module (tested on kind, live)
     if install is not None:
         data["install"] = install
     (tmp_path / "charts" / "acme-driver").mkdir(parents=True, exist_ok=True)
@@ -39,6 +40,20 @@ def _install(tmp_path: Path, install: dict[str, Any]) -> Install:
     profile = parse(_profile(tmp_path, install), "mine.yaml", tmp_path / "mine.yaml")
     assert profile.install is not None
     return profile.install
+
+
+def test_the_example_drivers_own_chart_and_image_are_made_from_its_module() -> None:
+    install = load("example-gpu").install
+    assert install is not None
+    assert install.chart == "{src:dra-example-kubeletplugin}/deployments/helm/dra-example-driver"
+    assert install.images == ("{image:dra-example-kubeletplugin}",)
+    assert install.values["image"] == {
+        "repository": "dra-example-kubeletplugin",
+        "tag": "local",
+        "pullPolicy": "Never",
+    }
+    release = SuiteConfig.build("example-gpu", cluster="kind").release
+    assert isinstance(release, VendorRelease) and release.builds_here
 
 
 @pytest.mark.parametrize(
