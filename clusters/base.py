@@ -192,6 +192,10 @@ class Cluster(abc.ABC):
         """What ``container`` of ``pod`` sees of its devices."""
         raise CapabilityMissing(self.backend, "show what a container sees")
 
+    def node_cdi_specs(self, node: str) -> list[dict[str, object]]:
+        """The CDI specs on ``node``, parsed (what :meth:`container_view` infers CDI devices from)."""
+        raise CapabilityMissing(self.backend, "read the CDI specs of a node")
+
     def registry_dir(self, node: str) -> Path:
         """The plugin-registration directory of ``node``, where drivers put registration sockets."""
         raise CapabilityMissing(self.backend, "reach the driver's sockets on a node")

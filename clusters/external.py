@@ -158,12 +158,16 @@ class ExternalCluster(Cluster):
             return tools.run([*base, *argv], timeout=60, env=self._env).stdout
 
         node = run("get", "pod", "-n", namespace, name, "-o", "jsonpath={.spec.nodeName}").strip()
-        specs = parse_specs(self._run("cdiSpecs", node))
+        specs = self.node_cdi_specs(node)
 
         def exec_(*argv: str) -> str:
             return run("exec", "-n", namespace, name, "-c", container, "--", *argv)
 
         return parse_view(exec_("env"), exec_("ls", "-l", "/dev"), exec_("cat", "/proc/mounts"), specs)
+
+    def node_cdi_specs(self, node: str) -> list[dict[str, object]]:
+        """The profile's ``cdiSpecs`` command of ``node``, parsed."""
+        return parse_specs(self._run("cdiSpecs", node))
 
     def registry_dir(self, node: str) -> Path:
         """The local mirror of ``node``'s plugin-registration dir, in step with the node now."""

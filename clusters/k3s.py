@@ -214,9 +214,13 @@ class K3sCluster(PodCluster[K3sSettings]):
             self._nodes = sorted(n.rpartition("/")[2] for n in out.split())
         return list(self._nodes)
 
-    def container_view(self, pod: PodRef, container: str) -> ContainerView:
-        """What the container sees (``kubectl exec``), CDI devices inferred from the node's specs."""
+    def node_cdi_specs(self, node: str) -> list[dict[str, object]]:
+        """The CDI specs in the k3s container (its only node)."""
         if self._docker is None:
             raise ClusterError("the k3s cluster is not started")
         specs_text = tools.run([self._docker, "exec", self._container_id(), "sh", "-c", CAT_SPECS]).stdout
-        return self._incluster().container_view(pod, container, parse_specs(specs_text))
+        return parse_specs(specs_text)
+
+    def container_view(self, pod: PodRef, container: str) -> ContainerView:
+        """What the container sees (``kubectl exec``), CDI devices inferred from the node's specs."""
+        return self._incluster().container_view(pod, container, self.node_cdi_specs(""))

@@ -684,9 +684,21 @@ class Harness:
                     found[f"{spec.get('kind')}={device.get('name')}"] = path
         return found
 
+    def viewed_cdi_devices(self, node: str | None = None) -> frozenset[str]:
+        """Every CDI device the specs of ``node`` define, as a container view infers them, where
+        the suite cannot read the node's CDI dir itself (kind, k3s, external)."""
+        specs = self.cluster.node_cdi_specs(node or self.node)
+        return frozenset(
+            f"{spec.get('kind')}={device.get('name')}"
+            for spec in specs
+            for device in (spec.get("devices") or [])  # type: ignore[attr-defined]
+            if isinstance(device, dict)
+        )
+
     def claim_cdi_ids(self, ids: Iterable[str]) -> list[str]:
         """Of ``ids`` (CDI devices answered for a claim of this test), those its preparation brought:
-        without devices already defined on the node before the test began. A driver may add one
+        without devices already defined on the node before the test began (read from its CDI dir,
+        or where a container view reads them: :meth:`viewed_cdi_devices`). A driver may add one
         node-wide device (node env, say) to every claim's answer; it is not the claim's to remove
         (PREP-CDI-UNIQUE is the rule that judges such sharing)."""
         return [i for i in ids if i not in self.cdi_before]

@@ -148,6 +148,8 @@ def dra(request: pytest.FixtureRequest) -> Iterator[Harness]:
         request.node.stash[HARNESS_KEY] = harness
         if "grpc" in dra_env.cluster_capabilities:
             harness.cdi_before = frozenset(harness.cdi_devices(node))
+        elif "view" in dra_env.cluster_capabilities:  # kind, k3s, external: the node's specs
+            harness.cdi_before = harness.viewed_cdi_devices(node)
         if exclusive:
             until(
                 f"the devices of {node} to be free of other tests' claims",
