@@ -70,8 +70,9 @@ def _publish(inventory: Inventory) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(dir="/tmp", prefix="bds"))
     plane = ControlPlane(binaries, root).start()
     try:
-        api = config.new_client_from_config(config_file=str(plane.kubeconfig))
-        client.CoreV1Api(api).create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+        api = config.new_client_from_config(config_file=str(plane.kubeconfig))  # type: ignore[no-untyped-call]
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}
+        client.CoreV1Api(api).create_node(node)  # type: ignore[arg-type]  # the client takes plain JSON too
         store = KubeSliceStore(Rest(api))
         pub = SlicePublisher(store, driver_name=DRIVER, node_name=NODE)
         pub.update(inventory)
@@ -114,8 +115,8 @@ def run() -> dict[str, Any]:
         for gpu in range(machine.gpu_count):
             machine.set_mig_mode(gpu, True)
         kinds = ["gpu", "partitionable-mig"]
-        build = lambda: build_slices(inventory, driver_name=DRIVER, node_name=NODE, generation=2)  # noqa: E731
         inventory = devices.discover(kinds)
+        build = lambda: build_slices(inventory, driver_name=DRIVER, node_name=NODE, generation=2)  # noqa: E731
         figures: dict[str, Any] = {
             "profile": "dgx-h100",
             "device_kinds": kinds,

@@ -101,12 +101,14 @@ def _run_pods(api: Any, namespace: str, device_class: str, count: int) -> list[A
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         pods = core.list_namespaced_pod(namespace).items
-        if len(pods) == count and all(p.status.phase == "Running" for p in pods):
+        if len(pods) == count and all(p.status is not None and p.status.phase == "Running" for p in pods):
             break
         time.sleep(0.2)
     else:
         raise RuntimeError(f"pods of {device_class} did not all run within 180 s")
-    claims = custom.list_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims")
+    claims: dict[str, Any] = custom.list_namespaced_custom_object(  # type: ignore[assignment]
+        "resource.k8s.io", "v1", namespace, "resourceclaims"
+    )  # the client's stubs say object: it is the list's JSON
     return [
         dra_v1_pb2.Claim(namespace=namespace, uid=c["metadata"]["uid"], name=c["metadata"]["name"])
         for c in claims["items"]

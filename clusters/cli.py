@@ -135,8 +135,8 @@ def _up(settings: LocalSettings, timeout: float | None) -> int:
         state = daemon.launch(settings, settings.state_dir, timeout=timeout, echo=True)
     else:
         print(f"a cluster already runs (state in {settings.state_dir})", file=sys.stderr)
-    print(f"nodes: {', '.join(state['nodes']) or '(none)'}; logs under {state['root']}", file=sys.stderr)
-    print(f"export KUBECONFIG={state['kubeconfig']}", flush=True)
+    print(f"nodes: {', '.join(state.nodes) or '(none)'}; logs under {state.root}", file=sys.stderr)
+    print(f"export KUBECONFIG={state.kubeconfig}", flush=True)
     return 0
 
 
@@ -147,19 +147,18 @@ def _status(settings: LocalSettings, as_json: bool) -> int:
         return 1
     health = daemon.request(settings.state_dir, "status", timeout=30)
     if as_json:
-        print(json.dumps({**state, "healthy": health["healthy"], "rss": health["rss"]}, indent=2))
+        print(json.dumps({**state.to_data(), "healthy": health["healthy"], "rss": health["rss"]}, indent=2))
     else:
-        print(f"kubeconfig: {state['kubeconfig']}")
-        print(f"server:     {state['server']}  (Kubernetes {state['k8s_version']})")
-        print(f"root:       {state['root']}")
-        print(f"daemon:     pid {state['daemon_pid']}")
-        pids = dict(state["control_plane"])
-        for name, node in state["nodes"].items():
-            kind = node.get("kind", "agent")
-            pids[f"{kind}-{name}"] = node["agent_pid"]
-            pids[f"driver-{name}"] = node["driver_pid"]
-            if node.get("runtime_pid"):
-                pids[f"runtime-{name}"] = node["runtime_pid"]
+        print(f"kubeconfig: {state.kubeconfig}")
+        print(f"server:     {state.server}  (Kubernetes {state.k8s_version})")
+        print(f"root:       {state.root}")
+        print(f"daemon:     pid {state.daemon_pid}")
+        pids = dict(state.control_plane)
+        for name, node in state.nodes.items():
+            pids[f"{node.kind}-{name}"] = node.agent_pid
+            pids[f"driver-{name}"] = node.driver_pid
+            if node.runtime_pid:
+                pids[f"runtime-{name}"] = node.runtime_pid
         for name, ok in health["healthy"].items():
             rss = health["rss"].get(name, 0) / 2**20
             print(f"  {name:28} pid {pids.get(name)!s:>8}  {'ok' if ok else 'NOT OK':6}  {rss:7.0f} MiB")

@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from clusters import apicheck
 from clusters.errors import ClusterError
@@ -39,6 +39,7 @@ from clusters.kind import KIND_CAPABILITIES, KindCluster, KindSettings
 from clusters.local import daemon, gobins, kept
 from clusters.local.cluster import LOCAL_CAPABILITIES
 from clusters.local.settings import LocalSettings, normalize_version
+from clusters.local.state import DaemonState
 from clusters.progress import Progress
 from conformance import report
 from conformance.config import CLUSTER_KINDS, IN_CLUSTER, SuiteConfig
@@ -242,7 +243,7 @@ class _LocalBase(Tier):
         settings.work_dir.mkdir(parents=True, exist_ok=True)
         return settings
 
-    def _launch(self, settings: LocalSettings, state_dir: Path, *, watch_pid: int | None) -> dict[str, Any]:
+    def _launch(self, settings: LocalSettings, state_dir: Path, *, watch_pid: int | None) -> DaemonState:
         """A new cluster in ``state_dir``, its progress in one line before and one after."""
         began = time.monotonic()
         self.say(f"starting a local cluster: Kubernetes {settings.k8s_version}, {settings.nodes} node(s) ...")
@@ -250,7 +251,7 @@ class _LocalBase(Tier):
             state = daemon.launch(settings, state_dir, watch_pid=watch_pid, echo=self.echo)
         except ClusterError as e:
             raise ConformanceError(f"the local cluster did not start: {e}") from e
-        self.say(f"cluster ready in {time.monotonic() - began:.1f} s: nodes {', '.join(state['nodes'])}")
+        self.say(f"cluster ready in {time.monotonic() - began:.1f} s: nodes {', '.join(state.nodes)}")
         return state
 
 
@@ -294,7 +295,7 @@ class KeptLocalTier(_LocalBase):
         state = kept.reuse(settings, self.say)
         if state is not None:
             took = time.monotonic() - began
-            self.say(f"reused the kept cluster in {took:.1f} s: nodes {', '.join(state['nodes'])}")
+            self.say(f"reused the kept cluster in {took:.1f} s: nodes {', '.join(state.nodes)}")
         else:
             self._launch(settings, state_dir, watch_pid=None)
         self.state_dir, self.settings = state_dir, settings
@@ -311,7 +312,7 @@ class KeptLocalTier(_LocalBase):
             return
         found = daemon.read_state(self.state_dir)
         if found is not None:
-            self.say(f"the cluster keeps running: export KUBECONFIG={found['kubeconfig']}")
+            self.say(f"the cluster keeps running: export KUBECONFIG={found.kubeconfig}")
             self.say("the next 'run --keep-cluster' reuses it if it fits (same version, nodes, driver)")
             self.say(f"stop it with: dra-conformance cluster down --state-dir {self.state_dir}")
 

@@ -9,6 +9,7 @@ from typing import Any
 from clusters.errors import ClusterError, ClusterStateError, UpdateFailed
 from clusters.local import daemon
 from clusters.local.cluster import LocalClusterBase, LocalNode, companions_of
+from clusters.local.state import DaemonState
 
 __all__ = ["AttachedLocalCluster"]
 
@@ -21,7 +22,7 @@ class AttachedLocalCluster(LocalClusterBase):
     (use :meth:`shutdown` to stop it).
     """
 
-    def __init__(self, state_dir: Path, state: dict[str, Any] | None = None) -> None:
+    def __init__(self, state_dir: Path, state: DaemonState | None = None) -> None:
         found = state if state is not None else daemon.read_state(state_dir)
         if found is None:
             raise ClusterStateError(
@@ -35,27 +36,27 @@ class AttachedLocalCluster(LocalClusterBase):
     @property
     def kubeconfig(self) -> Path:
         """Admin kubeconfig."""
-        return Path(self.state["kubeconfig"])
+        return self.state.kubeconfig
 
     @property
     def k8s_version(self) -> str:
         """Kubernetes version ``X.Y.Z``."""
-        return str(self.state["k8s_version"])
+        return self.state.k8s_version
 
     def nodes(self) -> list[str]:
         """Names of the fake nodes."""
-        return list(self.state["nodes"])
+        return list(self.state.nodes)
 
     def node_root(self, node: str) -> Path:
         """The root dir of a node (kubelet dirs, CDI dir, fake GPU state)."""
-        try:
-            return Path(self.state["nodes"][node]["root"])
-        except KeyError:
-            raise ClusterError(f"unknown node {node!r}; nodes: {self.nodes()}") from None
+        entry = self.state.nodes.get(node)
+        if entry is None:
+            raise ClusterError(f"unknown node {node!r}; nodes: {self.nodes()}")
+        return entry.root
 
     def companion_drivers(self) -> frozenset[str]:
         """The NIC driver when the daemon's settings run it."""
-        return companions_of(bool(self.state.get("settings", {}).get("nic_driver")))
+        return companions_of(self.state.settings.nic_driver)
 
     def _local_node(self, name: str) -> LocalNode:
         return LocalNode(name, self.node_root(name))

@@ -853,35 +853,6 @@ class LocalCluster(LocalClusterBase):
                     out[proc.name] = of(proc.pid)
         return out
 
-    def describe(self) -> dict[str, Any]:
-        """A JSON-able summary: kubeconfig, root, processes and their PIDs, node roots."""
-        cp = self.control_plane
-        return {
-            "kubeconfig": str(self.kubeconfig),
-            "server": cp.server if cp else None,
-            "root": str(self.root),
-            "k8s_version": self.settings.k8s_version,
-            "binaries": {"dir": str(self.binaries.directory), "source": self.binaries.source}
-            if self.binaries
-            else None,
-            "feature_gates": cp.feature_gates if cp else {},
-            "runtime_config": cp.runtime_config if cp else [],
-            "controllers": cp.controllers if cp else [],
-            "control_plane": {name: p.pid for name, p in cp.processes.items()} if cp else {},
-            "nodes": {
-                n.name: {
-                    "root": str(n.root),
-                    "kind": n.kind,
-                    "agent_pid": n.agent.pid if n.agent else None,
-                    "runtime_pid": n.runtime.pid if n.runtime else None,
-                    "driver_pid": n.driver.pid if n.driver else None,
-                    "driver_command": list(n.driver_command),
-                }
-                for n in self.local_nodes.values()
-            },
-            "timings": {k: round(v, 2) for k, v in self.timings.items()},
-        }
-
 
 def find_container_view(node_roots: Iterable[Path], pod: PodRef, container: str) -> ContainerView:
     """The view a node agent wrote for ``container`` of ``pod`` under one of ``node_roots``."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -39,7 +38,8 @@ from typing import Any
 from clusters.errors import ClusterError, ClusterStateError, UpdateFailed
 from clusters.local.cluster import SLICES, LocalCluster
 from clusters.local.processes import install_signal_handlers
-from clusters.local.settings import BinariesSettings, LocalSettings
+from clusters.local.settings import LocalSettings
+from clusters.local.state import BinariesEntry, DaemonState, NodeEntry
 
 __all__ = [
     "STATE_FILE",
@@ -67,44 +67,19 @@ LOG_FILE = "daemon.log"
 
 def settings_to_json(settings: LocalSettings) -> str:
     """Serialize settings for the daemon."""
-
-    def convert(value: Any) -> Any:
-        if isinstance(value, Path):
-            return str(value)
-        if isinstance(value, tuple):
-            return list(value)
-        return value
-
-    data = dataclasses.asdict(settings)
-    return json.dumps(
-        {
-            k: ({kk: convert(vv) for kk, vv in v.items()} if isinstance(v, dict) else convert(v))
-            for k, v in data.items()
-        }
-    )
+    return json.dumps(settings.to_data())
 
 
 def settings_from_json(text: str) -> LocalSettings:
     """The inverse of :func:`settings_to_json`."""
-    data = json.loads(text)
-    b = data.pop("binaries")
-    for key in ("bin_dir", "cache_root"):
-        if b.get(key) is not None:
-            b[key] = Path(b[key])
-    data["work_dir"] = Path(data["work_dir"])
-    data["state_dir"] = Path(data["state_dir"])
-    for key in ("device_classes", "example_driver_bin"):
-        if data.get(key) is not None:
-            data[key] = Path(data[key])
-    if data.get("driver_command") is not None:
-        data["driver_command"] = tuple(data["driver_command"])
-    if data.get("node_kinds") is not None:
-        data["node_kinds"] = tuple(data["node_kinds"])
-    return LocalSettings(binaries=BinariesSettings(**b), **data)
+    return LocalSettings.from_data(json.loads(text))
 
 
 def _pid_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
+    """Whether ``pid`` runs (a zombie, exited but not yet reaped, counts as gone; 0 or less: no
+    process, not a process group)."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -131,15 +106,34 @@ def _watch(pid: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def read_state(state_dir: Path) -> dict[str, Any] | None:
-    """The state of the daemon in ``state_dir`` if it runs, else None (stale files are ignored)."""
+def read_state(state_dir: Path) -> DaemonState | None:
+    """The state of the daemon in ``state_dir`` if it runs, else None (a file its gone daemon left is
+    ignored). :class:`ClusterStateError` naming the file and the field when the daemon runs but its file
+    is not this version's layout (a cluster an older version started and kept): stop it with
+    :func:`shutdown`."""
+    path = state_dir / STATE_FILE
     try:
-        state = json.loads((state_dir / STATE_FILE).read_text())
-    except (OSError, ValueError):
+        text = path.read_text()
+    except OSError:
         return None
-    if not isinstance(state, dict) or not _pid_alive(int(state.get("daemon_pid", 0))):
+    try:
+        state = DaemonState.from_json(text, path)
+    except ClusterStateError:
+        if _pid_alive(_writer_pid(state_dir)):
+            raise
         return None
-    return state
+    return state if _pid_alive(state.daemon_pid) else None
+
+
+def _writer_pid(state_dir: Path) -> int:
+    """The PID of the daemon that wrote the state file, however it is laid out: its ``daemon_pid``,
+    else the one in :data:`PID_FILE` (0: none known)."""
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads((state_dir / STATE_FILE).read_text())
+        pid = data.get("daemon_pid") if isinstance(data, dict) else None
+        if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
+            return pid
+    return _read_pid(state_dir)
 
 
 def launch(
@@ -149,7 +143,7 @@ def launch(
     watch_pid: int | None = None,
     timeout: float | None = None,
     echo: bool = False,
-) -> dict[str, Any]:
+) -> DaemonState:
     """Start a daemon for ``settings`` in ``state_dir`` and wait until its cluster is ready.
 
     Returns its state. ``timeout`` None waits as long as the daemon lives (a first binary build
@@ -200,7 +194,7 @@ def launch(
             if echo:
                 shown = _echo_new(log_path, shown)
             state = read_state(state_dir)
-            if state is not None and state.get("ready"):
+            if state is not None:  # written once the cluster is ready
                 return state
             pid = pid or _read_pid(state_dir)
             vanished = not _pid_alive(pid) if pid else time.monotonic() > pid_deadline
@@ -273,13 +267,13 @@ def request(state_dir: Path, op: str, timeout: float = 300.0, **args: Any) -> di
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
-            sock.connect(state["control_socket"])
+            sock.connect(str(state.control_socket))
             sock.sendall(json.dumps({"op": op, **args}).encode() + b"\n")
             sock.shutdown(socket.SHUT_WR)
             data = _read_all(sock)
         except OSError as e:
             raise ClusterStateError(
-                f"cannot talk to the cluster daemon at {state['control_socket']}: {e}"
+                f"cannot talk to the cluster daemon at {state.control_socket}: {e}"
             ) from e
     answer = json.loads(data or b"{}")
     if not answer.get("ok"):
@@ -295,14 +289,23 @@ def _read_all(sock: socket.socket) -> bytes:
 
 
 def shutdown(state_dir: Path, timeout: float = 60.0) -> bool:
-    """Stop the daemon of ``state_dir`` and wait for it; False when none was running."""
-    state = read_state(state_dir)
-    if state is None:
-        return False
-    pid = int(state["daemon_pid"])
+    """Stop the daemon of ``state_dir`` and wait for it; False when none was running. A daemon whose
+    state file this version cannot read (an older one's) is stopped by its PID, with SIGTERM."""
     try:
-        request(state_dir, "stop", timeout=10)
-    except ClusterError:
+        state = read_state(state_dir)
+    except ClusterStateError as e:  # another version's daemon: its PID is all that is known of it
+        log.info("%s: stopping its daemon by its PID", e)
+        state, pid = None, _writer_pid(state_dir)
+    else:
+        if state is None:
+            return False
+        pid = state.daemon_pid
+    asked = False
+    if state is not None:
+        with contextlib.suppress(ClusterError):
+            request(state_dir, "stop", timeout=10)
+            asked = True
+    if not asked:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     if not _wait_gone(pid, timeout):
@@ -338,20 +341,42 @@ class _Daemon:
         self.watch_pid = watch_pid
         self.stopping = False
 
-    def state(self) -> dict[str, Any]:
-        assert self.cluster.root is not None
-        return {
-            "ready": True,
-            "daemon_pid": os.getpid(),
-            "state_dir": str(self.state_dir.resolve()),
-            "control_socket": str(self.cluster.root / "ctl.sock"),
-            "settings": json.loads(settings_to_json(self.cluster.settings)),
-            **self.cluster.describe(),
-        }
+    def state(self) -> DaemonState:
+        """The cluster as it runs now: its kubeconfig, root, processes and their PIDs, node roots."""
+        c = self.cluster
+        cp = c.control_plane
+        assert c.root is not None and cp is not None
+        return DaemonState(
+            daemon_pid=os.getpid(),
+            state_dir=self.state_dir.resolve(),
+            control_socket=c.root / "ctl.sock",
+            settings=c.settings,
+            kubeconfig=c.kubeconfig,
+            server=cp.server,
+            root=c.root,
+            k8s_version=c.settings.k8s_version,
+            binaries=BinariesEntry(c.binaries.directory, c.binaries.source) if c.binaries else None,
+            feature_gates=dict(cp.feature_gates),
+            runtime_config=tuple(cp.runtime_config),
+            controllers=tuple(cp.controllers),
+            control_plane={name: p.pid for name, p in cp.processes.items()},
+            nodes={
+                n.name: NodeEntry(
+                    root=n.root,
+                    kind=n.kind,
+                    agent_pid=n.agent.pid if n.agent else None,
+                    runtime_pid=n.runtime.pid if n.runtime else None,
+                    driver_pid=n.driver.pid if n.driver else None,
+                    driver_command=n.driver_command,
+                )
+                for n in c.local_nodes.values()
+            },
+            timings={k: round(v, 2) for k, v in c.timings.items()},
+        )
 
     def write_state(self) -> None:
         tmp = self.state_dir / f".{STATE_FILE}.tmp"
-        tmp.write_text(json.dumps(self.state(), indent=2))
+        tmp.write_text(self.state().to_json())
         os.replace(tmp, self.state_dir / STATE_FILE)
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:

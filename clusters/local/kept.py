@@ -27,9 +27,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from clusters.errors import ClusterError
+from clusters.errors import ClusterError, ClusterStateError
 from clusters.local import daemon
 from clusters.local.settings import LocalSettings
+from clusters.local.state import DaemonState
 from nodeagent.layout import NodeLayout
 
 __all__ = ["DRIVERS_FILE", "MUST_MATCH", "QUIET_SECONDS", "differences", "kept_dir", "note_drivers", "reuse"]
@@ -99,21 +100,25 @@ def _digest(directories: Sequence[Path]) -> str:
     return h.hexdigest()
 
 
-def _drivers(directory: Path, state: Mapping[str, Any], settings: LocalSettings) -> dict[str, Any]:
+def _command(settings: LocalSettings) -> list[str] | None:
+    """The driver command of ``settings`` as the daemon takes and :data:`DRIVERS_FILE` records it."""
+    return None if settings.driver_command is None else list(settings.driver_command)
+
+
+def _drivers(directory: Path, state: DaemonState, settings: LocalSettings) -> dict[str, Any]:
     """What the kept cluster's drivers are now: their command, their devices (from its daemon), and
     per node the driver's PID, whether it has a registration socket, the digest of its files."""
     driver = settings.driver_name
     nodes: dict[str, Any] = {}
-    for name, node in state["nodes"].items():
-        layout = NodeLayout(Path(node["root"]))
+    for name, node in state.nodes.items():
+        layout = NodeLayout(node.root)
         nodes[name] = {
-            "driver_pid": node.get("driver_pid"),
+            "driver_pid": node.driver_pid,
             "registered": any(layout.registry_dir.glob(f"{driver}*")),
             "files": _digest([layout.plugin_dir(driver), layout.cdi_dir, layout.root / "gpus"]),
         }
-    command = None if settings.driver_command is None else list(settings.driver_command)
     devices = daemon.request(directory, "devices", timeout=60)["devices"]
-    return {"command": command, "devices": devices, "nodes": nodes}
+    return {"command": _command(settings), "devices": devices, "nodes": nodes}
 
 
 def note_drivers(settings: LocalSettings) -> None:
@@ -121,10 +126,10 @@ def note_drivers(settings: LocalSettings) -> None:
     found them registered with their slices, before any other rule ran. The next run keeps them when
     they are still so (:func:`reuse`)."""
     directory = kept_dir(settings)
-    state = daemon.read_state(directory)
-    if state is None:
-        return
     try:
+        state = daemon.read_state(directory)
+        if state is None:
+            return
         now = _drivers(directory, state, settings)
     except (ClusterError, OSError) as e:  # the next run replaces the drivers then
         log.warning("could not note the kept cluster's drivers: %s", e, extra={"state_dir": str(directory)})
@@ -162,7 +167,7 @@ def _noted(directory: Path) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def reuse(settings: LocalSettings, say: Callable[[str], None]) -> dict[str, Any] | None:
+def reuse(settings: LocalSettings, say: Callable[[str], None]) -> DaemonState | None:
     """The state of the kept cluster, ready for a run with ``settings.driver_command``: its drivers
     kept when they are as new ones, else replaced (one line says why); None when there is none or it
     cannot serve (then it is gone and ``say`` told why)."""
@@ -170,14 +175,19 @@ def reuse(settings: LocalSettings, say: Callable[[str], None]) -> dict[str, Any]
     saved = directory / daemon.SETTINGS_FILE
     if not saved.exists():
         return None
-    state = daemon.read_state(directory)
-    if state is None or not state.get("ready"):
+    try:
+        state = daemon.read_state(directory)
+    except ClusterStateError as e:  # its daemon runs, but this version cannot read its state
+        say(f"not reusing the kept cluster in {directory}: {e}: starting a new one")
+        _discard(directory, running=True)
+        return None
+    if state is None:
         say(f"the kept cluster in {directory} is not running (its daemon is gone): starting a new one")
         _discard(directory, running=False)
         return None
     try:
         kept = daemon.settings_from_json(saved.read_text())
-    except (OSError, ValueError, TypeError) as e:
+    except (OSError, KeyError, ValueError, TypeError) as e:
         say(f"the kept cluster in {directory} has unreadable settings ({e}): starting a new one")
         _discard(directory, running=True)
         return None
@@ -202,8 +212,7 @@ def reuse(settings: LocalSettings, say: Callable[[str], None]) -> dict[str, Any]
         if why:
             say(f"replacing the kept cluster's drivers: {why}")
             (directory / DRIVERS_FILE).unlink(missing_ok=True)
-            command = None if settings.driver_command is None else list(settings.driver_command)
-            daemon.request(directory, "reset_drivers", command=command)
+            daemon.request(directory, "reset_drivers", command=_command(settings))
             state = daemon.read_state(directory) or state
     except (ClusterError, OSError) as e:  # the daemon's answer names its API server's errors too
         say(f"not reusing the kept cluster in {directory}: {e}: starting a new one")

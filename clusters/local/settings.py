@@ -317,3 +317,38 @@ class LocalSettings:
             v = example_driver_version.strip()
             changes["example_driver_version"] = v if v.startswith("v") else f"v{v}"
         return dataclasses.replace(settings, **changes)
+
+    def to_data(self) -> dict[str, Any]:
+        """These settings as JSON-able data (paths as strings, tuples as lists): what a daemon is
+        started with (``settings.json``) and what its state file records."""
+
+        def convert(value: Any) -> Any:
+            if isinstance(value, Path):
+                return str(value)
+            if isinstance(value, tuple):
+                return list(value)
+            return value
+
+        return {
+            k: ({kk: convert(vv) for kk, vv in v.items()} if isinstance(v, dict) else convert(v))
+            for k, v in dataclasses.asdict(self).items()
+        }
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> LocalSettings:
+        """The inverse of :meth:`to_data`; ``KeyError``, ``TypeError`` or ``ValueError`` on data
+        that is not (settings of another version)."""
+        fields = dict(data)
+        b = dict(fields.pop("binaries"))
+        for key in ("bin_dir", "cache_root"):
+            if b.get(key) is not None:
+                b[key] = Path(b[key])
+        fields["work_dir"] = Path(fields["work_dir"])
+        fields["state_dir"] = Path(fields["state_dir"])
+        for key in ("device_classes", "example_driver_bin"):
+            if fields.get(key) is not None:
+                fields[key] = Path(fields[key])
+        for key in ("driver_command", "node_kinds"):
+            if fields.get(key) is not None:
+                fields[key] = tuple(fields[key])
+        return cls(binaries=BinariesSettings(**b), **fields)

@@ -123,11 +123,8 @@ def test_up_status_claim_down(state_dir: Path, local_binaries: Binaries, tmp_pat
 
     down = _cli("cluster", "down", "--state-dir", str(state_dir))
     assert down.returncode == 0
-    pids = [int(state["daemon_pid"]), *state["control_plane"].values()]
-    for node in state["nodes"].values():
-        pids += [node["agent_pid"], node["driver_pid"]]
-    assert not still_running(pids)
-    assert not Path(state["root"]).exists()
+    assert not still_running(state.pids())
+    assert not state.root.exists()
     assert "no cluster running" in _cli("cluster", "down", "--state-dir", str(state_dir)).stderr
 
 

@@ -15,6 +15,7 @@ from clusters.errors import CapabilityMissing
 from clusters.local.attached import AttachedLocalCluster
 from clusters.local.binaries import Binaries
 from clusters.local.settings import LocalSettings
+from clusters.local.state import DaemonState
 from clusters.pytest_plugin import ClusterSession, _holds_nothing
 from tests import kube
 from tests.clusters.e2e import run_pod, still_running
@@ -82,11 +83,11 @@ def test_claim_survives_driver_and_kubelet_restarts(
         dra_cluster.restart_driver(node, crash=True)
         dra_cluster.restart_kubelet(node, crash=True)
         # start_driver replaces the driver with a given command line (here: the same one)
-        command = dra_cluster.state["nodes"][node]["driver_command"]
-        old_pid = AttachedLocalCluster(dra_cluster.state_dir).state["nodes"][node]["driver_pid"]
+        command = dra_cluster.state.nodes[node].driver_command
+        old_pid = AttachedLocalCluster(dra_cluster.state_dir).state.nodes[node].driver_pid
         dra_cluster.start_driver(node, command)
         fresh = AttachedLocalCluster(dra_cluster.state_dir)
-        assert fresh.state["nodes"][node]["driver_pid"] != old_pid
+        assert fresh.state.nodes[node].driver_pid != old_pid
         assert fresh.status()["healthy"][f"driver-{node}"]
     slices = kube.resource(api).list_resource_slice(field_selector=f"spec.nodeName={node}").items
     assert slices, f"no ResourceSlices for {node} after the restarts"
@@ -170,7 +171,7 @@ def test_xdist_workers_share_one_cluster_that_stops_with_the_run(
                 json.dump(
                     {
                         "kubeconfig": str(dra_cluster.kubeconfig),
-                        "state": dra_cluster.state,
+                        "state": dra_cluster.state.to_data(),
                         "namespace": namespace,
                         "lease": [node_lease, *held],
                     },
@@ -193,12 +194,10 @@ def test_xdist_workers_share_one_cluster_that_stops_with_the_run(
     spans = sorted((start, end) for node, start, end in (s["lease"] for s in seen) if node == "node-0")
     assert len(spans) == 4
     assert all(prev_end <= start for (_, prev_end), (start, _) in itertools.pairwise(spans)), spans
-    state = seen[0]["state"]
-    pids = [state["daemon_pid"], *state["control_plane"].values()]
-    pids += [n[k] for n in state["nodes"].values() for k in ("agent_pid", "driver_pid")]
-    alive = still_running(pids)  # exited children may wait a moment to be reaped
+    state = DaemonState.from_json(json.dumps(seen[0]["state"]), out / "0.json")
+    alive = still_running(state.pids())  # exited children may wait a moment to be reaped
     assert not alive, f"processes left after the run: {alive}"
-    assert not Path(state["root"]).exists()
+    assert not state.root.exists()
 
 
 def test_a_crashed_run_leaves_nothing_behind(
@@ -215,7 +214,7 @@ def test_a_crashed_run_leaves_nothing_behind(
 
         def test_hangs(dra_cluster):
             with open({str(out)!r}, "w") as f:
-                json.dump(dra_cluster.state, f)
+                f.write(dra_cluster.state.to_json())
             time.sleep(600)
         """
     )
@@ -233,16 +232,14 @@ def test_a_crashed_run_leaves_nothing_behind(
             time.sleep(0.2)
         assert out.exists(), "the inner run never got its cluster"
         time.sleep(0.2)  # let the writer finish
-        state = json.loads(out.read_text())
+        state = DaemonState.from_json(out.read_text(), out)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    pids = [state["daemon_pid"], *state["control_plane"].values()]
-    pids += [n[k] for n in state["nodes"].values() for k in ("agent_pid", "driver_pid")]
-    alive = still_running(pids, timeout=30)
+    alive = still_running(state.pids(), timeout=30)
     assert not alive, f"processes outlived the crashed run: {alive}"
-    leftovers = [p for p in (state["root"], state["state_dir"]) if Path(p).exists()]
+    leftovers = [p for p in (state.root, state.state_dir) if p.exists()]
     assert not leftovers, f"files outlived the crashed run: {leftovers}"

@@ -67,7 +67,7 @@ def test_a_kept_cluster_whose_daemon_died_is_not_reused_and_says_so(tmp_path: Pa
 def _driver_pids(directory: Path) -> dict[str, int]:
     state = daemon.read_state(directory)
     assert state is not None
-    return {name: node["driver_pid"] for name, node in state["nodes"].items()}
+    return {name: node.driver_pid for name, node in state.nodes.items() if node.driver_pid is not None}
 
 
 @pytest.mark.cluster
@@ -87,13 +87,13 @@ def test_a_kept_cluster_is_reused_with_new_drivers_then_replaced_when_it_does_no
     again = kept.reuse(settings, said.append)
     assert again is not None, said
     assert said == ["replacing the kept cluster's drivers: nothing noted of them at their start"]
-    assert again["daemon_pid"] == first["daemon_pid"] and again["kubeconfig"] == first["kubeconfig"]
+    assert again.daemon_pid == first.daemon_pid and again.kubeconfig == first.kubeconfig
     state = daemon.read_state(directory)
     assert state is not None
-    assert state["control_plane"] == first["control_plane"]  # the same processes
+    assert state.control_plane == first.control_plane  # the same processes
     drivers = _driver_pids(directory)
-    assert all(pid != first["nodes"][name]["driver_pid"] for name, pid in drivers.items()), drivers
-    assert again["nodes"] == state["nodes"]  # what reuse returns names the new drivers
+    assert all(pid != first.nodes[name].driver_pid for name, pid in drivers.items()), drivers
+    assert again.nodes == state.nodes  # what reuse returns names the new drivers
     assert AttachedLocalCluster(directory, state).status()["healthy"] == before  # every process up
 
     other = dataclasses.replace(settings, nodes=2)
@@ -133,7 +133,7 @@ def test_drivers_as_noted_are_kept_and_replaced_once_a_run_changed_them(
     said.clear()
     state = daemon.read_state(directory)
     assert state is not None
-    machine = Path(state["nodes"]["node-0"]["root"]) / "gpus" / "machine.json"
+    machine = state.nodes["node-0"].root / "gpus" / "machine.json"
     machine.write_text(machine.read_text().replace('"lost":false', '"lost":true', 1))
     assert kept.reuse(settings, said.append) is not None
     assert said == [
@@ -149,7 +149,9 @@ def test_drivers_as_noted_are_kept_and_replaced_once_a_run_changed_them(
 
     state = daemon.read_state(directory)
     assert state is not None
-    os.kill(state["control_plane"]["kube-scheduler"], signal.SIGKILL)
+    scheduler = state.control_plane["kube-scheduler"]
+    assert scheduler is not None
+    os.kill(scheduler, signal.SIGKILL)
     said.clear()
     assert kept.reuse(settings, said.append) is None
     assert len(said) == 1 and said[0].startswith(f"not reusing the kept cluster in {directory}: ")

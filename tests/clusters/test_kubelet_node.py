@@ -56,8 +56,7 @@ def test_a_claimed_pod_on_a_kubelet_node_and_the_host_untouched(kubelet_settings
     before = _host_state()
     cluster = LocalCluster(kubelet_settings)
     with cluster.start():
-        described = cluster.describe()["nodes"]
-        assert [described[n]["kind"] for n in cluster.nodes()] == ["agent", "kubelet"]
+        assert [cluster.local_nodes[n].kind for n in cluster.nodes()] == ["agent", "kubelet"]
         api = cluster.api_client()
         node = "node-1"
         ns = "kubelet-node"

@@ -31,6 +31,7 @@ from conformance.harness import (
 from conformance.profiles import load
 from draproto import health_v1_pb2_grpc
 from driver.healthstream import HEALTHY, UNHEALTHY, DeviceHealth, HealthServiceV1, StaticHealth
+from tests.clusters.statekit import made_up_state
 
 DRIVER = "gpu.dra-conformance.io"
 
@@ -193,10 +194,10 @@ def test_fault_rules_need_a_healable_fault() -> None:
 
 
 def test_the_local_tier_gives_the_node_root(tmp_path: Path) -> None:
-    state = {"kubeconfig": str(tmp_path / "kc"), "nodes": {"node-0": {"root": "/tmp/drac-x/n0"}}}
+    state = made_up_state(tmp_path)
     cluster = AttachedLocalCluster(tmp_path, state)
     assert cluster.node_values("node-0") == {
         "node": "node-0",
-        "kubeconfig": str(tmp_path / "kc"),
-        "root": "/tmp/drac-x/n0",
+        "kubeconfig": str(tmp_path / "root" / "kubeconfig"),
+        "root": str(tmp_path / "root" / "n0"),
     }

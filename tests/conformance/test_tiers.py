@@ -196,7 +196,7 @@ def test_a_local_tier_runs_its_own_cluster_and_the_kept_tier_serves_the_next_run
     state = daemon.read_state(local_env)
     assert state is not None, said
     assert said[-3:] == [
-        f"the cluster keeps running: export KUBECONFIG={state['kubeconfig']}",
+        f"the cluster keeps running: export KUBECONFIG={state.kubeconfig}",
         "the next 'run --keep-cluster' reuses it if it fits (same version, nodes, driver)",
         f"stop it with: dra-conformance cluster down --state-dir {local_env}",
     ]
@@ -205,4 +205,4 @@ def test_a_local_tier_runs_its_own_cluster_and_the_kept_tier_serves_the_next_run
     assert second.start().state_dir == local_env
     assert said[-1].startswith("reused the kept cluster in ") and said[-1].endswith(": nodes node-0"), said
     again = daemon.read_state(local_env)
-    assert again is not None and again["daemon_pid"] == state["daemon_pid"]
+    assert again is not None and again.daemon_pid == state.daemon_pid
