@@ -45,6 +45,8 @@ def run(settings: Settings, stop: threading.Event) -> int:
     from driver import devices
     from driver.binding import Attacher, attach_on_demand
     from driver.breaking import interceptors
+    from driver.breaking_cdi import spec_store
+    from driver.breaking_slices import slice_builder, taint_source
     from driver.claims import ApiClaimSource
     from driver.consumable import make_consumable
     from driver.consumers import POD_SWITCHES, ApiPodSource
@@ -80,7 +82,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
         inventory = with_list_attributes(inventory)
     inventory = attach_on_demand(inventory, settings.backend.attached_gpus)
     pods = ApiPodSource(api) if settings.break_rules & POD_SWITCHES else None
-    state = DeviceState(settings, inventory, ApiClaimSource(api), pods=pods)
+    state = DeviceState(settings, inventory, ApiClaimSource(api), pods=pods, specs=spec_store(settings))
     # its own connection: the publisher's stop interrupts every watch of its Rest
     watcher = Rest(_connection(settings)) if settings.backend.attached_gpus else None
     attacher = Attacher(watcher, ApiClaimSource(api), settings, inventory)
@@ -92,11 +94,14 @@ def run(settings: Settings, stop: threading.Event) -> int:
         node_name=settings.node_name,
         pool_name=settings.pool_name,
         keep=settings.keep_slices,
+        build=slice_builder(settings.breaks),
         breaks=settings.breaks,
     )
 
-    def taints() -> dict[str, list[DeviceTaint]]:
-        return taints_from_faults(monitor.faults(), settings.driver_name, settings.breaks)
+    def node_taints() -> dict[str, list[DeviceTaint]]:
+        return taints_from_faults(monitor.faults(), settings.driver_name)
+
+    taints = taint_source(settings.breaks, node_taints)
 
     publisher.update(inventory=inventory, taints=taints())
     monitor.subscribe(lambda: publisher.update(taints=taints()))
@@ -179,6 +184,7 @@ def _access_manifests(argv: Sequence[str]) -> int:
 def handle_signals(settings: Settings, handler: Callable[[int, FrameType | None], None]) -> None:
     """SIGTERM and SIGINT stop the driver cleanly (``handler``); under the ``no-sigterm-handler``
     switch SIGTERM keeps its default action, which ends the process at once, with no cleanup."""
+    # the seam: the suite's rule-breaking switch (driver/breakage.py); a real driver has none
     if not settings.breaks("no-sigterm-handler"):
         signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)

@@ -39,6 +39,7 @@ __all__ = [
     "ATTACHED",
     "ATTACH_FAILED",
     "Attacher",
+    "BindingBreakage",
     "attach_on_demand",
     "attached_conditions",
     "fabric_problem",
@@ -143,6 +144,22 @@ def fabric_problem(info: DeviceInfo) -> str | None:
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class BindingBreakage:
+    """The seam: the suite's rule-breaking switches (driver/breakage.py) that change how GPUs are
+    attached; a real driver has none."""
+
+    never_attach: bool = False
+    ignore_attach_failure: bool = False
+
+    @classmethod
+    def of(cls, settings: Settings) -> BindingBreakage:
+        return cls(
+            never_attach=settings.breaks("never-attach"),
+            ignore_attach_failure=settings.breaks("ignore-attach-failure"),
+        )
+
+
 class Attacher:
     """Attaches the driver's on-demand GPUs for the claims they are allocated to."""
 
@@ -160,6 +177,7 @@ class Attacher:
         self._rest = rest
         self._claims = claims
         self._settings = settings
+        self._broken = BindingBreakage.of(settings)
         self._inventory = inventory
         self._problem = problem
         self._clock = clock
@@ -245,7 +263,7 @@ class Attacher:
     def handle(self, claim: Claim) -> None:
         """Attach what the claim's allocation asks of this driver, and say how it went."""
         pending = self._pending(claim)
-        if not pending or self._settings.breaks("never-attach"):
+        if not pending or self._broken.never_attach:
             return
         m = claim.get("metadata") or {}
         namespace, name, uid = str(m.get("namespace", "")), str(m.get("name", "")), str(m.get("uid", ""))
@@ -253,7 +271,7 @@ class Attacher:
         entries = []
         for info, stamp in pending:
             problem = self._problem(info)
-            if problem is not None and self._settings.breaks("ignore-attach-failure"):
+            if problem is not None and self._broken.ignore_attach_failure:
                 problem = None
             entries.append(
                 {

@@ -6,7 +6,11 @@ are off by default and can only be turned on by ``--testing-break-rule RULE``
 (repeatable) or the env var ``DRA_GPU_TESTING_BREAK_RULES`` (comma list); the
 names say they are for testing. Code asks ``settings.breaks("rule")``; the switches that
 change a kubelet call's request or answer are asked only by ``driver.breaking``, an interceptor
-around the plugin's servicers.
+around the plugin's servicers; those that only distort the ResourceSlices or CDI specs written
+only by ``driver.breaking_slices`` and ``driver.breaking_cdi``, wrappers around the slice builder
+and the spec store. Each of these is present only while one of its switches is on. The rest
+change a behaviour from inside, and each module reads them in one seam, a frozen
+``<Module>Breakage`` built once from the settings (or one marked line where there is only one).
 """
 
 from __future__ import annotations

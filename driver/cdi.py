@@ -76,13 +76,11 @@ class CDIDevice:
 class SpecStore:
     """Reads and writes one CDI spec file per claim in the CDI directory."""
 
-    def __init__(self, cdi_dir: Path, driver_name: str, *, nvml: bool = False, broken: bool = False) -> None:
+    def __init__(self, cdi_dir: Path, driver_name: str, *, nvml: bool = False) -> None:
         self.cdi_dir = cdi_dir
         self.driver_name = driver_name
         self.kind = f"k8s.{driver_name}/gpu"
         self.nvml = nvml
-        self.broken = broken
-        """Write specs that break the rules (``--testing-break-rule invalid-cdi-spec``)."""
 
     def path(self, claim_uid: str) -> Path:
         """The spec file of a claim; ``PrepareError`` for a UID that would lead out of the CDI dir."""
@@ -97,13 +95,17 @@ class SpecStore:
         return f"{self.kind}={self.cdi_name(claim_uid, device_name)}"
 
     def build(self, claim_uid: str, devices: Sequence[CDIDevice]) -> dict[str, Any]:
-        """The spec for a claim's devices (validated unless broken on purpose)."""
+        """The spec for a claim's devices, validated."""
+        spec = self.compose(claim_uid, devices)
+        validate(spec)
+        return spec
+
+    def compose(self, claim_uid: str, devices: Sequence[CDIDevice]) -> dict[str, Any]:
+        """The spec for a claim's devices, not yet validated."""
         entries = []
         for device in devices:
             env = {env_key(device.device_name): device.uuid, **device.env}
             edits: dict[str, Any] = {"env": [f"{k}={v}" for k, v in env.items()]}
-            if self.broken:
-                edits["env"].append("GPU_BROKEN_ENTRY")
             if device.info_file is not None:
                 edits["mounts"] = [
                     {
@@ -120,8 +122,6 @@ class SpecStore:
             common = [p for p in _NVIDIA_COMMON if Path(p).exists()]
             if common:
                 spec["containerEdits"] = {"deviceNodes": [{"path": p, "permissions": "rw"} for p in common]}
-        if not self.broken:
-            validate(spec)
         return spec
 
     def write(self, claim_uid: str, spec: Mapping[str, Any]) -> Path:

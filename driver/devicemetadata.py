@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ __all__ = [
     "API_VERSIONS",
     "CONTAINER_DIR",
     "POD_CLAIM_NAME_ANNOTATION",
+    "MetadataBreakage",
     "MetadataWriter",
     "container_path",
     "pod_claim_name",
@@ -77,11 +79,28 @@ def _base(request: str) -> str:
     return request.split("/", 1)[0]
 
 
+@dataclass(frozen=True)
+class MetadataBreakage:
+    """The seam: the suite's rule-breaking switches (driver/breakage.py) that change the metadata
+    of prepared claims; a real driver has none."""
+
+    whole_claim: bool = False
+    every_container: bool = False
+
+    @classmethod
+    def of(cls, settings: Settings) -> MetadataBreakage:
+        return cls(
+            whole_claim=settings.breaks("metadata-of-whole-claim"),
+            every_container=settings.breaks("metadata-to-every-container"),
+        )
+
+
 class MetadataWriter:
     """Writes, checks and removes the metadata files and their CDI specs of prepared claims."""
 
     def __init__(self, settings: Settings, inventory: Inventory) -> None:
         self.settings = settings
+        self._broken = MetadataBreakage.of(settings)
         self.inventory = inventory
         self.kind = f"{settings.driver_name}/metadata"
         self.cdi_dir = settings.kubelet.cdi_dir
@@ -102,7 +121,7 @@ class MetadataWriter:
         """Write the files and specs of a claim and add their CDI ids to its devices."""
         requests = self._requests(record)
         for request, devices in requests.items():
-            listed = record.devices if self.settings.breaks("metadata-of-whole-claim") else devices
+            listed = record.devices if self._broken.whole_claim else devices
             host = within(claim_dir, claim_dir / "metadata" / request / "metadata.json")
             atomic_write(host, self._stream(record, request, listed), durable=False)
             spec = {
@@ -129,7 +148,7 @@ class MetadataWriter:
             data = (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode()
             atomic_write(self._spec_path(record.uid, request), data, durable=False, dir_mode=0o755)
             cdi_id = f"{self.kind}={record.uid}_{request}"
-            if self.settings.breaks("metadata-to-every-container"):
+            if self._broken.every_container:
                 for device in record.devices:
                     device.cdi_ids.append(cdi_id)
             else:  # the request's first device: its containers, and only theirs, get it

@@ -119,6 +119,7 @@ class DeviceStatusWriter:
     def prepared(self, records: Sequence[ClaimRecord]) -> None:
         """Write the entries of freshly prepared claims (each failure logged, none raised)."""
         when = self._clock()
+        # the seam: the suite's rule-breaking switch (driver/breakage.py); a real driver has none
         ready = not self.settings.breaks("device-status-not-ready")
         for record in records:
             written = entries(record, self.inventory, self.settings.driver_name, when, ready=ready)

@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Any
 
 import pynvml
@@ -39,7 +40,7 @@ from driver.healthstream import HEALTHY, UNHEALTHY, DeviceHealth, Subscribers
 from driver.inventory import DeviceInfo, Inventory
 from driver.settings import Settings
 
-__all__ = ["HealthMonitor"]
+__all__ = ["HealthBreakage", "HealthMonitor"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,28 @@ def _pointer(handle: Any) -> int | None:
     except (TypeError, ctypes.ArgumentError):
         return None
     return int(value) if value is not None else None
+
+
+@dataclass(frozen=True)
+class HealthBreakage:
+    """The seam: the suite's rule-breaking switches (driver/breakage.py) that change what health
+    reports; a real driver has none."""
+
+    no_health: bool = False
+    fault_on_wrong_device: bool = False
+    benign_faults_count: bool = False
+    drop_informational_taints: bool = False
+    health_without_message: bool = False
+
+    @classmethod
+    def of(cls, settings: Settings) -> HealthBreakage:
+        return cls(
+            no_health=settings.breaks("no-health"),
+            fault_on_wrong_device=settings.breaks("fault-on-wrong-device"),
+            benign_faults_count=settings.breaks("benign-faults-count"),
+            drop_informational_taints=settings.breaks("drop-informational-taints"),
+            health_without_message=settings.breaks("health-without-message"),
+        )
 
 
 class HealthMonitor:
@@ -112,17 +135,18 @@ class HealthMonitor:
         """A monitor as the settings say: ``--health``, ``--ignored-xids``, and the rule-breaking
         switches ``no-health``, ``fault-on-wrong-device``, ``benign-faults-count`` and
         ``health-without-message``; ``--informational-taints`` unless ``drop-informational-taints``."""
+        broken = HealthBreakage.of(settings)
         informational = settings.health.informational_seconds
-        if settings.breaks("drop-informational-taints"):
+        if broken.drop_informational_taints:
             informational = 0.0
-        ignored = frozenset() if settings.breaks("benign-faults-count") else settings.health.ignored_xids
+        ignored = frozenset() if broken.benign_faults_count else settings.health.ignored_xids
         return cls(
             inventory,
             ignored_xids=ignored,
             informational_seconds=informational,
-            enabled=settings.health.enabled and not settings.breaks("no-health"),
-            misreport=settings.breaks("fault-on-wrong-device"),
-            mute=settings.breaks("health-without-message"),
+            enabled=settings.health.enabled and not broken.no_health,
+            misreport=broken.fault_on_wrong_device,
+            mute=broken.health_without_message,
             **kwargs,
         )
 

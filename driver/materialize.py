@@ -14,6 +14,7 @@ import logging
 import shutil
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -29,7 +30,14 @@ from driver.errors import DriverError, PrepareError
 from driver.inventory import DeviceInfo, Inventory
 from driver.settings import Settings
 
-__all__ = ["Materializer", "NvmlPartitioner", "Partitioner", "os_problem", "remove_tree"]
+__all__ = [
+    "MaterializeBreakage",
+    "Materializer",
+    "NvmlPartitioner",
+    "Partitioner",
+    "os_problem",
+    "remove_tree",
+]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +87,26 @@ def remove_tree(path: Path) -> None:
             path.unlink()
 
 
+@dataclass(frozen=True)
+class MaterializeBreakage:
+    """The seam: the suite's rule-breaking switches (driver/breakage.py) that change what a prepared
+    claim is on the node; a real driver has none."""
+
+    ignore_sharing_strategy: bool = False
+    cdi_id_of_another_device: bool = False
+    exceed_consumable_share: bool = False
+    leave_cdi_on_unprepare: bool = False
+
+    @classmethod
+    def of(cls, settings: Settings) -> MaterializeBreakage:
+        return cls(
+            ignore_sharing_strategy=settings.breaks("ignore-sharing-strategy"),
+            cdi_id_of_another_device=settings.breaks("cdi-id-of-another-device"),
+            exceed_consumable_share=settings.breaks("exceed-consumable-share"),
+            leave_cdi_on_unprepare=settings.breaks("leave-cdi-on-unprepare"),
+        )
+
+
 class Materializer:
     """Makes, checks and removes the partitions, device-info files and CDI spec of claims."""
 
@@ -93,6 +121,7 @@ class Materializer:
         reach: Callable[[str], None],
     ) -> None:
         self.settings = settings
+        self._broken = MaterializeBreakage.of(settings)
         self.inventory = inventory
         self.specs = specs
         """The CDI specs of this driver."""
@@ -146,10 +175,10 @@ class Materializer:
             config = device.config
             name = self.cdi_device_name(device, twice)
             info_file = self._write_info(record, device, info, config, name)
-            if self.settings.breaks("ignore-sharing-strategy"):
+            if self._broken.ignore_sharing_strategy:
                 config = None  # validated and recorded, but never reaches the container
             answered = name
-            if self.settings.breaks("cdi-id-of-another-device"):  # the id of a device not allocated
+            if self._broken.cdi_id_of_another_device:  # the id of a device not allocated
                 names = sorted(self.inventory.devices)
                 answered = names[(names.index(device.device) + 1) % len(names)]
             device.cdi_ids = [self.specs.cdi_id(record.uid, answered)]
@@ -176,7 +205,7 @@ class Materializer:
         """The env that tells the container its share of a device shared by capacity."""
         if device.consumed is None:
             return {}
-        if self.settings.breaks("exceed-consumable-share"):
+        if self._broken.exceed_consumable_share:
             return share_env(info.capacity)  # the whole GPU, whatever the share
         return share_env(device.consumed)
 
@@ -221,7 +250,7 @@ class Materializer:
     def remove_files(self, uid: str) -> None:
         """Remove a claim's CDI spec and info dir; ``PrepareError`` naming the path otherwise."""
         problems = []
-        if not self.settings.breaks("leave-cdi-on-unprepare"):
+        if not self._broken.leave_cdi_on_unprepare:
             try:
                 self.specs.remove(uid)
                 if self.metadata is not None:

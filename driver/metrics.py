@@ -72,6 +72,7 @@ class MetricsServer:
             def do_GET(self) -> None:
                 if self.path.split("?")[0] != "/metrics":
                     self._answer(404, "text/plain; charset=utf-8", "not found: GET /metrics\n")
+                # the seam: the suite's rule-breaking switch (driver/breakage.py); a real driver has none
                 elif outer.settings.breaks("metrics-broken"):
                     self._answer(500, "text/plain; charset=utf-8", "metrics unavailable\n")
                 else:

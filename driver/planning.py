@@ -18,7 +18,33 @@ from driver.errors import ClaimError, ConfigError, PrepareError
 from driver.inventory import Inventory
 from driver.settings import Settings
 
-__all__ = ["ClaimRef", "plan"]
+__all__ = ["ClaimRef", "PlanningBreakage", "plan"]
+
+
+@dataclass(frozen=True)
+class PlanningBreakage:
+    """The seam: the suite's rule-breaking switches (driver/breakage.py) that change what a claim
+    asks; a real driver has none."""
+
+    other_driver_claims: bool = False
+    foreign_results: bool = False
+    ignore_config: bool = False
+    config_to_whole_request: bool = False
+    subrequest_name: bool = False
+    qualified_request_names: bool = False
+    every_request_name: bool = False
+
+    @classmethod
+    def of(cls, settings: Settings) -> PlanningBreakage:
+        return cls(
+            other_driver_claims=settings.breaks("prepare-other-driver-claims"),
+            foreign_results=settings.breaks("prepare-foreign-results"),
+            ignore_config=settings.breaks("ignore-config"),
+            config_to_whole_request=settings.breaks("config-to-whole-request"),
+            subrequest_name=settings.breaks("subrequest-name"),
+            qualified_request_names=settings.breaks("qualified-request-names"),
+            every_request_name=settings.breaks("every-request-name"),
+        )
 
 
 @dataclass(frozen=True)
@@ -61,6 +87,7 @@ def plan(
 
     Raises ``PrepareError`` (``ClaimError`` for the claim itself) naming claim, device and reason.
     """
+    broken = PlanningBreakage.of(settings)
     claim = claims.get_claim(ref.namespace, ref.name)
     if claim is None:
         raise ClaimError(f"claim {ref}: ResourceClaim not found")
@@ -72,21 +99,21 @@ def plan(
         raise ClaimError(f"claim {ref}: not allocated")
     every = (allocation.get("devices") or {}).get("results") or []
     results = [r for r in every if r.get("driver") == settings.driver_name]
-    if not results and settings.breaks("prepare-other-driver-claims"):
+    if not results and broken.other_driver_claims:
         results = list(every)  # another driver's results, taken for ours
     if not results:
         raise ClaimError(f"claim {ref}: no device of driver {settings.driver_name} is allocated")
-    if settings.breaks("prepare-foreign-results"):
+    if broken.foreign_results:
         results = list(every)
     entries = []
-    if not settings.breaks("ignore-config"):
+    if not broken.ignore_config:
         try:
             entries = entries_from_allocation(
                 (allocation.get("devices") or {}).get("config") or [], settings.driver_name
             )
         except ConfigError as e:
             raise PrepareError(f"claim {ref}: {e}") from e
-        if settings.breaks("config-to-whole-request"):  # gpu/sub0 names gpu: every subrequest
+        if broken.config_to_whole_request:  # gpu/sub0 names gpu: every subrequest
             entries = [replace(e, requests=tuple(_parent_request(r) for r in e.requests)) for e in entries]
     planned: dict[tuple[str, str | None], PreparedDevice] = {}
     for result in results:
@@ -116,8 +143,8 @@ def plan(
         except ClaimError as e:
             raise ClaimError(f"claim {ref}: device {name}: {e}") from None
         key = (name, share_id)
-        answered = request if settings.breaks("subrequest-name") else _parent_request(request)
-        if settings.breaks("qualified-request-names"):
+        answered = request if broken.subrequest_name else _parent_request(request)
+        if broken.qualified_request_names:
             answered = f"{ref.name}/{answered}"
         if key in planned:
             planned[key].request_names = sorted({*planned[key].request_names, answered})
@@ -135,7 +162,7 @@ def plan(
             config=config,
             consumed=consumed,
         )
-    if settings.breaks("every-request-name"):  # each device named for the claim's every request
+    if broken.every_request_name:  # each device named for the claim's every request
         every_request = sorted({name for d in planned.values() for name in d.request_names})
         for prepared in planned.values():
             prepared.request_names = list(every_request)

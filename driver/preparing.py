@@ -26,12 +26,34 @@ from driver.materialize import Materializer, os_problem
 from driver.planning import ClaimRef, plan
 from driver.settings import Settings
 
-__all__ = ["Outcome", "Preparation"]
+__all__ = ["Outcome", "Preparation", "PreparingBreakage"]
 
 log = logging.getLogger(__name__)
 
 Outcome = list[PreparedDevice] | Exception
 """What a batch answers per claim: the prepared devices, or why not."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparingBreakage:
+    """The seam: the suite's rule-breaking switches (driver/breakage.py) that change how claims are
+    prepared; a real driver has none."""
+
+    non_idempotent_prepare: bool = False
+    claims_by_name: bool = False
+    stale_claim_state: bool = False
+    skip_unreferenced_claims: bool = False
+    refuse_admin_access: bool = False
+
+    @classmethod
+    def of(cls, settings: Settings) -> PreparingBreakage:
+        return cls(
+            non_idempotent_prepare=settings.breaks("non-idempotent-prepare"),
+            claims_by_name=settings.breaks("claims-by-name"),
+            stale_claim_state=settings.breaks("stale-claim-state"),
+            skip_unreferenced_claims=settings.breaks("skip-unreferenced-claims"),
+            refuse_admin_access=settings.breaks("refuse-admin-access"),
+        )
 
 
 class Preparation:
@@ -53,6 +75,7 @@ class Preparation:
         self.book = book
         self.files = files
         self.settings = settings
+        self._broken = PreparingBreakage.of(settings)
         self.inventory = inventory
         self.claims = claims
         self._undo = undo
@@ -119,7 +142,7 @@ class Preparation:
             self._undo(record)
             self.book.commit({record.uid: None})
             return None
-        if self.settings.breaks("non-idempotent-prepare"):
+        if self._broken.non_idempotent_prepare:
             raise PrepareError(f"claim {ref}: already prepared")
         try:
             if not self.files.intact(record):
@@ -133,7 +156,7 @@ class Preparation:
 
     def _same_name(self, ref: ClaimRef) -> ClaimRecord | None:
         """``claims-by-name`` only: a completed claim of the same namespace and name, whatever its UID."""
-        if not self.settings.breaks("claims-by-name"):
+        if not self._broken.claims_by_name:
             return None
         same = (r for r in self.book.claims().values() if (r.namespace, r.name) == (ref.namespace, ref.name))
         return next((r for r in same if r.state == PREPARE_COMPLETED), None)
@@ -142,10 +165,10 @@ class Preparation:
         """What the switches ``stale-claim-state`` and ``skip-unreferenced-claims`` answer instead of
         preparing (None: prepare as usual)."""
         again = ref.uid in self._prepared_before and ref.uid not in self._failed_stale
-        if again and self.settings.breaks("stale-claim-state"):
+        if again and self._broken.stale_claim_state:
             self._failed_stale.add(ref.uid)
             raise PrepareError(f"claim {ref}: stale state of its last preparation (stale-claim-state)")
-        if self.settings.breaks("skip-unreferenced-claims") and self._pods is not None:
+        if self._broken.skip_unreferenced_claims and self._pods is not None:
             claim = self.claims.get_claim(ref.namespace, ref.name)
             if claim is not None and not referenced(claim, self._pods):
                 log.warning("no container references the claim: not prepared (skip-unreferenced-claims)",
@@ -165,7 +188,7 @@ class Preparation:
     def _start(self, records: list[ClaimRecord], out: dict[str, Outcome]) -> list[ClaimRecord]:
         """Check conflicts and record ``PrepareStarted`` for the claims that pass (one write)."""
         accepted: list[ClaimRecord] = []
-        admin_exempt = not self.settings.breaks("refuse-admin-access")
+        admin_exempt = not self._broken.refuse_admin_access
         with self.book.lock:
             for record in records:
                 ref = ClaimRef.of(record)

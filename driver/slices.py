@@ -16,19 +16,44 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from driver.errors import StoreConflict
-from driver.inventory import NUMA_NODE, Inventory
-from driver.listattrs import scalar_lists
+from driver.inventory import Inventory
 from driver.slicing import Body, DeviceTaint, build_slices
 
-__all__ = ["SlicePublisher", "SliceStore"]
+__all__ = ["PublisherBreakage", "SlicePublisher", "SliceStore"]
 
 log = logging.getLogger(__name__)
 
 CHURN_SECONDS = 2.0
 """How often the ``churn-slices`` switch rewrites the pool."""
+
+
+@dataclass(frozen=True)
+class PublisherBreakage:
+    """The seam: the suite's rule-breaking switches (driver/breakage.py) that change how the
+    publisher behaves; a real driver has none. (Those that only change the slices written are a
+    wrapper around the builder, ``driver.breaking_slices``.)"""
+
+    no_slices: bool = False
+    no_republish: bool = False
+    churn_slices: bool = False
+    no_rewatch: bool = False
+    sticky_taint: bool = False
+    recreate_on_start: bool = False
+
+    @classmethod
+    def of(cls, breaks: Callable[[str], bool]) -> PublisherBreakage:
+        return cls(
+            no_slices=breaks("no-slices"),
+            no_republish=breaks("no-republish"),
+            churn_slices=breaks("churn-slices"),
+            no_rewatch=breaks("no-rewatch"),
+            sticky_taint=breaks("sticky-taint"),
+            recreate_on_start=breaks("recreate-slices-on-start"),
+        )
 
 
 class SliceStore(Protocol):
@@ -93,6 +118,7 @@ class SlicePublisher:
         node_name: str,
         pool_name: str | None = None,
         keep: bool = False,
+        build: Callable[..., list[Body]] = build_slices,
         breaks: Callable[[str], bool] = lambda rule: False,
         resync_seconds: float = 60.0,
         max_backoff_seconds: float = 30.0,
@@ -102,13 +128,14 @@ class SlicePublisher:
         self.node_name = node_name
         self.pool_name = pool_name or node_name
         self.keep = keep
-        self._oversized = breaks("oversized-slice")
-        self._breaks = breaks
+        self._build_slices = build
+        """``driver.slicing.build_slices``, or the rule-breaking wrapper of ``driver.breaking_slices``."""
+        self._breakage = breakage = PublisherBreakage.of(breaks)
         # churn-slices: rewrite the pool every few seconds though nothing changed
         self._resync: float | None = (
-            min(resync_seconds, CHURN_SECONDS) if breaks("churn-slices") else resync_seconds
+            min(resync_seconds, CHURN_SECONDS) if breakage.churn_slices else resync_seconds
         )
-        if breaks("no-rewatch"):
+        if breakage.no_rewatch:
             self._resync = None  # once the watch ends, nothing brings a changed pool back
         self._max_backoff = max_backoff_seconds
         self._lock = threading.RLock()
@@ -144,7 +171,7 @@ class SlicePublisher:
             if inventory is not None:
                 self._inventory = inventory
             if taints is not None:
-                kept = self._taints if self._breaks("sticky-taint") else {}  # a taint once set stays
+                kept = self._taints if self._breakage.sticky_taint else {}  # a taint once set stays
                 self._taints = {**kept, **{name: list(ts) for name, ts in taints.items() if ts}}
         self._wake.set()
 
@@ -155,59 +182,15 @@ class SlicePublisher:
     def _build(
         self, inventory: Inventory, taints: Mapping[str, Sequence[DeviceTaint]], generation: int
     ) -> list[Body]:
-        bodies = build_slices(
+        return self._build_slices(
             inventory,
             driver_name=self.driver_name,
             node_name=self.node_name,
             pool_name=self.pool_name,
             generation=generation,
-            node_uid=None if self._breaks("orphan-slices") else self._node_uid,
+            node_uid=self._node_uid,
             taints=taints,
-            oversized=self._oversized,
         )
-        with_devices = [b["spec"]["devices"] for b in bodies if b["spec"].get("devices")]
-        if self._breaks("hide-device") and with_devices:
-            with_devices[-1].pop()
-        if self._breaks("phantom-device") and with_devices:
-            with_devices[-1].append({**with_devices[-1][-1], "name": "phantom"})
-        if self._breaks("short-counter-set"):
-            for body in bodies:
-                for counter_set in body["spec"].get("sharedCounters") or []:
-                    memory = counter_set["counters"].get("memory")
-                    if memory is not None:
-                        memory["value"] = str(int(memory["value"]) // 2)
-        if self._breaks("numa-node-missing"):
-            for devices in with_devices:
-                for device in devices:
-                    device.get("attributes", {}).pop(NUMA_NODE, None)
-        if self._breaks("compat-groups-missing"):
-            for devices in with_devices:
-                for device in devices:
-                    for use in device.get("consumesCounters") or []:
-                        use.pop("compatibilityGroups", None)
-        every_device = [device for devices in with_devices for device in devices]
-        if self._breaks("scalar-list-attrs"):
-            for device in every_device:
-                scalar_lists(device)
-        if self._breaks("index-as-string"):
-            for device in every_device:
-                index = device.get("attributes", {}).get("index")
-                if index is not None and "int" in index:
-                    device["attributes"]["index"] = {"string": str(index["int"])}
-        if self._breaks("mistyped-device"):
-            whole = [d for d in every_device if d.get("attributes", {}).get("type") == {"string": "gpu"}]
-            if whole:
-                whole[0]["attributes"]["type"] = {"string": "GPU"}
-        if self._breaks("product-name-per-device"):
-            for device in every_device:
-                product = device.get("attributes", {}).get("productName")
-                if product is not None and "string" in product:
-                    named = f"{product['string']} {device['name']}"[:64]
-                    device["attributes"]["productName"] = {"string": named}
-        if self._breaks("wrong-slice-count"):
-            for body in bodies:
-                body["spec"]["pool"]["resourceSliceCount"] += 1
-        return bodies
 
     def desired(self, generation: int | None = None) -> list[Body]:
         """The slices as they should be now (generation: the current one unless given)."""
@@ -223,7 +206,7 @@ class SlicePublisher:
         """
         with self._lock:
             inventory, taints = self._wanted()
-            if inventory is None or self._stopping.is_set() or self._breaks("no-slices"):
+            if inventory is None or self._stopping.is_set() or self._breakage.no_slices:
                 return False  # stopping: a pass must not write after stop() removed the slices
             # Asked every pass: a Node deleted and made again has a new UID, and slices owned by
             # the old one would be garbage-collected as fast as we write them.
@@ -232,15 +215,15 @@ class SlicePublisher:
                 log.warning("Node object not found; slices published without an owner", extra=self._ctx())
             self._node_uid = uid
             existing_list, self._list_rv = self.store.list(self.driver_name, self.node_name)
-            if self._passes == 0 and self._breaks("recreate-slices-on-start"):
+            if self._passes == 0 and self._breakage.recreate_on_start:
                 for body in existing_list:
                     self.store.delete(_name(body))
                 existing_list = []
             existing = {_name(s): s for s in existing_list}
             key = json.dumps(self._build(inventory, taints, 0), sort_keys=True)
             current = {name: _rv(s) for name, s in existing.items()}
-            unchanged = current == self._written or self._breaks("no-republish")
-            if key == self._published_key and unchanged and not self._breaks("churn-slices"):
+            unchanged = current == self._written or self._breakage.no_republish
+            if key == self._published_key and unchanged and not self._breakage.churn_slices:
                 self._note_pass()
                 return False
             if key == self._published_key:
@@ -363,7 +346,7 @@ class SlicePublisher:
             except Exception as e:
                 if self._stopping.is_set():
                     return
-                if self._breaks("no-rewatch"):
+                if self._breakage.no_rewatch:
                     return
                 log.warning("watching slices failed; rewatching", extra={**self._ctx(), "error": repr(e)})
                 self._list_rv = ""

@@ -15,8 +15,7 @@ ResourceSlice bodies for one pool, named after the node and owned by the Node ob
 from __future__ import annotations
 
 import hashlib
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -71,21 +70,11 @@ class DeviceTaint:
         return out
 
 
-def taints_from_faults(
-    faults: Mapping[str, Fault], driver_name: str, breaks: Callable[[str], bool] = lambda _: False
-) -> dict[str, list[DeviceTaint]]:
+def taints_from_faults(faults: Mapping[str, Fault], driver_name: str) -> dict[str, list[DeviceTaint]]:
     """One taint per unhealthy device: key ``<driver>/unhealthy``, the reason as value, the fault's
-    effect, added when the fault began (switch ``restamp-taints``: now, at every call)."""
-    now = time.time() if breaks("restamp-taints") else None
+    effect, added when the fault began."""
     return {
-        name: [
-            DeviceTaint(
-                f"{driver_name}/unhealthy",
-                fault.reason,
-                fault.severity,
-                fault.since if now is None else now,
-            )
-        ]
+        name: [DeviceTaint(f"{driver_name}/unhealthy", fault.reason, fault.severity, fault.since)]
         for name, fault in faults.items()
     }
 
@@ -163,9 +152,7 @@ def slice_name(node_name: str, driver_name: str, number: int) -> str:
     return name
 
 
-def _pack(devices: list[Body], oversized: bool) -> list[list[Body]]:
-    if oversized:
-        return [devices] if devices else []
+def _pack(devices: list[Body]) -> list[list[Body]]:
     chunks: list[list[Body]] = []
     current: list[Body] = []
     extras = False
@@ -191,12 +178,10 @@ def build_slices(
     pool_name: str | None = None,
     node_uid: str | None = None,
     taints: Mapping[str, Sequence[DeviceTaint]] | None = None,
-    oversized: bool = False,
 ) -> list[Body]:
     """The node's pool as ResourceSlice bodies, ready to create or replace.
 
-    ``oversized`` is the ``oversized-slice`` rule-breaking switch: all devices in one
-    slice whatever the limit. A pool with no devices still gets one empty slice, so
+    A pool with no devices still gets one empty slice, so
     that consumers can tell "no devices" from "driver not running".
     """
     pool = pool_name or node_name
@@ -213,7 +198,7 @@ def build_slices(
     ]
     for i in range(0, len(counter_sets), MAX_COUNTER_SETS_PER_SLICE):
         specs.append({"sharedCounters": counter_sets[i : i + MAX_COUNTER_SETS_PER_SLICE]})
-    specs.extend({"devices": chunk} for chunk in _pack(devices, oversized))
+    specs.extend({"devices": chunk} for chunk in _pack(devices))
     if not specs:
         specs.append({"devices": []})
     metadata_extra: Body = {}

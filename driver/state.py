@@ -59,7 +59,7 @@ from driver.planning import ClaimRef
 from driver.preparing import Outcome, Preparation
 from driver.settings import Settings
 
-__all__ = ["ClaimRef", "DeviceState", "Outcome", "Partitioner"]
+__all__ = ["ClaimRef", "DeviceState", "Outcome", "Partitioner", "StateBreakage"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,32 @@ def _kill_self_at(points: frozenset[str]) -> Callable[[str], None]:
             os.kill(os.getpid(), signal.SIGKILL)
 
     return reach
+
+
+@dataclasses.dataclass(frozen=True)
+class StateBreakage:
+    """The seam: the suite's rule-breaking switches (driver/breakage.py) that change what the
+    checkpoint and unprepare keep; a real driver has none."""
+
+    trust_corrupt_checkpoint: bool = False
+    forget_checkpoint: bool = False
+    unprepare_with_first_pod: bool = False
+    fail_unknown_unprepare: bool = False
+    keep_device_after_unprepare: bool = False
+    keep_deleted_claims: bool = False
+    leak_restored_claims: bool = False
+
+    @classmethod
+    def of(cls, settings: Settings) -> StateBreakage:
+        return cls(
+            trust_corrupt_checkpoint=settings.breaks("trust-corrupt-checkpoint"),
+            forget_checkpoint=settings.breaks("forget-checkpoint"),
+            unprepare_with_first_pod=settings.breaks("unprepare-with-first-pod"),
+            fail_unknown_unprepare=settings.breaks("fail-unknown-unprepare"),
+            keep_device_after_unprepare=settings.breaks("keep-device-after-unprepare"),
+            keep_deleted_claims=settings.breaks("keep-deleted-claims"),
+            leak_restored_claims=settings.breaks("leak-restored-claims"),
+        )
 
 
 class DeviceState:
@@ -87,8 +113,10 @@ class DeviceState:
         mig_minors: Callable[[], Mapping[str, int]] | None = None,
         on_step: Callable[[str], None] | None = None,
         pods: PodSource | None = None,
+        specs: SpecStore | None = None,
     ) -> None:
         self.settings = settings
+        self._broken = broken = StateBreakage.of(settings)
         self.inventory = inventory
         self.claims = claims
         self.partitioner: Partitioner = partitioner or NvmlPartitioner()
@@ -96,12 +124,8 @@ class DeviceState:
         self.nvml = settings.backend.kind == "nvml"
         self._reach = on_step or _kill_self_at(settings.crash_points)
         """Called after each step of ``driver.breakage.CRASH_POINTS`` (crash tests kill the process there)."""
-        self.specs = SpecStore(
-            settings.kubelet.cdi_dir,
-            settings.driver_name,
-            nvml=self.nvml,
-            broken=settings.breaks("invalid-cdi-spec"),
-        )
+        self.specs = specs or SpecStore(settings.kubelet.cdi_dir, settings.driver_name, nvml=self.nvml)
+        """The claims' CDI specs (``driver.breaking_cdi`` wraps it while a switch is on)."""
         self.files = Materializer(
             settings,
             inventory,
@@ -112,14 +136,12 @@ class DeviceState:
         )
         private_dir(settings.kubelet.plugin_dir)
         private_dir(settings.claims_dir)
-        self.store = CheckpointStore(
-            settings.checkpoint_path, verify=not settings.breaks("trust-corrupt-checkpoint")
-        )
-        self.book = ClaimBook(self.store, self.boot_id, forget=settings.breaks("forget-checkpoint"))
+        self.store = CheckpointStore(settings.checkpoint_path, verify=not broken.trust_corrupt_checkpoint)
+        self.book = ClaimBook(self.store, self.boot_id, forget=broken.forget_checkpoint)
         """The checkpointed claims and their locks."""
         self._first_pods: FirstPodWatch | None = None
         """With ``unprepare-with-first-pod`` only (``driver.consumers``)."""
-        if pods is not None and settings.breaks("unprepare-with-first-pod"):
+        if pods is not None and broken.unprepare_with_first_pod:
             self._first_pods = FirstPodWatch(pods, self._drop_files)
         self._preparation = Preparation(
             self.book,
@@ -184,7 +206,7 @@ class DeviceState:
             for ref in refs:
                 record = known[ref.uid]
                 if record is None:
-                    if self.settings.breaks("fail-unknown-unprepare"):
+                    if self._broken.fail_unknown_unprepare:
                         done[ref.uid] = PrepareError(f"claim {ref}: not prepared by this driver")
                         continue
                     try:
@@ -219,7 +241,7 @@ class DeviceState:
                 done[record.uid] = None
                 if self._first_pods is not None:
                     self._first_pods.forget(record.uid)
-                if self.settings.breaks("keep-device-after-unprepare") or record.uid in self._restored:
+                if self._broken.keep_device_after_unprepare or record.uid in self._restored:
                     with self.book.lock:
                         self.book.leaked.update(d.device for d in record.devices)
                 log.info(
@@ -240,12 +262,12 @@ class DeviceState:
         with self.book.lock:
             records = list(self.book.claims().values())
             rebooted = self.book.rebooted
-        keep = self.settings.breaks("keep-deleted-claims")
+        keep = self._broken.keep_deleted_claims
         gone = {} if keep else recovery.deleted_claims(records, self.claims)
         undone, completed = recovery.recover(
             records, rebooted=rebooted, undo=self._undo, files=self.files, gone=gone
         )
-        if self.settings.breaks("leak-restored-claims"):
+        if self._broken.leak_restored_claims:
             self._restored.update(completed)
         self.book.commit(dict.fromkeys(undone), always=True)
         with self.book.lock:

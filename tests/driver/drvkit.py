@@ -16,6 +16,7 @@ import grpc
 
 from draproto import dra_v1_pb2, dra_v1_pb2_grpc
 from driver.breaking import interceptors
+from driver.breaking_cdi import spec_store
 from driver.claims import MemoryClaimSource
 from driver.inventory import DeviceInfo, Inventory, MigProfile, Placement
 from driver.plugin import PluginServer
@@ -152,7 +153,8 @@ class Node:
     pods: MemoryPodSource = field(default_factory=MemoryPodSource)
 
     def state(self, **changes: Any) -> DeviceState:
-        """A fresh ``DeviceState`` over the node's dirs (a restart, when called again)."""
+        """A fresh ``DeviceState`` over the node's dirs (a restart, when called again), its CDI specs
+        wrapped as ``driver.__main__`` wraps them when a rule-breaking switch is on."""
         settings = replace(self.settings, **changes) if changes else self.settings
         return DeviceState(
             settings,
@@ -161,6 +163,7 @@ class Node:
             partitioner=self.partitioner,
             boot_id=self.boot_id,
             pods=self.pods,
+            specs=spec_store(settings),
         )
 
     def serve(self, state: DeviceState | None = None, **kwargs: Any) -> PluginServer:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import importlib
 import io
 import itertools
 import json
@@ -47,7 +48,15 @@ from driver.__main__ import main as driver_main
 from driver.binding import ATTACH_FAILED, ATTACHED, Attacher, attach_on_demand
 from driver.breakage import RULES, parse_rules
 from driver.breaking import GRPC_SWITCHES, interceptors
-from driver.cdi import validate
+from driver.breaking_cdi import CDI_SWITCHES, BreakingSpecStore, spec_store
+from driver.breaking_slices import (
+    SLICE_SWITCHES,
+    TAINT_SWITCHES,
+    BreakingSliceBuilder,
+    slice_builder,
+    taint_source,
+)
+from driver.cdi import SpecStore, validate
 from driver.checkpoint import PreparedDevice
 from driver.compatibility import MIG_GROUP, WHOLE_GPU_GROUP, group_by_mode
 from driver.consumable import make_consumable
@@ -61,7 +70,7 @@ from driver.metrics import MetricsServer
 from driver.plugin import slices_left_to
 from driver.settings import BREAK_RULES_ENV, access_options, from_args
 from driver.slices import SlicePublisher
-from driver.slicing import MAX_DEVICES_PER_SLICE, DeviceTaint, taints_from_faults
+from driver.slicing import MAX_DEVICES_PER_SLICE, DeviceTaint, build_slices, taints_from_faults
 from driver.state import ClaimRef
 from tests.driver.drvkit import (
     DRIVER,
@@ -181,6 +190,7 @@ def _slices_split(node: Node) -> tuple[bool, ...]:
         None,  # type: ignore[arg-type]  # desired() makes no API call
         driver_name=DRIVER,
         node_name=NODE,
+        build=slice_builder(node.settings.breaks),  # as the driver's main does
         breaks=node.settings.breaks,
     )
     publisher.update(Inventory(devices={d.name: d for d in map(gpu, range(200))}))
@@ -233,6 +243,7 @@ def _published(
         driver_name=DRIVER,
         node_name=NODE,
         pool_name=node.settings.pool_name,  # as the driver's main does
+        build=slice_builder(node.settings.breaks),  # as the driver's main does
         breaks=node.settings.breaks,
     )
     publisher.update(inventory or Inventory(devices={d.name: d for d in map(gpu, range(gpus))}))
@@ -415,9 +426,10 @@ def _every_health_version_served(node: Node) -> tuple[bool, ...]:
 def _taint_added_once(node: Node) -> tuple[bool, ...]:
     monitor = HealthMonitor.from_settings(node.inventory, node.settings)
     monitor.record_ecc(gpu(0).uuid or "")
-    first = taints_from_faults(monitor.faults(), DRIVER, node.settings.breaks)
+    taints = taint_source(node.settings.breaks, lambda: taints_from_faults(monitor.faults(), DRIVER))
+    first = taints()
     monitor.record_ecc(gpu(1).uuid or "")  # another fault: the driver publishes every taint again
-    again = taints_from_faults(monitor.faults(), DRIVER, node.settings.breaks)
+    again = taints()
     return (first["gpu-0"] == again["gpu-0"],)
 
 
@@ -588,6 +600,7 @@ def _slices_kept_on_start(node: Node) -> tuple[bool, ...]:
         store,  # type: ignore[arg-type]  # sync() never watches
         driver_name=DRIVER,
         node_name=NODE,
+        build=slice_builder(node.settings.breaks),  # as the driver's main does
         breaks=node.settings.breaks,
     )
     restarted.update(Inventory(devices={d.name: d for d in map(gpu, range(8))}))
@@ -621,6 +634,7 @@ def _slices_restored_after_api_restart(node: Node) -> tuple[bool, ...]:
         store,
         driver_name=DRIVER,
         node_name=NODE,
+        build=slice_builder(node.settings.breaks),  # as the driver's main does
         breaks=node.settings.breaks,
         keep=True,
     )
@@ -1072,6 +1086,47 @@ def test_grpc_switches_wrap_the_plugin_only_when_on(node: Node) -> None:
     assert interceptors(node.settings, node.state()) == []
     assert interceptors(broken(node, "no-health").settings, node.state()) == []
     assert len(interceptors(broken(node, "drop-claim-from-batch").settings, node.state())) == 1
+
+
+def test_slice_and_cdi_switches_wrap_the_writers_only_when_on(node: Node) -> None:
+    """The switches that only distort the slices or CDI specs written live in wrappers around the
+    slice builder, the taint source and the spec store, which the model driver's modules never read."""
+    moved = SLICE_SWITCHES | TAINT_SWITCHES | CDI_SWITCHES
+    assert not moved - set(RULES)
+    for name in ("slices", "slicing", "cdi", "state"):
+        source = Path(importlib.import_module(f"driver.{name}").__file__ or "").read_text()
+        assert "breaks(" not in source or name in ("slices", "state"), name
+        assert not [rule for rule in moved if f'"{rule}"' in source], name
+
+    def taints() -> dict[str, list[DeviceTaint]]:
+        return {}
+
+    clean = node.settings.breaks
+    assert slice_builder(clean) is build_slices
+    assert taint_source(clean, taints) is taints
+    assert type(spec_store(node.settings)) is SpecStore
+    other = broken(node, "no-health").settings
+    assert slice_builder(other.breaks) is build_slices and taint_source(other.breaks, taints) is taints
+    assert type(spec_store(other)) is SpecStore
+    assert isinstance(slice_builder(broken(node, "hide-device").settings.breaks), BreakingSliceBuilder)
+    assert taint_source(broken(node, "restamp-taints").settings.breaks, taints) is not taints
+    assert isinstance(spec_store(broken(node, "invalid-cdi-spec").settings), BreakingSpecStore)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "slices", "state", "planning", "preparing", "materialize", "health", "binding", "devicemetadata",
+        "devicestatus", "metrics", "__main__",
+    ],
+)  # fmt: skip
+def test_a_module_reads_its_switches_in_one_seam(module: str) -> None:
+    """Where a switch must sit inside the model driver, its module asks for it in one block (the
+    ``<Module>Breakage`` seam, or one marked line), so a reader sees at a glance where it deviates."""
+    lines = Path(importlib.import_module(f"driver.{module}").__file__ or "").read_text().splitlines()
+    asked = [n for n, line in enumerate(lines) if "breaks(" in line]
+    assert asked and asked == list(range(asked[0], asked[0] + len(asked))), asked
+    assert "the seam" in "\n".join(lines[max(0, asked[0] - 20) : asked[0]]).lower()
 
 
 def test_every_switch_has_a_scenario() -> None:

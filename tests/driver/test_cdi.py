@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from driver.breaking_cdi import BreakingSpecStore
 from driver.cdi import CDIDevice, SpecStore, env_key, validate
 from driver.errors import CDIError
 
@@ -61,7 +62,7 @@ def test_store_writes_valid_unique_specs_and_removes_them(cdi_dir: Path) -> None
 
 
 def test_broken_store_writes_an_invalid_spec(cdi_dir: Path) -> None:
-    spec = SpecStore(cdi_dir, "gpu.example.com", broken=True).build("u1", [CDIDevice("gpu-0", "GPU-A")])
+    spec = BreakingSpecStore(cdi_dir, "gpu.example.com").build("u1", [CDIDevice("gpu-0", "GPU-A")])
     with pytest.raises(CDIError, match="KEY=VALUE"):
         validate(spec)
 

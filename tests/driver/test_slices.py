@@ -15,6 +15,7 @@ from kubernetes import client
 
 from draproto.rest import Rest, RestError
 from driver import devices
+from driver.breaking_slices import slice_builder
 from driver.errors import StoreConflict
 from driver.faults import NO_EXECUTE, NO_SCHEDULE, Fault
 from driver.inventory import AttributeValue, DeviceInfo, Inventory, MigProfile, Placement, Version
@@ -228,8 +229,8 @@ def test_list_attributes_lower_the_limit_to_64() -> None:
 
 
 def test_oversized_switch_puts_everything_in_one_slice() -> None:
-    slices = build_slices(
-        gpu_inventory(200), driver_name=DRIVER, node_name=NODE, generation=1, oversized=True
+    slices = slice_builder(lambda rule: rule == "oversized-slice")(
+        gpu_inventory(200), driver_name=DRIVER, node_name=NODE, generation=1
     )
     assert [len(s["spec"]["devices"]) for s in slices] == [200]
     assert MAX_DEVICES_PER_SLICE < 200
@@ -477,7 +478,7 @@ def test_strangers_in_the_pool_are_removed_and_missing_node_means_no_owner() -> 
 
 def test_oversized_switch_reaches_the_publisher() -> None:
     store = MemoryStore()
-    pub = publisher(store, breaks=lambda rule: rule == "oversized-slice")
+    pub = publisher(store, build=slice_builder(lambda rule: rule == "oversized-slice"))
     pub.update(gpu_inventory(200))
     pub.sync()
     assert [len(o["spec"]["devices"]) for o in store.objects.values()] == [200]
@@ -580,7 +581,7 @@ def test_api_server_refuses_the_oversized_slice_the_switch_makes(api_client: Any
         KubeSliceStore(Rest(api_client)),
         driver_name=DRIVER,
         node_name=NODE,
-        breaks=lambda r: r == "oversized-slice",
+        build=slice_builder(lambda r: r == "oversized-slice"),
     )
     pub.update(gpu_inventory(MAX_DEVICES_PER_SLICE + 1))
     with pytest.raises(RestError) as caught:
