@@ -32,6 +32,7 @@ __all__ = [
     "AlreadyExists",
     "Conflict",
     "ErrorMaker",
+    "Forbidden",
     "Gone",
     "Invalid",
     "NotFound",
@@ -60,9 +61,9 @@ class RestError(Exception):
     """The API server refused a request, answered garbage, or could not be reached.
 
     A refusal is raised as the subclass its status names (:func:`error_type`): catch
-    :class:`NotFound`, :class:`Conflict` (:class:`AlreadyExists` among them), :class:`Gone` or
-    :class:`Invalid` rather than test :attr:`status`. ``str()`` of the error says what was asked
-    and what came back.
+    :class:`Forbidden`, :class:`NotFound`, :class:`Conflict` (:class:`AlreadyExists` among them),
+    :class:`Gone` or :class:`Invalid` rather than test :attr:`status`. ``str()`` of the error says
+    what was asked and what came back.
     """
 
     def __init__(self, text: str, status: int = 0, reason: str = "", message: str = "") -> None:
@@ -75,6 +76,10 @@ class RestError(Exception):
         self.message = message
         """The ``message`` of the server's Status (the raw body when the answer is no Status);
         empty when no answer came."""
+
+
+class Forbidden(RestError):
+    """403: the account may not do this (RBAC, an admission policy)."""
 
 
 class NotFound(RestError):
@@ -98,7 +103,13 @@ class Invalid(RestError):
     """422: the object does not validate (or a field may not change)."""
 
 
-_BY_STATUS: Mapping[int, type[RestError]] = {404: NotFound, 409: Conflict, 410: Gone, 422: Invalid}
+_BY_STATUS: Mapping[int, type[RestError]] = {
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    410: Gone,
+    422: Invalid,
+}
 _BY_REASON: Mapping[tuple[int, str], type[RestError]] = {(409, "AlreadyExists"): AlreadyExists}
 
 

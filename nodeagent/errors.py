@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from draproto.rest import AlreadyExists, Conflict, Gone, Invalid, NotFound, RestError, error_type
+from draproto.rest import AlreadyExists, Conflict, Forbidden, Gone, Invalid, NotFound, RestError, error_type
 
 __all__ = [
     "AgentError",
@@ -33,6 +33,7 @@ __all__ = [
     "KubeAlreadyExists",
     "KubeConflict",
     "KubeError",
+    "KubeForbidden",
     "KubeGone",
     "KubeInvalid",
     "KubeNotFound",
@@ -72,6 +73,10 @@ class KubeError(AgentError, RestError):
     :func:`kube_error`, of the subclass of its status."""
 
 
+class KubeForbidden(KubeError, Forbidden):
+    """403: the node's account may not do this."""
+
+
 class KubeNotFound(KubeError, NotFound):
     """404: the object does not exist."""
 
@@ -93,6 +98,7 @@ class KubeInvalid(KubeError, Invalid):
 
 
 _KUBE_ERRORS: Mapping[type[RestError], type[KubeError]] = {
+    Forbidden: KubeForbidden,
     NotFound: KubeNotFound,
     Conflict: KubeConflict,
     AlreadyExists: KubeAlreadyExists,

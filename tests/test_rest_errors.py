@@ -21,6 +21,7 @@ from conformance.harness.kube import (
     ApiAlreadyExists,
     ApiConflict,
     ApiError,
+    ApiForbidden,
     ApiGone,
     ApiInvalid,
     ApiNotFound,
@@ -31,6 +32,7 @@ from draproto.rest import (
     USER_AGENT,
     AlreadyExists,
     Conflict,
+    Forbidden,
     Gone,
     Invalid,
     NotFound,
@@ -44,6 +46,7 @@ from nodeagent.errors import (
     KubeAlreadyExists,
     KubeConflict,
     KubeError,
+    KubeForbidden,
     KubeGone,
     KubeInvalid,
     KubeNotFound,
@@ -77,7 +80,7 @@ CASES = [
     (MODIFIED, Conflict),
     (EXPIRED, Gone),
     (INVALID, Invalid),
-    (FORBIDDEN, RestError),
+    (FORBIDDEN, Forbidden),
 ]
 """A refusal, and the class it is raised as."""
 
@@ -214,7 +217,7 @@ def test_rest_error_builds_the_class_of_the_status() -> None:
         (MODIFIED, KubeConflict),
         (EXPIRED, KubeGone),
         (INVALID, KubeInvalid),
-        (FORBIDDEN, KubeError),
+        (FORBIDDEN, KubeForbidden),
     ],
 )
 def test_the_node_agents_errors_are_of_the_same_classes(
@@ -247,7 +250,7 @@ def _slice(name: str) -> dict[str, Any]:
         (MODIFIED, ApiConflict),
         (EXPIRED, ApiGone),
         (INVALID, ApiInvalid),
-        (FORBIDDEN, ApiError),
+        (FORBIDDEN, ApiForbidden),
     ],
 )
 def test_the_suites_kube_raises_the_same_classes(

@@ -20,6 +20,7 @@ from conformance.errors import ResourceError
 from draproto.rest import (
     AlreadyExists,
     Conflict,
+    Forbidden,
     Gone,
     Invalid,
     NotFound,
@@ -34,6 +35,7 @@ __all__ = [
     "ApiAlreadyExists",
     "ApiConflict",
     "ApiError",
+    "ApiForbidden",
     "ApiGone",
     "ApiInvalid",
     "ApiNotFound",
@@ -113,6 +115,10 @@ class ApiError(ResourceError, RestError):
     :attr:`message` (the server's message) are those of :class:`~draproto.rest.RestError`."""
 
 
+class ApiForbidden(ApiError, Forbidden):
+    """403: the account may not do this."""
+
+
 class ApiNotFound(ApiError, NotFound):
     """404: the object (or the API group) does not exist."""
 
@@ -134,6 +140,7 @@ class ApiInvalid(ApiError, Invalid):
 
 
 _API_ERRORS: Mapping[type[RestError], type[ApiError]] = {
+    Forbidden: ApiForbidden,
     NotFound: ApiNotFound,
     Conflict: ApiConflict,
     AlreadyExists: ApiAlreadyExists,
