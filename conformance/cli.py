@@ -40,31 +40,57 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from clusters import cli as cluster_cli
-from clusters.local.driverproc import COMMAND_PLACEHOLDERS
-from clusters.probe import cli as probe_cli
-from clusters.probe import manifest as probe_manifest
-from conformance import catalogue, profiles, report
-from conformance.config import CLUSTER_KINDS, SuiteConfig, select
+from conformance import warm
 from conformance.errors import ConformanceError, UsageError
-from conformance.harness import gaps
-from conformance.runner import backend_version, plan, plan_lines, run
+
+if TYPE_CHECKING:
+    from clusters.progress import Progress
+    from conformance import report
+    from conformance.config import SuiteConfig
 
 __all__ = ["main"]
+
+# Each command imports what it needs when it runs (``run`` neither the harness, with its gRPC and
+# pytest, nor the kind and k3s backends, nor the report's renderers before the run has ended): a
+# run's first rule waits for these imports.
 
 VERDICT_LINES = 30
 """Rules the ``Result:`` block of ``run`` lists at most (the report lists them all)."""
 
 
+def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
+    """:func:`conformance.runner.run`, imported when a run starts."""
+    from conformance.runner import run as run_suite
+
+    return run_suite(config, progress=progress)
+
+
+class _Version(argparse._VersionAction):
+    """``--version``: the version, read only when asked for (it asks git for the commit)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        self.version = _version()
+        super().__call__(parser, namespace, values, option_string)
+
+
 def _parser() -> argparse.ArgumentParser:
+    from clusters import cli as cluster_cli
+    from clusters.local.driverproc import COMMAND_PLACEHOLDERS
+    from conformance import profiles
+    from conformance.config import CLUSTER_KINDS
+
     parser = argparse.ArgumentParser(
         prog="dra-conformance", description="Conformance harness for Kubernetes DRA drivers"
     )
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action=_Version)
     top = parser.add_subparsers(dest="command", required=True)
     r = top.add_parser(
         "run",
@@ -243,6 +269,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_probe(top: Any) -> None:
+    from clusters.probe import cli as probe_cli
+    from clusters.probe import manifest as probe_manifest
+
     probe = top.add_parser(
         "probe",
         help="the node probe: the driver's sockets and CDI specs of a real node, for the REG rules",
@@ -276,6 +305,8 @@ def _say(line: str) -> None:
 
 
 def _version() -> str:
+    from conformance import report
+
     commit = report.suite_commit()
     return f"dra-conformance {report.suite_version()}" + (f" (commit {commit})" if commit else "")
 
@@ -335,6 +366,8 @@ def _run_dir(value: str | None, reports_dir: Path) -> Path:
 def _report_of(run_dir: Path) -> report.Report:
     """The report of a run directory: its ``conformance.json``, else built from its records (a run
     that stopped before writing one)."""
+    from conformance import report
+
     try:
         if (run_dir / "conformance.json").is_file():
             return report.load(run_dir)
@@ -345,6 +378,9 @@ def _report_of(run_dir: Path) -> report.Report:
 
 def _rerun(args: argparse.Namespace) -> tuple[str, str | None, list[str]] | None:
     """For ``--rerun-failed``: the profile, cluster and rule ids to run again (None: nothing failed)."""
+    from conformance import catalogue
+    from conformance.config import CLUSTER_KINDS
+
     if args.rules or args.skip or args.areas:
         raise UsageError("--rerun-failed picks the rules itself: leave out --rules, --skip and -m")
     source = _run_dir(None if args.rerun_failed == "latest" else args.rerun_failed, args.reports_dir)
@@ -369,6 +405,9 @@ def _rerun(args: argparse.Namespace) -> tuple[str, str | None, list[str]] | None
 
 
 def _run(args: argparse.Namespace) -> int:
+    from conformance import report
+    from conformance.config import SuiteConfig
+
     rules, profile, cluster = args.rules, args.profile, args.cluster
     if args.rerun_failed is not None:
         chosen = _rerun(args)
@@ -423,6 +462,8 @@ def _run(args: argparse.Namespace) -> int:
 def _repeat(config: SuiteConfig, times: int) -> int:
     """``run --repeat N``: the same run N times, then every rule whose outcome differed between
     them, with the outcome of each run; exit 1 when one did, or when a MUST rule failed."""
+    from conformance import report
+
     results = []
     for i in range(1, times + 1):
         mine = dataclasses.replace(config, run_id=f"{config.run_id}-{i}")
@@ -445,6 +486,10 @@ def _repeat(config: SuiteConfig, times: int) -> int:
 
 
 def _rules(args: argparse.Namespace) -> int:
+    from conformance import profiles
+    from conformance.config import select
+    from conformance.runner import backend_version, plan
+
     chosen = select(args.rules, args.areas, args.skip)  # checked as run checks them
     if args.profile is None:
         if args.cluster or args.k8s_version:
@@ -481,6 +526,8 @@ def _rules(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from conformance import report
+
     dirs = [_run_dir(value, args.reports_dir) for value in (args.run_a, args.run_b)]
     before, after = (_report_of(d) for d in dirs)
     result = report.compare(before, after)
@@ -511,6 +558,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from conformance import report
+
     run_dir = _run_dir(args.run, args.reports_dir)
     try:
         found = report.verify_manifest(run_dir)
@@ -540,6 +589,10 @@ def _by_reason(found: dict[str, str]) -> dict[str, list[str]]:
 
 
 def _profiles(args: argparse.Namespace) -> int:
+    from conformance import profiles
+    from conformance.harness import gaps
+    from conformance.runner import backend_version, plan, plan_lines
+
     if args.check:
         profile = profiles.load(args.check)
         print(f"{profile.name}: driver {profile.driver}, default class {profile.device_classes.default}")
@@ -576,6 +629,12 @@ def _profiles(args: argparse.Namespace) -> int:
 
 
 def _probe(args: argparse.Namespace) -> int:
+    import yaml
+
+    from clusters.probe import cli as probe_cli
+    from clusters.probe import manifest as probe_manifest
+    from conformance import profiles
+
     if args.action == "serve":
         return probe_cli.serve(args)
     if not profiles.valid_image(args.image):
@@ -606,6 +665,8 @@ _COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``dra-conformance``."""
+    if list(sys.argv[1:2] if argv is None else argv[:1]) == ["run"]:
+        warm.prestart()  # preflight's pytest imports while this process imports, reads and checks
     try:
         code = _main(argv)
         sys.stdout.flush()  # a reader that went away shows here, not at exit
@@ -616,6 +677,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    finally:
+        warm.discard_prestarted()  # a run that never reached its pytest (a usage error, --help)
 
 
 def _interrupted(signum: int, _frame: object) -> None:
@@ -625,6 +688,8 @@ def _interrupted(signum: int, _frame: object) -> None:
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "cluster":
+        from clusters import cli as cluster_cli
+
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
         return cluster_cli.run_command(args)
     if args.command == "run":  # a stop from a CI runner or `timeout` ends a run as a Ctrl-C does

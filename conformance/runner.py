@@ -31,7 +31,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +41,6 @@ from conformance._files import write_atomic
 from conformance.catalogue import AREAS, RULES, Rule, by_id
 from conformance.config import CLUSTER_KINDS, SuiteConfig
 from conformance.errors import ConformanceError, UsageError
-from conformance.harness import Environment, assumed, gaps, missing, parse_minor
 from conformance.profiles import DriverProfile
 from conformance.report import TestRecord, read_records, rule_results
 from conformance.suite import SUITE_DIR
@@ -206,8 +205,26 @@ def _interrupt(proc: subprocess.Popen[bytes], say: Progress) -> None:
             proc.wait()
 
 
-def _phase(config: SuiteConfig, cmd: list[str], watcher: _Watcher, warm: WarmPytest | None = None) -> int:
-    """Run one pytest phase (``warm``: in that interpreter, when it still waits), following its records."""
+POLL_SECONDS = 0.25
+"""How often a phase's records are read while its pytest runs (it ending is seen at once)."""
+
+
+def _wait(proc: subprocess.Popen[bytes], seconds: float) -> None:
+    """Wait ``seconds``, less when ``proc`` ends sooner (in short sleeps, which a Ctrl-C cuts at once)."""
+    deadline = time.monotonic() + seconds
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _phase(
+    config: SuiteConfig,
+    cmd: list[str],
+    watcher: _Watcher,
+    warm: WarmPytest | None = None,
+    collected: Callable[[], object] | None = None,
+) -> int:
+    """Run one pytest phase (``warm``: in that interpreter, when it still waits), following its records
+    (``collected``: called once, when its pytest has collected its tests and runs them)."""
     log = config.run_dir / "pytest.log"
     started = time.time()
     with log.open("ab") as out:
@@ -222,7 +239,10 @@ def _phase(config: SuiteConfig, cmd: list[str], watcher: _Watcher, warm: WarmPyt
         try:
             while proc.poll() is None:
                 watcher.poll(started)
-                time.sleep(0.25)
+                if collected is not None and (config.run_dir / "collected.json").exists():
+                    collected()
+                    collected = None
+                _wait(proc, POLL_SECONDS)
         except KeyboardInterrupt:
             _interrupt(proc, watcher.progress)
             raise
@@ -260,7 +280,9 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
     run_dir.mkdir(parents=True, exist_ok=True)
     watcher = _Watcher(run_dir, say, live, config.quiet)  # one for both phases: each line comes once
     result: report.Report | None = None
-    ahead = WarmPytest()  # the main phase's interpreter imports while preflight runs
+    # the main phase's interpreter imports while preflight runs its rules: started once preflight's
+    # pytest has collected, it takes no CPU from that pytest's own start
+    ahead: list[WarmPytest] = []
     try:
         say("preflight ...")
         code = _phase(
@@ -268,6 +290,7 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
             pytest_command(config, state_dir=state_dir, marker="preflight", workers="0", started=began),
             watcher,
             warm,
+            collected=lambda: ahead.append(WarmPytest()),
         )
         result = _report(config)
         pre = [r for r in result.rules if r.rule.area == "PRE"]
@@ -284,7 +307,8 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
         # the run reports preflight's tests again (from its verdict): allure keeps one result per test
         shutil.rmtree(run_dir / "allure-results", ignore_errors=True)
         say(f"running {chosen} with -n {config.worker_count} ...")
-        code = _phase(config, pytest_command(config, state_dir=state_dir, started=began), watcher, ahead)
+        main = pytest_command(config, state_dir=state_dir, started=began)
+        code = _phase(config, main, watcher, ahead.pop() if ahead else None)
         if code not in (0, 1):
             say(f"pytest exited with {code}; see {run_dir / 'pytest.log'}")
         result = _report(config)
@@ -296,7 +320,8 @@ def run(config: SuiteConfig, progress: Progress | None = None) -> report.Report:
         raise
     finally:
         warm.discard()
-        ahead.discard()
+        for waiting in ahead:
+            waiting.discard()
         tier.finish(result)
         if result is not None:  # last: nothing writes into the run directory after this
             report.write_manifest(run_dir)
@@ -375,6 +400,9 @@ def plan(
     """
     if cluster not in CLUSTER_KINDS:
         raise UsageError(f"--cluster {cluster!r} is not one of {', '.join(CLUSTER_KINDS)}")
+    # here, not atop: the harness loads gRPC, pytest and the API client, which a quiet run never plans with
+    from conformance.harness import Environment, assumed, gaps, missing, parse_minor
+
     env = Environment(
         profile=profile,
         backend=cluster,

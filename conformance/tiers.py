@@ -26,16 +26,11 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from clusters import apicheck
 from clusters.errors import ClusterError
-from clusters.external import command_capabilities
-from clusters.k3s import K3S_CAPABILITIES, K3sCluster, K3sSettings
-from clusters.kind import KIND_CAPABILITIES, KindCluster, KindSettings
 from clusters.local import daemon, gobins, kept
 from clusters.local.cluster import LOCAL_CAPABILITIES
 from clusters.local.settings import LocalSettings, normalize_version
@@ -105,6 +100,8 @@ class ExternalTier(Tier):
 
     def start(self) -> Running:
         """Stops a run on a cluster that does not answer or serves no DRA, before a run directory exists."""
+        from clusters import apicheck
+
         kubeconfig = self.config.kubeconfig
         assert kubeconfig is not None  # SuiteConfig.build refuses external without one
         try:
@@ -160,6 +157,9 @@ class InClusterTier(Tier):
 
     def _make(self) -> PodBackend:
         """The cluster given, else the one of ``config.cluster`` (kind: ``--keep-cluster`` keeps it)."""
+        from clusters.k3s import K3sCluster, K3sSettings
+        from clusters.kind import KindCluster, KindSettings
+
         if self._made is not None:
             return self._made
         config = self.config
@@ -329,19 +329,25 @@ def tier_for(config: SuiteConfig, say: Progress, *, echo: bool = False) -> Tier:
     raise UsageError(f"--cluster {config.cluster!r} is not one of {', '.join(CLUSTER_KINDS)}")
 
 
-_CAPABILITIES: Mapping[str, frozenset[str]] = {
-    "local": LOCAL_CAPABILITIES,
-    "kind": KIND_CAPABILITIES,
-    "k3s": K3S_CAPABILITIES,
-}
-
-
 def capabilities(cluster: str, profile: DriverProfile) -> frozenset[str]:
     """What a ``cluster`` tier can do beyond the API (external: what the profile's commands and its
     node probe give)."""
+    # the backends of other tiers are imported when asked about: a local run loads none of them
     if cluster == "external":
+        from clusters.external import command_capabilities
+
         return command_capabilities(profile.external.given(), profile.external.probe_namespace)
-    return _CAPABILITIES[cluster]
+    if cluster == "kind":
+        from clusters.kind import KIND_CAPABILITIES
+
+        return KIND_CAPABILITIES
+    if cluster == "k3s":
+        from clusters.k3s import K3S_CAPABILITIES
+
+        return K3S_CAPABILITIES
+    if cluster != "local":
+        raise KeyError(cluster)
+    return LOCAL_CAPABILITIES
 
 
 def backend_version(cluster: str, k8s_version: str | None = None) -> str:
@@ -356,7 +362,11 @@ def backend_version(cluster: str, k8s_version: str | None = None) -> str:
     if cluster == "local":
         return LocalSettings.from_env(os.environ).k8s_version
     if cluster == "kind":
+        from clusters.kind import KindSettings
+
         return KindSettings.from_env(os.environ).k8s_version
     if cluster == "k3s":
+        from clusters.k3s import K3sSettings
+
         return K3sSettings.from_env(os.environ).k8s_version
     return ""

@@ -407,3 +407,35 @@ def test_probe_manifest_prints_the_daemonset(capsys: pytest.CaptureFixture[str])
     assert "error: --image 'my image': give an image reference without spaces" in capsys.readouterr().err
     assert main([*args, "--plugins-dir", "plugins"]) == 2
     assert "error: --plugins-dir 'plugins' is not an absolute path on the node" in capsys.readouterr().err
+
+
+def test_run_starts_its_pytest_interpreter_first_and_ends_it_when_it_stops_early(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``run`` starts preflight's interpreter before it parses its command line; a run that stops before
+    pytest (here: no --profile) leaves it not running."""
+    from conformance import warm
+
+    started: list[subprocess.Popen[bytes]] = []
+    start = warm._start
+
+    def noted() -> subprocess.Popen[bytes]:
+        started.append(start())
+        return started[-1]
+
+    monkeypatch.setattr(warm, "_start", noted)
+    assert main(["run"]) == 2
+    assert len(started) == 1 and started[0].returncode is not None and not warm._PRESTARTED
+    assert main(["rules", "--rules", "PRE-*"]) == 0  # other commands start none
+    assert len(started) == 1
+
+
+def test_the_cli_imports_what_a_command_needs_when_it_runs() -> None:
+    """``import conformance.cli`` loads no cluster backend, harness, gRPC or pytest: ``run`` waits for
+    its imports before its first rule."""
+    probe = "import sys, conformance.cli\n"
+    probe += "print(sorted({m.split('.')[0] for m in sys.modules} & {'clusters', 'grpc', 'pytest', 'yaml'}))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout
