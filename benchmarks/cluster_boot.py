@@ -17,15 +17,18 @@ import dataclasses
 import os
 import resource
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from benchmarks.workload import claim_pod, namespace_with_gpu_template
+from benchmarks.workload import claim_pod, namespace_with_gpu_template, pod_phase
+
+if TYPE_CHECKING:
+    from conformance.harness.kube import Kube
 
 
-def _wait_running(core: Any, namespace: str, name: str, timeout: float = 120) -> None:
+def _wait_running(kube: Kube, namespace: str, name: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if core.read_namespaced_pod(name, namespace).status.phase == "Running":
+        if pod_phase(kube, namespace, name) == "Running":
             return
         time.sleep(0.05)
     raise TimeoutError(f"pod {namespace}/{name} not Running after {timeout} s")
@@ -38,12 +41,11 @@ def _own_cpu() -> float:
 
 def run() -> dict[str, Any]:
     """Boot a local cluster, run one pod with one GPU claim, report the figures."""
-    from kubernetes import client
-
     from clusters.local.binaries import read_stamp, resolve
     from clusters.local.cluster import LocalCluster
     from clusters.local.controlplane import cpu_of
     from clusters.local.settings import LocalSettings
+    from conformance.harness.kube import Kube
 
     settings = LocalSettings.from_env(os.environ)
     if not os.environ.get("DRAC_NODES"):  # the boot the README promises: `cluster up --nodes 2`
@@ -59,13 +61,11 @@ def run() -> dict[str, Any]:
     t_ready = time.monotonic()
     cpu = {**cluster.measure(cpu_of), "this process": _own_cpu() - own_before}
     try:
-        api = cluster.api_client()
-        core = client.CoreV1Api(api)
-        namespace_with_gpu_template(api, "bench")
+        kube = Kube(cluster.connection())
+        namespace_with_gpu_template(kube, "bench")
         t_pod = time.monotonic()
-        pod = claim_pod("p", template="gpu")
-        core.create_namespaced_pod("bench", pod)
-        _wait_running(core, "bench", "p")
+        kube.create(claim_pod("p", "bench", template="gpu"))
+        _wait_running(kube, "bench", "p")
         t_running = time.monotonic()
         rss = cluster.rss_bytes()
         cp_names = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")

@@ -11,22 +11,24 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from benchmarks.workload import claim_pod, namespace_with_gpu_template
+from benchmarks.workload import claim_pod, namespace_with_gpu_template, phase
+
+if TYPE_CHECKING:
+    from conformance.harness.kube import Kube
 
 
-def _pods_running(core: Any, namespace: str) -> int:
-    return sum(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items)
+def _pods_running(kube: Kube, namespace: str) -> int:
+    return sum(phase(p) == "Running" for p in kube.objects("Pod", namespace))
 
 
 def run() -> dict[str, Any]:
     """Start the cluster, create the pods, report timings and memory."""
-    from kubernetes import client
-
     from clusters.errors import ClusterError
     from clusters.local.cluster import LocalCluster
     from clusters.local.settings import LocalSettings
+    from conformance.harness.kube import Kube
 
     settings = LocalSettings.from_env(os.environ)
     nodes = int(os.environ.get("DRAC_BENCH_NODES", "50"))
@@ -43,18 +45,16 @@ def run() -> dict[str, Any]:
             return result
         result["start_to_all_slices_seconds"] = round(time.monotonic() - t0, 1)
         result["start_phases_seconds"] = {k: round(v, 1) for k, v in cluster.timings.items()}
-        api = cluster.api_client()
-        core = client.CoreV1Api(api)
-        namespace_with_gpu_template(api, "scale")
+        kube = Kube(cluster.connection())
+        namespace_with_gpu_template(kube, "scale")
         t_pods = time.monotonic()
         for i in range(pods):
-            pod = claim_pod(f"p{i}", template="gpu")
-            core.create_namespaced_pod("scale", pod)
+            kube.create(claim_pod(f"p{i}", "scale", template="gpu"))
         result["create_pods_seconds"] = round(time.monotonic() - t_pods, 1)
         deadline = time.monotonic() + 900
         running = 0
         while time.monotonic() < deadline:
-            running = _pods_running(core, "scale")
+            running = _pods_running(kube, "scale")
             if running >= pods:
                 break
             time.sleep(1)

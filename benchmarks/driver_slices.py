@@ -56,12 +56,12 @@ def _wait(predicate: Callable[[], bool], timeout: float = 30.0) -> float:
 
 
 def _publish(inventory: Inventory) -> dict[str, Any]:
-    from kubernetes import client, config
-
     from clusters.errors import BinariesError
     from clusters.local.binaries import resolve
     from clusters.local.controlplane import ControlPlane
     from clusters.local.settings import BinariesSettings
+    from conformance.harness.kube import Kube
+    from draproto.apiconn import connect
 
     try:
         binaries = resolve(BinariesSettings(download=False, build=False))
@@ -70,9 +70,9 @@ def _publish(inventory: Inventory) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(dir="/tmp", prefix="bds"))
     plane = ControlPlane(binaries, root).start()
     try:
-        api = config.new_client_from_config(config_file=str(plane.kubeconfig))  # type: ignore[no-untyped-call]
-        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}
-        client.CoreV1Api(api).create_node(node)  # type: ignore[arg-type]  # the client takes plain JSON too
+        api = connect(plane.kubeconfig)
+        kube = Kube(api)
+        kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         store = KubeSliceStore(Rest(api))
         pub = SlicePublisher(store, driver_name=DRIVER, node_name=NODE)
         pub.update(inventory)
@@ -87,7 +87,7 @@ def _publish(inventory: Inventory) -> dict[str, Any]:
         noop = _ms(pub.sync, 10)
         pub.start()
         generation = pub.generation
-        client.ResourceV1Api(api).delete_resource_slice(f"{NODE}-{DRIVER}-1")
+        kube.delete("ResourceSlice", f"{NODE}-{DRIVER}-1")
 
         def back() -> bool:
             items, _ = store.list(DRIVER, NODE)

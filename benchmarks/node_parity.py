@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.workload import claim_pod, namespace_with_gpu_template
+from benchmarks.workload import claim_pod, namespace_with_gpu_template, pod_phase
 
 KINDS = ("agent", "kubelet")
 PODS = 8
@@ -38,16 +38,11 @@ REPORTS = Path("reports/parity")
 """Where the suite's runs land, ``<kind>/<run-id>/`` (kept: a difference is read in their reports)."""
 
 
-def _phase(core: Any, name: str) -> str:
-    return str(core.read_namespaced_pod(name, "parity").status.phase)
-
-
 def _measure(kind: str) -> dict[str, Any]:
-    from kubernetes import client
-
     from clusters.local.cluster import LocalCluster
     from clusters.local.controlplane import rss_of
     from clusters.local.settings import LocalSettings
+    from conformance.harness.kube import Kube
 
     settings = dataclasses.replace(LocalSettings.from_env(os.environ), nodes=2).with_options(node_kind=kind)
     cluster = LocalCluster(settings)
@@ -55,16 +50,15 @@ def _measure(kind: str) -> dict[str, Any]:
     cluster.start()
     ready = time.monotonic() - t0
     try:
-        api = cluster.api_client()
-        core = client.CoreV1Api(api)
-        namespace_with_gpu_template(api, "parity")
+        kube = Kube(cluster.connection())
+        namespace_with_gpu_template(kube, "parity")
         times = []
         for i in range(PODS):
-            pod = claim_pod(f"p{i}", template="gpu")
+            pod = claim_pod(f"p{i}", "parity", template="gpu")
             t = time.monotonic()
-            core.create_namespaced_pod("parity", pod)
+            kube.create(pod)
             deadline = t + 120
-            while _phase(core, f"p{i}") != "Running":
+            while pod_phase(kube, "parity", f"p{i}") != "Running":
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"pod p{i} not Running on {kind} nodes after 120 s")
                 time.sleep(0.05)

@@ -33,13 +33,16 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from benchmarks.stats import latency_ms
-from benchmarks.workload import claim_pod, ready_namespace
+from benchmarks.workload import claim_pod, phase, ready_namespace
 from draproto import dra_v1_pb2, dra_v1_pb2_grpc, registration_pb2, registration_pb2_grpc
+
+if TYPE_CHECKING:
+    from conformance.harness.kube import Kube
 
 REFERENCE = "gpu.dra-conformance.io"
 EXAMPLE = "gpu.example.com"
@@ -80,38 +83,30 @@ def _endpoint(registry: Path, driver: str) -> str:
     raise RuntimeError(f"driver {driver} did not register in {registry}")
 
 
-def _run_pods(api: Any, namespace: str, device_class: str, count: int) -> list[Any]:
+def _run_pods(kube: Kube, namespace: str, device_class: str, count: int) -> list[Any]:
     """``count`` pods, each with its own one-device claim of ``device_class``; waits until they run."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(api)
-    custom = client.CustomObjectsApi(api)
     for i in range(count):
         claim = {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
-            "metadata": {"name": f"c{i}"},
+            "metadata": {"name": f"c{i}", "namespace": namespace},
             "spec": {
                 "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}
             },
         }
-        custom.create_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims", claim)
-        pod = claim_pod(f"p{i}", claim=f"c{i}")
-        core.create_namespaced_pod(namespace, pod)
+        kube.create(claim)
+        kube.create(claim_pod(f"p{i}", namespace, claim=f"c{i}"))
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        pods = core.list_namespaced_pod(namespace).items
-        if len(pods) == count and all(p.status is not None and p.status.phase == "Running" for p in pods):
+        pods = kube.objects("Pod", namespace)
+        if len(pods) == count and all(phase(p) == "Running" for p in pods):
             break
         time.sleep(0.2)
     else:
         raise RuntimeError(f"pods of {device_class} did not all run within 180 s")
-    claims: dict[str, Any] = custom.list_namespaced_custom_object(  # type: ignore[assignment]
-        "resource.k8s.io", "v1", namespace, "resourceclaims"
-    )  # the client's stubs say object: it is the list's JSON
     return [
         dra_v1_pb2.Claim(namespace=namespace, uid=c["metadata"]["uid"], name=c["metadata"]["name"])
-        for c in claims["items"]
+        for c in kube.objects("ResourceClaim", namespace)
     ]
 
 
@@ -158,6 +153,7 @@ def run() -> dict[str, Any]:
     from clusters.local.gobins import fill_binaries
     from clusters.local.processes import ManagedProcess
     from clusters.local.settings import LocalSettings
+    from conformance.harness.kube import Kube
     from conformance.profiles import SHIPPED_DIR, load
 
     claims_per_driver = int(os.environ.get("DRAC_BENCH_CLAIMS", "4"))
@@ -203,7 +199,8 @@ def run() -> dict[str, Any]:
         for proc in procs:
             proc.start()
         try:
-            api = cluster.api_client()
+            api = cluster.connection()
+            kube = Kube(api)
             create_objects(api, manifests_from_file(SHIPPED_DIR / "example-gpu-classes.yaml", EXAMPLE))
             if NVIDIA in drivers:
                 create_objects(
@@ -219,8 +216,8 @@ def run() -> dict[str, Any]:
                 raise RuntimeError(f"{e}\n{logs}") from e
             for driver in drivers:
                 namespace = "b-" + driver.split(".")[1].replace("dra-", "")
-                ready_namespace(api, namespace)
-                claims = _run_pods(api, namespace, driver, claims_per_driver)
+                ready_namespace(kube, namespace)
+                claims = _run_pods(kube, namespace, driver, claims_per_driver)
                 result[driver] = _measure(endpoints[driver], claims, rounds)
         finally:
             for proc in procs:
