@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from driver.inventory import NUMA_NODE, Inventory
 from driver.listattrs import scalar_lists
@@ -64,20 +64,8 @@ TAINT_SWITCHES = frozenset({"restamp-taints"})
 """The switches the taint wrapper implements."""
 
 
-class BuildSlices(Protocol):
-    """What ``driver.slicing.build_slices`` is: the pool's slice bodies."""
-
-    def __call__(
-        self,
-        inventory: Inventory,
-        *,
-        driver_name: str,
-        node_name: str,
-        generation: int,
-        pool_name: str | None = None,
-        node_uid: str | None = None,
-        taints: Mapping[str, Sequence[DeviceTaint]] | None = None,
-    ) -> list[Body]: ...
+BuildSlices = Callable[..., list[Body]]
+"""What ``driver.slicing.build_slices`` is: the pool's slice bodies (its keyword arguments)."""
 
 
 def slice_builder(breaks: Callable[[str], bool]) -> BuildSlices:
@@ -119,26 +107,10 @@ class BreakingSliceBuilder:
     def __init__(self, on: frozenset[str]) -> None:
         self.on = on
 
-    def __call__(
-        self,
-        inventory: Inventory,
-        *,
-        driver_name: str,
-        node_name: str,
-        generation: int,
-        pool_name: str | None = None,
-        node_uid: str | None = None,
-        taints: Mapping[str, Sequence[DeviceTaint]] | None = None,
-    ) -> list[Body]:
-        bodies = build_slices(
-            inventory,
-            driver_name=driver_name,
-            node_name=node_name,
-            generation=generation,
-            pool_name=pool_name,
-            node_uid=None if "orphan-slices" in self.on else node_uid,
-            taints=taints,
-        )
+    def __call__(self, inventory: Inventory, **options: Any) -> list[Body]:
+        if "orphan-slices" in self.on:
+            options["node_uid"] = None
+        bodies = build_slices(inventory, **options)
         if "oversized-slice" in self.on:
             bodies = _one_device_slice(bodies)
         with_devices = [b["spec"]["devices"] for b in bodies if b["spec"].get("devices")]
