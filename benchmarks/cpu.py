@@ -1,9 +1,11 @@
 """CPU seconds a run costs, by program: the figure of a 2-core machine that load beside it moves least.
 
 :class:`CpuSampler` reads ``/proc`` every half second while it is open: the processes below this
-one, and those of a local cluster's daemon that detached from it (found by the ``--state-dir`` its
-launcher was given), keep their latest user+system time. A process that lives less than half a
-second may be missed; the figures are a floor.
+one, and the trees of the local cluster daemons that started while it was open (they detach from
+their launcher at once, so they are found by their program, ``clusters.local.daemon``, and their
+``--state-dir``), keep their latest user+system time. A process that lives less than half a second
+may be missed; the figures are a floor. A daemon another program starts meanwhile counts too: sample
+on a machine that runs nothing else.
 """
 
 from __future__ import annotations
@@ -59,14 +61,19 @@ def _table() -> dict[int, tuple[int, int]]:
 class CpuSampler:
     """CPU seconds by :func:`program` of this process's tree while open (see the module doc)."""
 
-    def __init__(self, interval: float = 0.5) -> None:
+    def __init__(self, interval: float = 0.5, daemon: str = _DAEMON) -> None:
         self.interval = interval
+        self.daemon = daemon
+        """The program whose detached trees count (:func:`program`'s name of it)."""
         self._ticks: dict[int, tuple[int, str]] = {}
         self._markers: set[str] = set()
+        self._before: set[int] = set()
+        self._looked: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
 
     def __enter__(self) -> CpuSampler:
+        self._before = set(_table())
         self._thread.start()
         return self
 
@@ -86,6 +93,9 @@ class CpuSampler:
         children: dict[int, list[int]] = {}
         for pid, (parent, _) in table.items():
             children.setdefault(parent, []).append(pid)
+        for pid in table.keys() - self._before - self._looked:  # a daemon detached since the last look
+            self._looked.add(pid)
+            self._mark(_argv(pid))
         detached = [p for p in table if self._markers and any(m in " ".join(_argv(p)) for m in self._markers)]
         todo = [os.getpid(), *detached]
         seen: set[int] = set(detached)
@@ -105,7 +115,11 @@ class CpuSampler:
             return
         argv = _argv(pid)
         self._ticks[pid] = (ticks, program(argv))
-        if program(argv) == _DAEMON and "--state-dir" in argv[:-1]:
+        self._mark(argv)
+
+    def _mark(self, argv: list[str]) -> None:
+        """Note a daemon's ``--state-dir``: the processes with it in their command line are its."""
+        if program(argv) == self.daemon and "--state-dir" in argv[:-1]:
             self._markers.add(f"--state-dir {argv[argv.index('--state-dir') + 1]}")
 
     def by_program(self) -> dict[str, float]:
