@@ -73,7 +73,7 @@ NVIDIA_SKIPS = area_rules("health") | frozenset(
 )
 """The rules a clean nvidia-gpu-local run skips (each for the reason its record states)."""
 
-TIMING_DEPENDENT = frozenset({"RES-KUBELET-RESTART", "RES-APISERVER"})
+TIMING_DEPENDENT = frozenset({"RES-KUBELET-RESTART", "RES-POD-DURING-KUBELET-DOWN", "RES-APISERVER"})
 """Known failures whose failure depends on timing (the profile's reason says why): an expected
 failure, or, in a run where the race is not hit, an unexpected pass."""
 
