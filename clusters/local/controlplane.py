@@ -94,6 +94,15 @@ def _go_env() -> dict[str, str]:
 
 
 _CONTROLLERS = ("kube-scheduler", "kube-controller-manager")
+_PORT_TRIES = 4
+"""How often a component starts again on new ports after finding its port taken."""
+
+
+def _lost_its_port(proc: ManagedProcess) -> bool:
+    """Whether ``proc`` exited because a port it was given was taken before it bound it."""
+    return not proc.alive() and "address already in use" in proc.tail(25).rsplit("\n--- ", 1)[-1]
+
+
 """Started together once the API server is healthy."""
 
 
@@ -118,6 +127,7 @@ class ControlPlane:
         """The controllers kube-controller-manager runs (known after :meth:`start`)."""
         self.apiserver_port = 0
         """kube-apiserver's secure port."""
+        self._etcd_url = ""
         self._pki: pki.ClusterPKI | None = None
         self._known_gates: list[dict[str, features.FeatureGate]] = []
         self._argv: dict[str, list[str]] = {}
@@ -182,7 +192,17 @@ class ControlPlane:
         """Wait until the scheduler and the controller manager are healthy (after :meth:`start`)."""
         try:
             for name in _CONTROLLERS:
-                self._wait_healthy(name, self.processes[name])
+                for _attempt in range(_PORT_TRIES):
+                    try:
+                        self._wait_healthy(name, self.processes[name])
+                        break
+                    except ControlPlaneError:
+                        if _attempt == _PORT_TRIES - 1 or not _lost_its_port(self.processes[name]):
+                            raise
+                    self.processes[name].stop()
+                    log.info("%s found its port taken; starting it on another", name)
+                    self._new_port(name)
+                    self._spawn(name)
         except BaseException:
             self.stop()
             raise
@@ -201,12 +221,22 @@ class ControlPlane:
         self.root.mkdir(parents=True, exist_ok=True)
         self._read_features()
         self._pki = pki.generate(self.root / "pki", service_ip=SERVICE_IP)
-        self.apiserver_port = free_port()
-        pki.write_kubeconfig(self.kubeconfig, self.server, self._pki.ca.cert, self._pki.admin)
-        etcd_url = self._prepare_etcd()
-        self._prepare_apiserver(etcd_url)
-        for name in ("kube-scheduler", "kube-controller-manager"):
+        self._prepare_etcd()
+        self._prepare_apiserver()
+
+    def _new_port(self, name: str) -> None:
+        """Build ``name``'s command line again on new free ports, and whatever follows from them.
+
+        A free port is released before the component binds it, so another process (a test
+        cluster beside this one) can take it first; the component then exits with "address
+        already in use" and starts again here on other ports.
+        """
+        if name == "etcd":
+            self._prepare_etcd()  # the API server's --etcd-servers follows
+        elif name in _CONTROLLERS:
             self._prepare_controller(name)
+        if name in ("etcd", "kube-apiserver"):
+            self._prepare_apiserver(new_port=name == "kube-apiserver")
 
     def _read_features(self) -> None:
         """Feature gates and controllers from the binaries' ``--help`` (or the config)."""
@@ -228,8 +258,8 @@ class ControlPlane:
         self.runtime_config = list(self.config.runtime_config)
         self.unserved = list(self.config.unserved)
 
-    def _prepare_etcd(self) -> str:
-        """etcd's command line and health check; returns its client URL."""
+    def _prepare_etcd(self) -> None:
+        """etcd's command line and health check."""
         client_port = free_port()
         etcd_url = f"http://127.0.0.1:{client_port}"
         peer_url = f"http://127.0.0.1:{free_port()}"
@@ -251,14 +281,20 @@ class ControlPlane:
             _listens(self.processes["etcd"].pid, client_port)
             and _http_ok(f"{etcd_url}/health", None, b'"health":"true"')
         )
-        return etcd_url
+        self._etcd_url = etcd_url
 
-    def _prepare_apiserver(self, etcd_url: str) -> None:
-        """kube-apiserver's command line (gates and runtime-config come later) and health check."""
+    def _prepare_apiserver(self, *, new_port: bool = True) -> None:
+        """kube-apiserver's command line (gates and runtime-config come later) and health check,
+        with the kubeconfigs that name its port: the admin's and the controllers'."""
         p = self.pki
+        if new_port:
+            self.apiserver_port = free_port()
+            pki.write_kubeconfig(self.kubeconfig, self.server, p.ca.cert, p.admin)
+            for name in _CONTROLLERS:
+                self._prepare_controller(name)
         self._argv["kube-apiserver"] = [
             str(self.binaries.path("kube-apiserver")),
-            f"--etcd-servers={etcd_url}",
+            f"--etcd-servers={self._etcd_url}",
             f"--secure-port={self.apiserver_port}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
@@ -340,6 +376,11 @@ class ControlPlane:
                     self._remember_fix(asked)
                 return
             except ControlPlaneError:
+                if _lost_its_port(proc):
+                    proc.stop()
+                    log.info("%s found its port taken; starting it on another", name)
+                    self._new_port(name)
+                    continue
                 fixed = self._fix_flags(proc) if name == "kube-apiserver" and not proc.alive() else None
                 proc.stop()
                 if not fixed:

@@ -277,3 +277,50 @@ def test_binaries_of_a_given_dir_start_with_no_fix_known(tmp_path: Path) -> None
     cp = ControlPlane(Binaries(tmp_path, "1.37.2", "dir"), tmp_path / "cp")
     assert cp._known_fix(cp._fix_key() + "|never asked") is None
     assert not (tmp_path / controlplane.FLAG_FIXES_FILE).exists()
+
+
+def test_a_component_whose_port_was_taken_starts_on_another(
+    local_binaries: Binaries,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A free port is released before its component binds it; when another process takes it
+    first (a test cluster beside this one), the component exits with "address already in use"
+    and starts again on new ports, instead of failing the whole start."""
+    import logging
+    import socket
+
+    from clusters.local import controlplane
+
+    taken: list[socket.socket] = []
+    handed = controlplane.free_port
+    calls = iter(range(1, 100))
+    # the ports in the order they are handed out: 1 etcd's client (2 its peer), 3 the API
+    # server's, 4-5 the controllers' (made again with the API server's new port: 9-10)
+    take = {1, 3, 9, 10}
+
+    def first_ports_taken() -> int:
+        port = handed()
+        if next(calls) in take:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", port))
+            s.listen()
+            taken.append(s)
+        return port
+
+    monkeypatch.setattr(controlplane, "free_port", first_ports_taken)
+    try:
+        with caplog.at_level(logging.INFO, logger="clusters.local.controlplane"):
+            cp = ControlPlane(local_binaries, tmp_path / "cp").start()
+        try:
+            assert all(cp.healthy().values()), cp.healthy()
+            held = {s.getsockname()[1] for s in taken}
+            assert cp.apiserver_port not in held
+            for name in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"):
+                assert f"{name} found its port taken" in caplog.text, caplog.text
+        finally:
+            cp.stop()
+    finally:
+        for s in taken:
+            s.close()
