@@ -677,22 +677,13 @@ class Harness:
 
     def cdi_devices(self, node: str | None = None) -> dict[str, Path]:
         """Every CDI device defined on ``node`` by its qualified name (``vendor/class=name``), and where."""
-        found: dict[str, Path] = {}
-        for path, spec in self.cdi_specs(node).items():
-            for device in spec.get("devices") or []:
-                if isinstance(device, dict):
-                    found[f"{spec.get('kind')}={device.get('name')}"] = path
-        return found
+        return {name: path for path, spec in self.cdi_specs(node).items() for name in _qualified_names(spec)}
 
     def viewed_cdi_devices(self, node: str | None = None) -> frozenset[str]:
         """Every CDI device the specs of ``node`` define, as a container view infers them, where
         the suite cannot read the node's CDI dir itself (kind, k3s, external)."""
-        specs = self.cluster.node_cdi_specs(node or self.node)
         return frozenset(
-            f"{spec.get('kind')}={device.get('name')}"
-            for spec in specs
-            for device in (spec.get("devices") or [])  # type: ignore[attr-defined]
-            if isinstance(device, dict)
+            n for spec in self.cluster.node_cdi_specs(node or self.node) for n in _qualified_names(spec)
         )
 
     def claim_cdi_ids(self, ids: Iterable[str]) -> list[str]:
@@ -767,3 +758,13 @@ class Harness:
         claim = self.claim(count=len(chosen))
         self.write_allocation(claim, [("gpu", d) for d in chosen], node=node)
         return ref(claim)
+
+
+def _qualified_names(spec: Mapping[str, object]) -> list[str]:
+    """The qualified names (``vendor/class=name``) of the devices a CDI spec defines."""
+    devices = spec.get("devices")
+    return [
+        f"{spec.get('kind')}={d.get('name')}"
+        for d in (devices if isinstance(devices, list) else [])
+        if isinstance(d, dict)
+    ]
