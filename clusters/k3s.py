@@ -187,7 +187,7 @@ class K3sCluster(PodCluster[K3sSettings]):
         return cluster
 
     def _after_failure(self) -> None:
-        give_up(self, self.settings.work_dir / "logs", self._say)
+        give_up(self, self.settings.failure_logs or self.settings.work_dir / "logs", self._say)
 
     def collect_logs(self, dest: Path) -> None:
         """The k3s server's log and the driver pods' logs, into ``dest``."""

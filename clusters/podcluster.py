@@ -46,6 +46,9 @@ class PodClusterSettings:
     """Load and install :attr:`release` (off: the driver is installed otherwise)."""
     slices_timeout: float = 180.0
     """Seconds every node with the driver may take to publish its first slice after the chart installed."""
+    failure_logs: Path | None = None
+    """Where the cluster's logs go when it does not come up (None: ``logs`` in the backend's work
+    dir); ``dra-conformance run`` names its run's ``cluster-logs``."""
 
     @classmethod
     def _env_changes(cls, env: Mapping[str, str]) -> dict[str, Any]:

@@ -165,7 +165,10 @@ class InClusterTier(Tier):
         config = self.config
         if config.cluster == "kind":
             kind = KindSettings.from_env(os.environ).with_options(
-                k8s_version=config.k8s_version, workers=config.local_nodes, release=config.release
+                k8s_version=config.k8s_version,
+                workers=config.local_nodes,
+                release=config.release,
+                failure_logs=self._failure_logs,
             )
             if config.keep_cluster:
                 kind = dataclasses.replace(kind, keep=True)
@@ -173,7 +176,15 @@ class InClusterTier(Tier):
         k3s = K3sSettings.from_env(os.environ)
         if config.k8s_version:
             k3s = dataclasses.replace(k3s, k8s_version=config.k8s_version)
-        return K3sCluster(dataclasses.replace(k3s, release=config.release), progress=self.say)
+        return K3sCluster(
+            dataclasses.replace(k3s, release=config.release, failure_logs=self._failure_logs),
+            progress=self.say,
+        )
+
+    @property
+    def _failure_logs(self) -> Path:
+        """Where the cluster's logs go when it does not come up: the run's ``cluster-logs``."""
+        return self.config.run_dir.resolve() / "cluster-logs"
 
     def start(self) -> Running:
         """Make the cluster and install the driver; write its info (``cluster.json``) for pytest."""
@@ -181,7 +192,9 @@ class InClusterTier(Tier):
         try:
             cluster.start()
         except ClusterError as e:
-            raise ConformanceError(f"the {self.config.cluster} cluster did not come up: {e}") from e
+            logs = self._failure_logs
+            where = f"; its logs: {logs}" if logs.is_dir() and any(logs.iterdir()) else ""
+            raise ConformanceError(f"the {self.config.cluster} cluster did not come up: {e}{where}") from e
         self.cluster = cluster
         run_dir = self.config.run_dir.resolve()
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -348,7 +348,7 @@ class KindCluster(PodCluster[KindSettings]):
         self._say(f"kind cluster {s.name} created in {time.monotonic() - started:.0f} s")
 
     def _after_failure(self) -> None:
-        give_up(self, self.state_dir / "logs", self._say)
+        give_up(self, self.settings.failure_logs or self.state_dir / "logs", self._say)
 
     def collect_logs(self, dest: Path) -> None:
         """The logs of every node (``kind export logs``) and of the driver pods, into ``dest``."""

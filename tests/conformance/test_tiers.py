@@ -141,6 +141,20 @@ def test_a_kind_cluster_that_does_not_come_up_is_named_and_leaves_no_run_directo
     assert not config.run_dir.exists()
 
 
+def test_a_kind_or_k3s_cluster_that_does_not_come_up_leaves_its_logs_in_the_run(tmp_path: Path) -> None:
+    """The backend's logs of a failed start go to the run's ``cluster-logs``, which the failure names."""
+    for name in ("kind", "k3s"):
+        config = _config(tmp_path / name, cluster=name)
+        logs = config.run_dir.resolve() / "cluster-logs"
+        made = InClusterTier(config, print)._make()
+        assert made.settings.failure_logs == logs  # type: ignore[attr-defined]
+    logs.mkdir(parents=True)
+    (logs / "kubelet.log").write_text("it broke\n")  # as the backend's give_up leaves them
+    tier = InClusterTier(config, print, cluster=FakePods(tmp_path, fail="the API server never answered"))
+    with pytest.raises(ConformanceError, match=f"never answered; its logs: {logs}$"):
+        tier.start()
+
+
 def test_a_driver_binary_that_cannot_be_had_stops_a_local_run_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
