@@ -22,6 +22,7 @@ parts. :func:`ensure_node_image` loads it into an engine (``docker load``) when 
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -396,8 +397,25 @@ def node_archive(local: LocalSettings, kind_version: str, progress: Progress = _
     then :func:`build_node_archive`; the caches sit beside the Kubernetes binaries'."""
     started = time.monotonic()
     cache = local.binaries.cache_root.parent / "kind-node"
-    parts = resolve_parts(local, kind_version, progress)
-    rootfs = build_rootfs(cache / "rootfs", progress=progress)
-    archive = build_node_archive(parts, rootfs, cache, kind_version, progress)
+    with _step("the node's parts (Kubernetes node binaries, containerd, runc, crictl, CNI plugins, pause)"):
+        parts = resolve_parts(local, kind_version, progress)
+    with _step("the Debian base (mmdebstrap)"):
+        rootfs = build_rootfs(cache / "rootfs", progress=progress)
+    with _step("the node image archive"):
+        archive = build_node_archive(parts, rootfs, cache, kind_version, progress)
     progress(f"kind node image {archive.ref} ready ({time.monotonic() - started:.0f} s)")
     return archive
+
+
+@contextlib.contextmanager
+def _step(name: str) -> Iterator[None]:
+    """Name the build step a failure of the block is in (its message keeps the command and the
+    last lines of its output); each step's cache is filled whole or not at all, so a retry goes on
+    from the first step not cached."""
+    try:
+        yield
+    except ClusterError as e:
+        raise type(e)(
+            f"building the kind node image failed at {name}: {e}\n(what the steps before it built "
+            "stays cached: run again to go on from there)"
+        ) from e

@@ -129,3 +129,28 @@ def test_the_cni_config_is_json_for_every_node() -> None:
     assert (
         "Before=kubelet.service" in nodefiles.CNI_UNIT and "Before=kubelet.service" in nodefiles.IMPORT_UNIT
     )
+
+
+def test_a_failed_build_names_its_step_and_keeps_the_tools_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mmdebstrap failing: the error says which step, keeps the command's last lines, and says a
+    retry goes on from what is cached (each step fills its cache whole or not at all)."""
+    from clusters.errors import ToolError
+    from clusters.kind import nodeimage
+    from clusters.local.settings import LocalSettings
+
+    built: list[str] = []
+    monkeypatch.setattr(nodeimage, "resolve_parts", lambda *_a: built.append("parts") or object())
+
+    def no_debian(*_a: object, **_k: object) -> Path:
+        raise ToolError("mmdebstrap --variant=minbase bookworm ... exited 1:\nE: cannot reach the mirror")
+
+    monkeypatch.setattr(nodeimage, "build_rootfs", no_debian)
+    settings = LocalSettings.from_env({"XDG_CACHE_HOME": str(tmp_path)})
+    with pytest.raises(ToolError) as failed:
+        nodeimage.node_archive(settings, "v0.33.0", progress=lambda _line: None)
+    text = str(failed.value)
+    assert text.startswith("building the kind node image failed at the Debian base (mmdebstrap): mmdebstrap")
+    assert "E: cannot reach the mirror" in text and "run again to go on from there" in text
+    assert built == ["parts"]
