@@ -141,7 +141,12 @@ def test_a_failed_build_names_its_step_and_keeps_the_tools_lines(
     from clusters.local.settings import LocalSettings
 
     built: list[str] = []
-    monkeypatch.setattr(nodeimage, "resolve_parts", lambda *_a: built.append("parts") or object())
+
+    def parts(*_a: object) -> object:
+        built.append("parts")
+        return object()
+
+    monkeypatch.setattr(nodeimage, "resolve_parts", parts)
 
     def no_debian(*_a: object, **_k: object) -> Path:
         raise ToolError("mmdebstrap --variant=minbase bookworm ... exited 1:\nE: cannot reach the mirror")
