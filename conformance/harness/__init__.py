@@ -65,7 +65,15 @@ from conformance.harness.status import (
     reserved_for,
     unschedulable,
 )
-from conformance.harness.waiting import Objects, WaitFailed, WaitTimeout, consistently, until, watch_until
+from conformance.harness.waiting import (
+    Objects,
+    WaitFailed,
+    WaitTimeout,
+    consistently,
+    settled_answer,
+    until,
+    watch_until,
+)
 
 __all__ = [
     "CONFIG_ENV_RULES",
@@ -125,6 +133,7 @@ __all__ = [
     "ref",
     "reserved_for",
     "scalar_attributes",
+    "settled_answer",
     "share_amount",
     "tainted_since",
     "takeable",

@@ -5,7 +5,9 @@ resourceVersion and re-checks on every event, so a pod that starts running is se
 not at the next poll. :func:`until` polls a function (files on a node, gRPC answers). Both raise
 :class:`WaitTimeout` naming what was awaited and what was last seen. :func:`consistently` is the
 other way round: it polls a function for as long as something must keep holding, and raises
-:class:`WaitFailed` naming what stopped holding, when, and what was seen then.
+:class:`WaitFailed` naming what stopped holding, when, and what was seen then. :func:`settled_answer`
+polls an answer that takes a while to settle (a policy the API server has yet to enforce) until
+it has stayed the same for a while, and returns it for the test to judge.
 
 :func:`until` and :func:`watch_until` also take ``stuck``: asked after each failed check, it
 answers why the condition will never hold (the node's or the scheduler's message, see
@@ -25,7 +27,7 @@ from conformance.errors import ConformanceError
 from conformance.harness.kube import Kube, meta
 from draproto.rest import Gone
 
-__all__ = ["Objects", "WaitFailed", "WaitTimeout", "consistently", "until", "watch_until"]
+__all__ = ["Objects", "WaitFailed", "WaitTimeout", "consistently", "settled_answer", "until", "watch_until"]
 
 T = TypeVar("T")
 
@@ -100,6 +102,31 @@ def consistently(
         if time.monotonic() >= deadline:
             return
         time.sleep(interval)
+
+
+def settled_answer(
+    value: Callable[[], T],
+    stable: float,
+    timeout: float,
+    *,
+    key: Callable[[T], object] = lambda answer: answer,
+    interval: float = 0.5,
+) -> T:
+    """Call ``value`` until ``key`` of its answer has stayed the same for ``stable`` seconds (or
+    ``timeout`` seconds passed); return the last answer, for the caller to judge.
+
+    It waits for nothing in particular, only for the answer to stop changing, so it never fails.
+    """
+    started = time.monotonic()
+    answer = value()
+    since = started
+    while time.monotonic() - since < stable and time.monotonic() - started < timeout:
+        time.sleep(interval)
+        again = value()
+        if key(again) != key(answer):
+            since = time.monotonic()
+        answer = again
+    return answer
 
 
 Objects = Mapping[str, dict[str, Any]]

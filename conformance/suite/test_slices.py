@@ -38,6 +38,7 @@ from conformance.harness import (
     install_identity,
     meta,
     quantity,
+    settled_answer,
     watch_until,
 )
 from draproto.rest import Conflict, Forbidden, Gone, NotFound
@@ -721,15 +722,10 @@ def test_slices_of_its_own_node_only(dra: Harness) -> None:
 
     # a policy (or binding) just written takes the API server a moment (its informer) to enforce, the
     # one it replaces holding till then: the answer counts once it held for POLICY_STABLE seconds
-    created = create_other()
     if installed:
-        deadline = time.monotonic() + POLICY_SETTLE
-        held_since = time.monotonic()
-        while time.monotonic() < deadline and time.monotonic() - held_since < POLICY_STABLE:
-            time.sleep(0.5)
-            again = create_other()
-            if (again is None) != (created is None):
-                created, held_since = again, time.monotonic()
+        created = settled_answer(create_other, POLICY_STABLE, POLICY_SETTLE, key=lambda e: e is None)
+    else:
+        created = create_other()
     assert created is not None, f"{as_user} was allowed to create a ResourceSlice of node {other}"
     # another node under test is held shared: its driver is not restarted while its slices are used
     theirs = [s for s in settled_everywhere(dra) if spec(s).get("nodeName") == other] if others else []

@@ -77,3 +77,23 @@ def test_a_falsy_answer_of_any_kind_is_a_failure_and_describe_is_optional(clock:
     ):
         consistently(lambda: [], 0.5, "the list empty")
     consistently(lambda: ["x"], 0, "a list")
+
+
+def test_an_answer_settles_once_it_stays_the_same_long_enough(clock: Clock) -> None:
+    """:func:`~conformance.harness.waiting.settled_answer`: a policy enforced after a while; the
+    answer counts once it held for ``stable`` seconds; a change starts the count again."""
+    answers = iter(["allowed", "allowed", "refused", "refused", "refused", "refused", "refused", "x"])
+    asked: list[float] = []
+
+    def value() -> str:
+        asked.append(clock.now)
+        return next(answers)
+
+    assert waiting.settled_answer(value, 1.5, 30.0) == "refused"
+    assert asked == [100.0, 100.5, 101.0, 101.5, 102.0, 102.5]
+
+
+def test_an_answer_that_never_settles_is_returned_as_it_is_when_the_time_is_up(clock: Clock) -> None:
+    flips = iter(range(1000))
+    last = waiting.settled_answer(lambda: next(flips), 2.0, 5.0, key=lambda n: n % 2)
+    assert last == 10 and clock.now == 105.0
