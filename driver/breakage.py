@@ -101,6 +101,7 @@ RULES: dict[str, str] = {
     "mistyped-device": "the first whole GPU is published with type GPU, not gpu: its DeviceClass misses it",
     "product-name-per-device": "each device's productName carries its own name: devices of one model differ",
     "misnamed-device-classes": "device-classes prints the classes under names other than the documented ones",
+    "pod-only-reservations": "a claim reserved for no pod (reservedFor names a PodGroup) is refused",
 }
 """Every switch, with the rule it breaks."""
 

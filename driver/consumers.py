@@ -1,14 +1,16 @@
 """The pods that use a claim, for the rule-breaking switches that tie a claim to them.
 
 A correct driver prepares a claim for the node and keeps it until the kubelet unprepares it: which
-pods use it, and which of their containers reference it, is the kubelet's business. Two switches
+pods use it, and which of their containers reference it, is the kubelet's business. Three switches
 (``driver.breakage``) make the driver look at the pods anyway, the way drivers that key their
 state by pod go wrong:
 
 - ``unprepare-with-first-pod``: a claim's CDI spec is removed as soon as the first pod it was
   prepared for is gone, though other pods still use it (SHARE-PODS);
 - ``skip-unreferenced-claims``: a claim no container of its pods references is answered with no
-  devices and nothing is written (SHARE-UNUSED).
+  devices and nothing is written (SHARE-UNUSED);
+- ``pod-only-reservations``: a claim reserved for something other than a pod (a PodGroup, as the
+  kubelet accepts with ``DRAWorkloadResourceClaims`` on) is refused (PREP-PODGROUP-CLAIM).
 
 Nothing here runs unless one of them is on.
 """
@@ -22,7 +24,15 @@ from typing import Any, Protocol
 
 from draproto.rest import NotFound, Rest, q
 
-__all__ = ["POD_SWITCHES", "ApiPodSource", "FirstPodWatch", "PodSource", "first_pod", "referenced"]
+__all__ = [
+    "POD_SWITCHES",
+    "ApiPodSource",
+    "FirstPodWatch",
+    "PodSource",
+    "first_pod",
+    "referenced",
+    "reserved_for_no_pod",
+]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +79,16 @@ def first_pod(claim: Obj) -> tuple[str, str] | None:
     """(name, uid) of the first pod the claim is reserved for, if any."""
     pods = _pods(claim)
     return pods[0] if pods else None
+
+
+def reserved_for_no_pod(claim: Obj) -> list[str]:
+    """The consumers in the claim's ``status.reservedFor`` (``group/resource name``) when there are
+    some and none is a pod (a ``scheduling.k8s.io`` PodGroup, say); else none. Read only by
+    ``pod-only-reservations``."""
+    reserved = (claim.get("status") or {}).get("reservedFor") or []
+    if not reserved or _pods(claim):
+        return []
+    return [f"{r.get('apiGroup') or 'core'}/{r.get('resource')} {r.get('name')}" for r in reserved]
 
 
 def referenced(claim: Obj, pods: PodSource) -> bool:

@@ -13,6 +13,7 @@ from driver._names import check_uid, shown
 from driver.checkpoint import ClaimRecord, PreparedDevice
 from driver.claims import ClaimSource
 from driver.config import entries_from_allocation, select
+from driver.consumers import reserved_for_no_pod
 from driver.devicemetadata import pod_claim_name
 from driver.errors import ClaimError, ConfigError, PrepareError
 from driver.inventory import Inventory
@@ -33,6 +34,7 @@ class PlanningBreakage:
     subrequest_name: bool = False
     qualified_request_names: bool = False
     every_request_name: bool = False
+    pod_only_reservations: bool = False
 
     @classmethod
     def of(cls, settings: Settings) -> PlanningBreakage:
@@ -44,6 +46,7 @@ class PlanningBreakage:
             subrequest_name=settings.breaks("subrequest-name"),
             qualified_request_names=settings.breaks("qualified-request-names"),
             every_request_name=settings.breaks("every-request-name"),
+            pod_only_reservations=settings.breaks("pod-only-reservations"),
         )
 
 
@@ -97,6 +100,8 @@ def plan(
     allocation = (claim.get("status") or {}).get("allocation")
     if not allocation:
         raise ClaimError(f"claim {ref}: not allocated")
+    if broken.pod_only_reservations and (consumers := reserved_for_no_pod(claim)):
+        raise PrepareError(f"claim {ref} is reserved for no pod (reservedFor: {', '.join(consumers)})")
     every = (allocation.get("devices") or {}).get("results") or []
     results = [r for r in every if r.get("driver") == settings.driver_name]
     if not results and broken.other_driver_claims:

@@ -1250,6 +1250,23 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        id="PREP-PODGROUP-CLAIM",
+        sentence="a claim reserved for a PodGroup (`status.reservedFor` names a `scheduling.k8s.io` PodGroup, not a pod) is prepared like one reserved for a pod: the same devices, no error",
+        needs=("grpc",),
+        since="1.37",
+        upstream="-",
+        level="SHOULD",
+        source=(
+            "with DRAWorkloadResourceClaims (beta, off by default in 1.37; needs GenericWorkload) a claim "
+            "a PodGroup shares is reserved for the PodGroup, not its pods; the kubelet accepts it for each "
+            "pod of the group (k8s.io/dynamic-resource-allocation v0.37.2 resourceclaim.IsReservedForPod; "
+            "pkg/kubelet/cm/dra/manager.go prepareResources, podGroupResourceClaimsEnabled) and calls "
+            "NodePrepareResources as for any claim, and the kubeletplugin helper never reads reservedFor; "
+            "nothing breaks with the gate off, but where it is on a driver that prepares only claims "
+            "reserved for pods leaves every pod of such a group unstarted (a workload breaker)"
+        ),
+    ),
+    Rule(
         id="PREP-NO-WARNINGS",
         sentence="a normal pod lifecycle emits no FailedPrepare/FailedUnprepare events",
         needs=(),

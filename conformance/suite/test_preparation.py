@@ -8,6 +8,7 @@ rules use the profile's example configs and what a container shows for each.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -576,6 +577,62 @@ def test_recreated_claim_is_prepared_as_new(dra: Harness) -> None:
     unresolved = [i for i in ids if i not in dra.cdi_devices()]
     assert not unresolved, (
         f"CDI ids answered for claim {new.name} that no spec on {dra.node} defines: {unresolved}"
+    )
+
+
+PODGROUPS = {"apiGroup": "scheduling.k8s.io", "resource": "podgroups"}
+"""A ``status.reservedFor`` entry's consumer kind for a PodGroup, as the scheduler writes it with
+DRAWorkloadResourceClaims on (the API server checks only that resource, name and uid are there)."""
+
+
+def _shape(devices: Any) -> list[tuple[str, str, tuple[str, ...], int]]:
+    """What a prepare answer says of each device, less what is the claim's own (its CDI ids): pool,
+    device, request names and how many CDI ids."""
+    return sorted(
+        (d.pool_name, d.device_name, tuple(sorted(d.request_names)), len(d.cdi_device_ids)) for d in devices
+    )
+
+
+@rule("PREP-PODGROUP-CLAIM")
+@exclusive
+def test_podgroup_claim_is_prepared(dra: Harness) -> None:
+    """a claim reserved for a PodGroup (`status.reservedFor` names a `scheduling.k8s.io` PodGroup, not a
+    pod) is prepared like one reserved for a pod: the same devices, no error"""
+    device = dra.free_devices()[:1]
+    if not device:
+        pytest.skip(f"node {dra.node} has no free device")
+    client = dra.plugin()
+    plain = dra.allocated_claim(device)  # what a claim of the device is answered, no PodGroup's
+    dra.on_cleanup(lambda: client.unprepare([plain]))
+    usual = client.prepare([plain])[plain.uid]
+    assert not usual.error, f"prepare of claim {plain.name} failed: {usual.error}"
+    client.unprepare([plain])  # the device is free again for the group's claim
+    claim = dra.write_allocation(dra.claim(), [("gpu", device[0])])
+    group = dra.name("group")
+    claim["status"]["reservedFor"] = [{**PODGROUPS, "name": group, "uid": str(uuid.uuid4())}]
+    grouped = ref(dra.kube.replace(claim, "status"))
+    dra.on_cleanup(lambda: client.unprepare([grouped]))
+    answer = client.prepare([grouped])[grouped.uid]
+    reserved = ((dra.get("ResourceClaim", grouped.name) or {}).get("status") or {}).get("reservedFor") or []
+    if not any(r.get("resource") == "podgroups" and r.get("name") == group for r in reserved):
+        # where DRAWorkloadResourceClaims is on, the resourceclaim controller drops the reservation of
+        # a PodGroup that does not exist: the driver may have read the claim without it
+        dra.partial(
+            f"whether a claim reserved for a PodGroup is prepared was not checked: the reservation of "
+            f"claim {grouped.name} for PodGroup {group} was removed (reservedFor: {reserved})"
+        )
+    assert not answer.error, (
+        f"claim {grouped.name}, reserved for PodGroup {group} (no pod), does not prepare: {answer.error}"
+    )
+    assert _shape(answer.devices) == _shape(usual.devices), (
+        f"claim {grouped.name}, reserved for PodGroup {group}, was answered {_shape(answer.devices)} "
+        f"(pool, device, requests, number of CDI ids); a claim of the same device, {_shape(usual.devices)}"
+    )
+    ids = [i for d in answer.devices for i in d.cdi_device_ids]
+    assert ids, f"claim {grouped.name}, reserved for PodGroup {group}, was answered no CDI id"
+    unresolved = [i for i in ids if i not in dra.cdi_devices()]
+    assert not unresolved, (
+        f"CDI ids answered for claim {grouped.name} that no spec on {dra.node} defines: {unresolved}"
     )
 
 

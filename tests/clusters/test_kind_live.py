@@ -100,7 +100,7 @@ KIND_SKIPS = {
     "HEALTH-RECONNECT", "RES-DRIVER-CRASH", "RES-CHECKPOINT", "RES-CHECKPOINT-CORRUPT",
     "RES-DELETED-WHILE-DOWN", "RES-ROLLING-UPDATE", "RES-APISERVER",
     "REG-FUZZ", "REG-SOCKETS", "HEALTH-SERVICE", "HEALTH-IGNORED", "PREP-CHURN", "PREP-RECREATED-CLAIM",
-    "PREP-NETDEV",
+    "PREP-NETDEV", "PREP-PODGROUP-CLAIM",
     # partial: the CDI specs, metadata files and prepared state they also check are in the nodes
     "PREP-DEVICE-METADATA", "PREP-FORCE-DELETE", "PREP-POD-DONE", "SHARE-UNUSED",
     # the profile's companion NIC driver is the local tier's (local.companions)

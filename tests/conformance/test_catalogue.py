@@ -24,8 +24,8 @@ COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES
 
 
 def test_catalogue_shape() -> None:
-    assert len(RULES) == 118
-    assert len({r.id for r in RULES}) == 118
+    assert len(RULES) == 119
+    assert len({r.id for r in RULES}) == 119
     counts = {a: sum(r.area == a for r in RULES) for a in AREAS}
     assert counts == {
         "PRE": 5,
@@ -33,7 +33,7 @@ def test_catalogue_shape() -> None:
         "SLICE": 14,
         "ALLOC": 28,
         "SHARE": 8,
-        "PREP": 21,
+        "PREP": 22,
         "HEALTH": 11,
         "RES": 11,
     }

@@ -340,6 +340,11 @@ CASES: dict[str, Case] = {
         "reference-gpu", "allocation", "ALLOC-MATCH-ATTR", rules=("ALLOC-MATCH-ATTR",)
     ),
     "misnamed-device-classes": case("reference-gpu", "preflight", "PRE-CLASSES"),
+    # the suite's other direct calls prepare claims with no reservedFor, which the switch takes: only
+    # the claim the rule reserves for a PodGroup is refused
+    "pod-only-reservations": case(
+        "reference-gpu", "preparation", "PREP-PODGROUP-CLAIM", rules=("PREP-PODGROUP-CLAIM",)
+    ),
 }
 """Every switch that breaks a rule of the areas the suite has, where it is shown, what fails."""
 

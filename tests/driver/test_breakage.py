@@ -134,7 +134,7 @@ def test_every_rule_is_documented() -> None:
         "whole-call-errors", "unserved-dra-version", "fail-unknown-unprepare",
         "cdi-id-of-another-device", "every-request-name", "refuse-concurrent-prepare",
         "prepare-other-driver-claims", "no-sigterm-handler", "index-as-string", "mistyped-device",
-        "product-name-per-device", "misnamed-device-classes",
+        "product-name-per-device", "misnamed-device-classes", "pod-only-reservations",
     }  # fmt: skip
 
 
@@ -954,6 +954,34 @@ def _other_drivers_claim_not_prepared(node: Node) -> tuple[bool, ...]:
     return (not prepare(node, claim).claims[claim["metadata"]["uid"]].devices,)
 
 
+def _podgroup_claim(name: str, device: str) -> dict[str, Any]:
+    """A claim of ``device`` reserved for a PodGroup, not a pod (what the scheduler writes with
+    DRAWorkloadResourceClaims on, and the kubelet then prepares for the group's pods)."""
+    claim = make_claim(name, [result("gpu", device)])
+    claim["status"]["reservedFor"] = [
+        {
+            "apiGroup": "scheduling.k8s.io",
+            "resource": "podgroups",
+            "name": "group",
+            "uid": str(uuidlib.uuid4()),
+        }
+    ]
+    return claim
+
+
+def _podgroup_claim_prepared(node: Node) -> tuple[bool, ...]:
+    """A claim reserved for a PodGroup is prepared like one reserved for a pod: the same device, a CDI
+    id, no error (PREP-PODGROUP-CLAIM)."""
+    node.serve()
+    group = node.put(_podgroup_claim("group-claim", "gpu-0"))
+    answer = prepare(node, group).claims[group["metadata"]["uid"]]
+    return (
+        answer.error == "",
+        [d.device_name for d in answer.devices] == ["gpu-0"],
+        bool([i for d in answer.devices for i in d.cdi_device_ids]),
+    )
+
+
 def _sigterm_handled(node: Node) -> tuple[bool, ...]:
     """SIGTERM reaches the driver's handler, which stops it cleanly: its sockets and slices go
     (SLICE-GONE)."""
@@ -1074,6 +1102,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "mistyped-device": _every_gpu_of_type_gpu,
     "product-name-per-device": _product_name_of_the_model,
     "misnamed-device-classes": _documented_class_names,
+    "pod-only-reservations": _podgroup_claim_prepared,
 }
 """Per switch: the checks of the rule it breaks."""
 
@@ -1167,3 +1196,19 @@ def test_ignore_extended_resource_claims_answers_a_users_claim(node: Node) -> No
     broken(node, "ignore-extended-resource-claims").serve()
     claim = node.put(make_claim("c", [result("gpu", "gpu-0")]))
     assert [d.device_name for d in prepare(node, claim).claims[claim["metadata"]["uid"]].devices] == ["gpu-0"]
+
+
+def test_pod_only_reservations_refuses_only_claims_reserved_for_no_pod(node: Node) -> None:
+    """With the switch on, a PodGroup's claim is refused, saying why; a pod's claim and a claim with no
+    ``reservedFor`` (what the suite's direct calls prepare) are prepared as before."""
+    broken(node, "pod-only-reservations").serve()
+    group = node.put(_podgroup_claim("group-claim", "gpu-0"))
+    error = prepare(node, group).claims[group["metadata"]["uid"]].error
+    assert "reserved for no pod" in error and "scheduling.k8s.io/podgroups group" in error, error
+    pods = node.put(make_claim("pod-claim", [result("gpu", "gpu-1")]))
+    unreserved = make_claim("unreserved", [result("gpu", "gpu-2")])
+    del unreserved["status"]["reservedFor"]
+    node.put(unreserved)
+    for claim in (pods, unreserved):
+        answer = prepare(node, claim).claims[claim["metadata"]["uid"]]
+        assert answer.error == "" and [d.device_name for d in answer.devices] != [], answer
