@@ -603,10 +603,11 @@ def test_podgroup_claim_is_prepared(dra: Harness) -> None:
         pytest.skip(f"node {dra.node} has no free device")
     client = dra.plugin()
     plain = dra.allocated_claim(device)  # what a claim of the device is answered, no PodGroup's
-    dra.on_cleanup(lambda: client.unprepare([plain]))
-    usual = client.prepare([plain])[plain.uid]
+    try:
+        usual = client.prepare([plain])[plain.uid]
+    finally:
+        client.unprepare([plain])  # the device is free again for the group's claim
     assert not usual.error, f"prepare of claim {plain.name} failed: {usual.error}"
-    client.unprepare([plain])  # the device is free again for the group's claim
     claim = dra.write_allocation(dra.claim(), [("gpu", device[0])])
     group = dra.name("group")
     claim["status"]["reservedFor"] = [{**PODGROUPS, "name": group, "uid": str(uuid.uuid4())}]
