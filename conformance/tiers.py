@@ -183,7 +183,8 @@ class InClusterTier(Tier):
 
     @property
     def _failure_logs(self) -> Path:
-        """Where the cluster's logs go when it does not come up: the run's ``cluster-logs``."""
+        """Where the cluster's logs go when it does not come up or a rule failed: the run's
+        ``cluster-logs``."""
         return self.config.run_dir.resolve() / "cluster-logs"
 
     def start(self) -> Running:
@@ -208,7 +209,7 @@ class InClusterTier(Tier):
         if self.cluster is None:
             return
         if result is None or not result.ok:
-            logs = self.config.run_dir.resolve() / "cluster-logs"
+            logs = self._failure_logs
             self.say(f"collecting the {self.config.cluster} cluster's logs into {logs} ...")
             with contextlib.suppress(ClusterError, OSError):
                 self.cluster.collect_logs(logs)

@@ -94,16 +94,21 @@ def _go_env() -> dict[str, str]:
 
 
 _CONTROLLERS = ("kube-scheduler", "kube-controller-manager")
+"""Started together once the API server is healthy."""
+
 _PORT_TRIES = 4
 """How often a component starts again on new ports after finding its port taken."""
 
 
+def _this_start(proc: ManagedProcess, lines: int) -> str:
+    """The last ``lines`` lines of ``proc``'s log, only what its latest start wrote (each start
+    appends below a ``--- `` line)."""
+    return proc.tail(lines).rsplit("\n--- ", 1)[-1].split("\n", 1)[-1]
+
+
 def _lost_its_port(proc: ManagedProcess) -> bool:
     """Whether ``proc`` exited because a port it was given was taken before it bound it."""
-    return not proc.alive() and "address already in use" in proc.tail(25).rsplit("\n--- ", 1)[-1]
-
-
-"""Started together once the API server is healthy."""
+    return not proc.alive() and "address already in use" in _this_start(proc, 25)
 
 
 class ControlPlane:
@@ -438,7 +443,7 @@ class ControlPlane:
 
     def _fix_flags(self, proc: ManagedProcess) -> str | None:
         """Adjust gates or runtime-config after the API server refused them; say what changed."""
-        text = proc.tail(60).rsplit("\n--- ", 1)[-1].split("\n", 1)[-1]  # only this run's output
+        text = _this_start(proc, 60)
         dep = re.search(r"(\w+) is enabled, but depends on features that are disabled: \[([^\]]*)\]", text)
         if dep:
             gate, needs = dep.group(1), dep.group(2).replace(",", " ").split()
