@@ -14,6 +14,7 @@ import pytest
 
 from clusters.local.processes import ManagedProcess
 from tests.clusters.e2e import running, still_running
+from tests.polling import until
 from tests.procs import interruptible
 
 PARENT = textwrap.dedent(
@@ -36,10 +37,12 @@ def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
         "sh", ["sh", "-c", "sleep 300 & echo $! > child; wait"], tmp_path / "sh.log", cwd=tmp_path
     )
     proc.start()
-    deadline = time.monotonic() + 10
-    while not (tmp_path / "child").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    child = int((tmp_path / "child").read_text())
+
+    def child_pid() -> int | None:  # the shell may not have finished writing the file
+        text = (tmp_path / "child").read_text() if (tmp_path / "child").exists() else ""
+        return int(text) if text.strip().isdigit() else None
+
+    child = until(child_pid, 30, "the shell's child pid in the file 'child'")
     assert proc.pid is not None
     assert os.getpgid(child) == proc.pid
     proc.stop(timeout=5)

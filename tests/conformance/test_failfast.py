@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from clusters.local.binaries import Binaries
-from conformance.harness.signs import GRACE_SECONDS
 from tests.conformance.suitekit import quick_profile, run_suite
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -37,8 +36,9 @@ def test_pod_tests_fail_fast_quoting_the_node(
             continue
         assert "CDI device injection failed" in result.reason, result.reason
         assert "gave up after" in result.reason and "timed out" not in result.reason, result.reason
-        # the grace period, the node's first retry and the test's own setup: far below the timeout
-        assert result.duration_s < GRACE_SECONDS + 25, f"{result.rule.id} took {result.duration_s:.1f} s"
+        # the grace period (signs.GRACE_SECONDS), the node's first retry and the test's own setup: far
+        # below the pod timeout (bounded by it, not by a guess of how fast a loaded machine sets up)
+        assert result.duration_s < POD_TIMEOUT / 2, f"{result.rule.id} took {result.duration_s:.1f} s"
 
 
 def test_fail_fast_stops_after_the_first_area_with_a_failed_rule(

@@ -146,11 +146,11 @@ def served() -> Iterator[tuple[str, StaticHealth, threading.Event]]:
 def test_the_stream_wakes_a_waiter_on_each_message(served: tuple[str, StaticHealth, threading.Event]) -> None:
     socket, states, _ = served
     with HealthStream(socket, "v1.DRAResourceHealth") as stream:
-        first, report = stream.wait("a listing", lambda r: r if r.devices else None, 5)
+        first, report = stream.wait("a listing", lambda r: r if r.devices else None, 30)
         assert report.health("n0", "gpu-0") == "Healthy" and report.health("n0", "gpu-9") == "absent"
         states.set("gpu-1", UNHEALTHY, "XID 48")
         index, report = stream.wait(
-            "gpu-1 Unhealthy", lambda r: r if r.unhealthy("n0") else None, 5, after=first + 1
+            "gpu-1 Unhealthy", lambda r: r if r.unhealthy("n0") else None, 30, after=first + 1
         )
         assert report.unhealthy("n0") == ["gpu-1"] and report.unhealthy() == ["n0/gpu-1"]
         assert (
@@ -166,10 +166,10 @@ def test_the_stream_wakes_a_waiter_on_each_message(served: tuple[str, StaticHeal
 def test_a_stream_that_ends_says_so(served: tuple[str, StaticHealth, threading.Event]) -> None:
     socket, _, stopping = served
     with HealthStream(socket, "v1.DRAResourceHealth") as stream:
-        stream.wait("a listing", lambda r: r if r.devices else None, 5)
+        stream.wait("a listing", lambda r: r if r.devices else None, 30)
         stopping.set()  # the driver ends every stream
         with pytest.raises(WaitTimeout, match="the driver ended the stream while waiting for more"):
-            stream.wait("more", lambda r: None, 5)
+            stream.wait("more", lambda r: None, 30)
 
 
 def test_a_missing_service_fails_the_wait() -> None:
@@ -178,7 +178,7 @@ def test_a_missing_service_fails_the_wait() -> None:
         HealthStream(f"{root}/none.sock", "v1alpha1.DRAResourceHealth") as stream,
         pytest.raises(WaitTimeout, match=r"the stream failed: StatusCode\.UNAVAILABLE"),
     ):
-        stream.wait("a listing", lambda r: r, 5)
+        stream.wait("a listing", lambda r: r, 30)
 
 
 def test_fault_rules_need_a_healable_fault() -> None:

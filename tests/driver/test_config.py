@@ -198,16 +198,18 @@ def test_kubernetes_quantity_grammar(text: str, value: int) -> None:
     "text", ["1e1000000", "1e10000000", "1e5000", "9223372036854775808", "8Ei", "1" * 200, "1e" + "9" * 60]
 )
 def test_hostile_quantities_fail_fast_naming_the_field(text: str) -> None:
-    started = time.perf_counter()
+    # CPU time of this thread, not wall time: a loaded machine must not fail it. Expanding any of
+    # these into an integer takes many seconds of CPU (int(Decimal("1e1000000")) about 25 s).
+    started = time.thread_time()
     with pytest.raises(ConfigError) as err:
         parse_quantity(text, "sharing.mpsConfig.defaultPinnedDeviceMemoryLimit")
-    assert time.perf_counter() - started < 0.05
+    assert time.thread_time() - started < 1
     message = str(err.value)
     assert message.startswith("sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: ")
     assert len(message) < 300  # the value is shown cut short, never as thousands of digits
 
 
-@settings(max_examples=300, deadline=200)
+@settings(max_examples=300, deadline=None)  # speed: test_hostile_quantities_fail_fast_naming_the_field
 @given(
     st.from_regex(
         r"\A[+-]?[0-9]{0,30}(\.[0-9]{0,30})?([eE][+-]?[0-9]{1,12}|Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?\Z"

@@ -245,12 +245,14 @@ def test_health_stream_resends_the_full_list_without_a_change(node: Node) -> Non
     node.settings = replace(node.settings, health=HealthSettings(resend_seconds=0.3))
     node.serve(health=StaticHealth({"gpu-0": DeviceHealth(HEALTHY, updated=1.0)}))
     servicer = health_v1_pb2_grpc.DRAResourceHealthStub(node.channel())
-    call = servicer.NodeWatchResources(health_v1_pb2.NodeWatchResourcesRequest(), timeout=10)
+    # Before the call: the server sends the first message once the call arrives, then the resend
+    # no sooner than resend_seconds (0.3 s) after that, however late either thread runs.
+    started = time.monotonic()
+    call = servicer.NodeWatchResources(health_v1_pb2.NodeWatchResourcesRequest(), timeout=30)
     stream = iter(call)
     first = next(stream)
     assert first.devices[0].last_updated_time > 1  # determined now, not at the last change
-    started = time.monotonic()
     second = next(stream)  # no change happened: this is the periodic resend
-    assert time.monotonic() - started >= 0.2
+    assert time.monotonic() - started >= 0.3
     assert [d.device.device_name for d in second.devices] == ["gpu-0"]
     call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves RpcContext.cancel bare

@@ -83,7 +83,7 @@ def test_registration_handshake_and_unregistration(
         root, versions=(draproto.DRA_V1BETA1, draproto.DRA_V1), serve=(draproto.DRA_V1BETA1,)
     ).start()
     plugins.append(p)
-    assert manager.wait_for(p.driver, 5)
+    assert manager.wait_for(p.driver, 30)
     until(lambda: manager.events)  # type: ignore[attr-defined]
     assert p.registration_status == [(True, "")]
     assert manager.client(p.driver).version == draproto.DRA_V1BETA1
@@ -119,7 +119,7 @@ def test_a_replaced_socket_is_registered_again(
     root: Path, manager: PluginManager, plugins: list[FakePlugin]
 ) -> None:
     p = FakePlugin(root).start()
-    assert manager.wait_for(p.driver, 5)
+    assert manager.wait_for(p.driver, 30)
     p.stop()
     p2 = FakePlugin(root).start()
     plugins.append(p2)
@@ -135,7 +135,7 @@ def test_rolling_update_newest_instance_wins_and_the_old_serves_until_gone(
     slices kept, nothing unprepared) while the old instance goes away."""
     old = FakePlugin(root, pod_uid="11111111-1111-1111-1111-111111111111").start()
     plugins.append(old)
-    assert manager.wait_for(old.driver, 5)
+    assert manager.wait_for(old.driver, 30)
     new = FakePlugin(root, pod_uid="22222222-2222-2222-2222-222222222222").start()
     plugins.append(new)
     until(lambda: new.registration_status == [(True, "")])
@@ -163,7 +163,7 @@ def test_prepare_batches_and_returns_devices_per_claim(
     p = FakePlugin(root).start()
     plugins.append(p)
     p.results["u2"] = [{"request_names": ["a"], "pool": "p", "device": "d1", "cdi": ["x.io/y=1"]}]
-    assert manager.wait_for(p.driver, 5)
+    assert manager.wait_for(p.driver, 30)
     out = manager.client(p.driver).prepare(_refs("u1", "u2"))
     assert p.prepare_calls == [[("ns", "u1", "claim-u1"), ("ns", "u2", "claim-u2")]]
     assert out["u2"][0].request_names == ("a",)
@@ -195,7 +195,7 @@ def test_prepare_answers_are_checked(
     p = FakePlugin(root).start()
     plugins.append(p)
     setup(p)
-    assert manager.wait_for(p.driver, 5)
+    assert manager.wait_for(p.driver, 30)
     with pytest.raises(PrepareError, match=message) as info:
         manager.client(p.driver).prepare(_refs("u1", "u2"))
     assert p.driver in str(info.value)
@@ -208,7 +208,7 @@ def test_a_hanging_plugin_times_out(root: Path, plugins: list[FakePlugin]) -> No
         p = FakePlugin(root).start()
         plugins.append(p)
         p.hang.set()
-        assert m.wait_for(p.driver, 5)
+        assert m.wait_for(p.driver, 30)
         with pytest.raises(PrepareError, match="DEADLINE_EXCEEDED"):
             m.client(p.driver).prepare(_refs("u1"))
     finally:
@@ -220,7 +220,7 @@ def test_one_channel_per_endpoint_is_reused(
 ) -> None:
     p = FakePlugin(root).start()
     plugins.append(p)
-    assert manager.wait_for(p.driver, 5)
+    assert manager.wait_for(p.driver, 30)
     first = manager.client(p.driver)
     first.prepare(_refs("u1"))
     assert manager.client(p.driver) is first
@@ -239,7 +239,7 @@ def test_health_stream_feeds_the_cache(root: Path, plugins: list[FakePlugin]) ->
             health_versions=(draproto.HEALTH_V1, draproto.HEALTH_V1ALPHA1),
         ).start()
         plugins.append(p)
-        assert m.wait_for(p.driver, 5)
+        assert m.wait_for(p.driver, 30)
         p.health_queue.put([("pool-a", "gpu-0", 1), ("pool-a", "gpu-1", 2)])
         until(lambda: cache.get(p.driver, "pool-a", "gpu-1") == UNHEALTHY)
         assert p.health_opened == [draproto.HEALTH_V1]  # 1.37 prefers v1 whatever the order
@@ -259,7 +259,7 @@ def test_unimplemented_health_stops_watching_on_137_and_136_opens_v1alpha1(
     try:
         p = FakePlugin(root).start()  # advertises no health; 1.36 opens v1alpha1 anyway
         plugins.append(p)
-        assert m.wait_for(p.driver, 5)
+        assert m.wait_for(p.driver, 30)
         until(lambda: p.health_opened)
         time.sleep(0.3)
         assert p.health_opened == [draproto.HEALTH_V1ALPHA1]  # Unimplemented: not retried

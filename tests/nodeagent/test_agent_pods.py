@@ -10,12 +10,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 import draproto
 from nodeagent import claims
+from nodeagent import pods as pods_module
 from nodeagent.checkpoint import Checkpoint
 from nodeagent.errors import ClaimNotForPod
 from nodeagent.health import HealthCache
@@ -109,7 +111,7 @@ def env() -> Iterator[Env]:
     plugin = FakePlugin(
         root, versions=(draproto.DRA_V1, draproto.HEALTH_V1), health_versions=(draproto.HEALTH_V1,)
     ).start()
-    assert plugins.wait_for(DRIVER, 5)
+    assert plugins.wait_for(DRIVER, 30)
     pods = PodManager(settings, kube, plugins, Checkpoint(settings.layout.checkpoint_path), health)
     health.on_change = pods.on_health_change
     e = Env(root, settings, kube, plugin, plugins, health, pods)
@@ -381,21 +383,29 @@ def test_failing_unprepare_is_retried_then_given_up_with_an_event(env: Env) -> N
     assert env.pods.checkpoint.claims() == []
 
 
-def test_run_seconds_finishes_the_pod_and_unprepares(env: Env) -> None:
+def test_run_seconds_finishes_the_pod_and_unprepares(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The manager's wall clock stands still unless moved here: a stalled test thread changes nothing.
+    clock = [time.time()]
+    monkeypatch.setattr(pods_module, "time", SimpleNamespace(time=lambda: clock[0], monotonic=time.monotonic))
     env.claimed_pod(
         containers={"a": [("g", None)]},
         init_containers={"init": [("g", None)]},
         annotations={"dra-conformance.io/run-seconds": "0.2"},
     )
     delay = env.sync()["pod-1"]
-    assert delay is not None and 0 < delay <= 0.2
+    assert delay is not None
+    assert delay == pytest.approx(0.2, abs=1e-3)  # the clock stood still since the pod started
     pod = env.kube.pod_now("default", "p1")
     assert pod is not None
     assert pod["status"]["phase"] == "Running"
     init = pod["status"]["initContainerStatuses"][0]
     assert init["state"]["terminated"]["reason"] == "Completed" and init["ready"]
     assert env.view("p1", "init")["cdi_devices"] == ["example.com/gpu=dev-u1"]
-    time.sleep(delay)
+    clock[0] += delay / 2
+    assert env.sync()["pod-1"] == pytest.approx(delay / 2, abs=1e-3)  # not yet finished: looked at again then
+    pod = env.kube.pod_now("default", "p1")
+    assert pod is not None and pod["status"]["phase"] == "Running"
+    clock[0] += delay  # past its end (by more than rounding)
     env.sync()
     pod = env.kube.pod_now("default", "p1")
     assert pod is not None
@@ -437,7 +447,7 @@ def test_health_reaches_allocated_resources_status(env: Env) -> None:
     while (key := env.pods.queue.get(timeout=0)) is not None:  # drain what the sync enqueued
         env.pods.queue.done(key)
     env.plugin.health_queue.put([("pool-a", "gpu-0", 2)])
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline and len(env.pods.queue) == 0:
         time.sleep(0.02)
     assert len(env.pods.queue) == 1  # the change enqueued the pod
