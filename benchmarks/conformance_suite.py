@@ -16,8 +16,10 @@ driver, and a kept cluster reused.
 
 Each run reports its wall time (cluster start to report) and the suite phase alone, the time the
 tests of each area took (the sum of their durations, so the areas of one run add up to more than
-its wall time when they ran in parallel), its slowest tests, and the figures tests record
-(``measures``, ``"<rule> <name>"``, the largest of a run: e.g. ``HEALTH-TAINT fault_to_taint_s``).
+its wall time when they ran in parallel), its slowest tests, the rules that did not pass with their
+outcome and the first line of their reason (``not_passed``: the reports go with the bench's
+temporary directory), and the figures tests record (``measures``, ``"<rule> <name>"``, the largest
+of a run: e.g. ``HEALTH-TAINT fault_to_taint_s``).
 ``suite_now_over_before`` is the ratio of the suite phases. ``cpu_s`` is the CPU time the run
 cost, cluster processes included (:mod:`benchmarks.cpu`), with ``cpu_s_by_program``: on a 2-core
 machine the wall time cannot be less than half of it, and load beside the run moves it least.
@@ -95,6 +97,12 @@ def _one(
         "cpu_s": round(sum(cpu_s.values()), 1),
         "cpu_s_by_program": cpu_s,
         "totals": {k: v for k, v in report.totals.items() if v},
+        # the rules behind the totals other than passed (the reports are gone with the bench's tmp)
+        "not_passed": {
+            r.rule.id: f"{r.outcome}: {r.reason.splitlines()[0] if r.reason else ''}"[:200]
+            for r in report.rules
+            if r.outcome not in ("passed", "not-run")
+        },
         "area_test_seconds": {a: round(per_area[a], 1) for a in AREAS if a in per_area},
         "slowest": sorted(((t.duration_s, t.rule) for r in report.rules for t in r.tests), reverse=True)[:5],
         "measures": {k: round(max(v), 3) for k, v in sorted(measures.items())},

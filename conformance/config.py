@@ -197,9 +197,9 @@ class SuiteConfig:
         device kinds, GPU sharing, GPUs attached on demand and device metadata read from the
         profile's local command (``--fake-profile``, ``--device-kinds``, ``--gpu-sharing``,
         ``--consumable-gpus``, ``--attach-on-demand``, ``--device-metadata``,
-        ``--compatibility-groups``, ``--list-attributes``), in the namespace of the profile's
-        ``identity``. Another driver: the profile's ``install`` section; :class:`UsageError` when it
-        has none."""
+        ``--compatibility-groups``, ``--list-attributes``, ``--host-memory-overhead``), in the namespace
+        of the profile's ``identity``. Another driver: the profile's ``install`` section;
+        :class:`UsageError` when it has none."""
         if not self.runs_reference:
             return self._vendor_release()
         words = shlex.split(self.local_command)
@@ -219,6 +219,8 @@ class SuiteConfig:
             sharing["compatibilityGroups"] = True
         if "--list-attributes" in words:
             sharing["listAttributes"] = True
+        if "--host-memory-overhead" in words[:-1]:
+            sharing["hostMemoryOverhead"] = flag("--host-memory-overhead", "")
         # in the namespace of the profile's identity: the chart's service account is the one the
         # identity names (SLICE-OWN-NODE takes its token)
         release = DriverRelease(

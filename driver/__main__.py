@@ -80,6 +80,10 @@ def run(settings: Settings, stop: threading.Event) -> int:
         from driver.listattrs import with_list_attributes
 
         inventory = with_list_attributes(inventory)
+    if settings.backend.host_memory_overhead:
+        from driver.nodealloc import with_host_memory_overhead
+
+        inventory = with_host_memory_overhead(inventory, settings.backend.host_memory_overhead)
     inventory = attach_on_demand(inventory, settings.backend.attached_gpus)
     pods = ApiPodSource(api) if settings.break_rules & POD_SWITCHES else None
     state = DeviceState(settings, inventory, ApiClaimSource(api), pods=pods, specs=spec_store(settings))

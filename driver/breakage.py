@@ -78,6 +78,9 @@ RULES: dict[str, str] = {
     "prepare-foreign-results": "a claim's results of other drivers are prepared too, as if they were ours",
     "scalar-list-attrs": "list attributes (--list-attributes) are published as their first value, a scalar",
     "compat-groups-missing": "partitions and the shared whole GPU are published without compatibility groups",
+    "no-node-allocatable": (
+        "devices are published without their host memory overhead (--host-memory-overhead)"
+    ),
     "never-attach": "GPUs attached on demand are never attached: pods of their claims are never bound",
     "ignore-attach-failure": "a GPU whose attach failed is reported attached: the pod is bound to it",
     "prepare-missing-claims": "a claim whose ResourceClaim does not exist is answered prepared, no devices",

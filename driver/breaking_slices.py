@@ -13,7 +13,8 @@ On the bodies the builder makes, in this order:
 - ``orphan-slices``: no ownerReference to the Node;
 - ``hide-device`` drops the last device, ``phantom-device`` adds a copy of it named ``phantom``;
 - ``short-counter-set``: the counter sets publish half their ``memory``;
-- ``numa-node-missing``, ``compat-groups-missing``: the attribute, the groups left out;
+- ``numa-node-missing``, ``compat-groups-missing``, ``no-node-allocatable``: the attribute, the
+  groups, the host memory overhead (``nodeAllocatableResources``) left out;
 - ``scalar-list-attrs``, ``index-as-string``, ``mistyped-device``, ``product-name-per-device``:
   attributes of the wrong type or value;
 - ``wrong-slice-count``: ``resourceSliceCount`` one more than the slices.
@@ -31,6 +32,7 @@ from typing import Any
 
 from driver.inventory import NUMA_NODE, Inventory
 from driver.listattrs import scalar_lists
+from driver.nodealloc import NODE_ALLOCATABLE
 from driver.slicing import Body, DeviceTaint, build_slices
 
 __all__ = [
@@ -51,6 +53,7 @@ SLICE_SWITCHES = frozenset(
         "short-counter-set",
         "numa-node-missing",
         "compat-groups-missing",
+        "no-node-allocatable",
         "scalar-list-attrs",
         "index-as-string",
         "mistyped-device",
@@ -144,6 +147,8 @@ class BreakingSliceBuilder:
         if "compat-groups-missing" in self.on:
             for use in device.get("consumesCounters") or []:
                 use.pop("compatibilityGroups", None)
+        if "no-node-allocatable" in self.on:
+            device.pop(NODE_ALLOCATABLE, None)
         if "scalar-list-attrs" in self.on:
             scalar_lists(device)
         if "index-as-string" in self.on:

@@ -167,6 +167,9 @@ class DeviceInfo:
     compatibility_groups: tuple[str, ...] = ()
     """The groups it declares on each counter set it consumes (KEP-5963, ``driver.compatibility``):
     the scheduler allocates devices of one set together only when their groups meet."""
+    host_memory_overhead: int = 0
+    """Bytes of host memory a pod holding it takes besides its own requests, published as node
+    allocatable overhead (KEP-5517, ``driver.nodealloc``); 0: none published."""
 
     def default_consumption(self) -> dict[str, int]:
         """What a claim that asks for no capacity consumes of each: the policy's default, else the

@@ -19,9 +19,10 @@ from pathlib import Path
 from draproto.logs import LOG_FORMATS
 from driver.breakage import CRASH_POINTS, RULES, SHARED_POOL, parse_crash_points, parse_rules
 from driver.consumable import SHARING_MODES
-from driver.errors import SettingsError
+from driver.errors import ConfigError, SettingsError
 from driver.faults import DEFAULT_IGNORED_XIDS
 from driver.inventory import DEVICE_KINDS
+from driver.nodealloc import parse_overhead
 
 __all__ = [
     "DEFAULT_DRIVER_NAME",
@@ -86,6 +87,10 @@ class BackendSettings:
     list_attributes: bool = False
     """Every device also carries a list-typed attribute, ``sharingStrategies`` (``driver.listattrs``;
     needs the DRAListTypeAttributes gate)."""
+    host_memory_overhead: Mapping[str, int] = field(default_factory=dict)
+    """Device kind -> bytes of host memory each device of that kind declares per pod as node
+    allocatable overhead (``driver.nodealloc``; needs the DRANodeAllocatableResources gate); empty:
+    none."""
 
 
 @dataclass(frozen=True)
@@ -314,6 +319,17 @@ def build_parser() -> argparse.ArgumentParser:
         f"default off) (env {_env_name('--list-attributes')})",
     )
     parser.add_argument(
+        "--host-memory-overhead",
+        metavar="QUANTITY",
+        default=None,
+        help="host memory a device takes per pod, published as its nodeAllocatableResources overhead so "
+        "that the scheduler counts it against the node's memory: one amount for every device (256Mi) or "
+        "one per device kind (gpu=1Gi,partition=256Mi; kinds gpu, mig, partition) (KEP-5517: Kubernetes "
+        "1.37+ with the DRANodeAllocatableResources gate, else the API server drops it; 1.37.2 cannot "
+        "schedule pods asking for an extended resource of such devices; default none) "
+        f"(env {_env_name('--host-memory-overhead')})",
+    )
+    parser.add_argument(
         "--health",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -449,6 +465,14 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
         name = _env_name("--list-attributes")
         list_attributes = _bool(env.get(name) or "false", name)
 
+    overhead_text = pick("--host-memory-overhead", "") or ""
+    overhead: dict[str, int] = {}
+    if overhead_text:
+        try:
+            overhead = parse_overhead(overhead_text, "--host-memory-overhead")
+        except ConfigError as e:
+            raise SettingsError(f"{e}; or leave it out") from e
+
     health = args.health
     if health is None:
         # an empty env var counts as unset, as for every other flag
@@ -515,6 +539,7 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
             attached_gpus=attached,
             compatibility_groups=compatibility,
             list_attributes=list_attributes,
+            host_memory_overhead=overhead,
         ),
         health=HealthSettings(enabled=health, ignored_xids=ignored, informational_seconds=informational),
         log_format=log_format,

@@ -110,7 +110,8 @@ def _capacity(dev: DeviceInfo, key: str, value: int) -> Body:
 
 def device_body(dev: DeviceInfo, taints: Sequence[DeviceTaint] = ()) -> Body:
     """One ``spec.devices[]`` entry: attributes, capacity (with request policies where several claims
-    share the device), counters consumed (with compatibility groups), binding conditions, taints."""
+    share the device), counters consumed (with compatibility groups), binding conditions, host memory
+    overhead, taints."""
     body: Body = {
         "name": dev.name,
         "attributes": {key: attribute_body(value) for key, value in dev.attributes.items()},
@@ -130,6 +131,9 @@ def device_body(dev: DeviceInfo, taints: Sequence[DeviceTaint] = ()) -> Body:
     if dev.binding_conditions:
         body["bindingConditions"] = list(dev.binding_conditions)
         body["bindingFailureConditions"] = list(dev.binding_failure_conditions)
+    if dev.host_memory_overhead:
+        overhead = {"perPod": str(dev.host_memory_overhead)}
+        body["nodeAllocatableResources"] = {"memory": {"overhead": overhead}}
     if taints:
         body["taints"] = [t.body() for t in taints]
     return body

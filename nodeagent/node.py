@@ -22,6 +22,9 @@ from nodeagent.timeutil import micro_time, rfc3339
 
 __all__ = ["NodeHeartbeat"]
 
+NODE_ALLOCATABLE_RESOURCES = "DRANodeAllocatableResources"
+"""The node feature a kubelet declares with that gate on (``status.declaredFeatures``)."""
+
 log = logging.getLogger(__name__)
 
 LEASE_NAMESPACE = "kube-node-lease"
@@ -78,10 +81,17 @@ class NodeHeartbeat:
 
     def _status(self) -> dict[str, Any]:
         status = self._base_status()
-        if self.settings.optional_node_operations and self.settings.at_least(1, 37):
+        declared = []
+        if self.settings.node_allocatable_resources and self.settings.at_least(1, 37):
             # what a 1.37 kubelet declares for this gate (component-helpers nodedeclaredfeatures
-            # draoptionalnodeoperations Discover); the scheduler asks for it (dynamicresources.go)
-            status["declaredFeatures"] = [OPTIONAL_NODE_OPERATIONS]
+            # dranodeallocatableresources Discover); the API server's NodeDeclaredFeatures admission
+            # asks for it before it takes a slice of this node with nodeAllocatableResources
+            declared.append(NODE_ALLOCATABLE_RESOURCES)
+        if self.settings.optional_node_operations and self.settings.at_least(1, 37):
+            # likewise draoptionalnodeoperations; the scheduler asks for it (dynamicresources.go)
+            declared.append(OPTIONAL_NODE_OPERATIONS)
+        if declared:
+            status["declaredFeatures"] = declared
         return status
 
     def _base_status(self) -> dict[str, Any]:

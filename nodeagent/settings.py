@@ -59,6 +59,11 @@ class Settings:
     """Feature gate DRAOptionalNodeOperations (1.37+; the local tier turns every alpha DRA gate on):
     the node declares it, and leaves out the prepare or unprepare calls the allocation skips
     (``nodeagent.skipops``); off, such a claim is refused, as a kubelet with the gate off does."""
+    node_allocatable_resources: bool = True
+    """Feature gate DRANodeAllocatableResources (1.37+): the node declares it, as a kubelet with the
+    gate on does (component-helpers ``nodedeclaredfeatures`` ``dranodeallocatableresources``): the
+    API server's NodeDeclaredFeatures admission refuses a slice whose devices carry
+    ``nodeAllocatableResources`` for a node that does not."""
 
     @property
     def layout(self) -> NodeLayout:
@@ -110,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="feature gate DRAOptionalNodeOperations (default: on from Kubernetes 1.37, which has it)",
     )
+    p.add_argument(
+        "--node-allocatable-resources",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="feature gate DRANodeAllocatableResources (default: on from Kubernetes 1.37, which has it)",
+    )
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
     return p
@@ -130,6 +141,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, argparse.Na
         labels=dict(ns.label),
         optional_node_operations=(
             version >= (1, 37) if ns.optional_node_operations is None else ns.optional_node_operations
+        ),
+        node_allocatable_resources=(
+            version >= (1, 37) if ns.node_allocatable_resources is None else ns.node_allocatable_resources
         ),
     )
     return settings, ns

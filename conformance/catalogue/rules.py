@@ -468,6 +468,26 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        id="SLICE-NODE-ALLOCATABLE",
+        sentence="the node's devices the profile names declare its node-allocatable overhead "
+        "(`nodeAllocatableResources`), and the scheduler charges a pod given one of them that overhead "
+        "(the pod's `status.nodeAllocatableResourceClaimStatuses`)",
+        needs=("node-allocatable", "DRANodeAllocatableResources"),
+        since="1.37 (DRANodeAllocatableResources, alpha)",
+        upstream="KEP-5517",
+        level="SHOULD",
+        source=(
+            "pkg/scheduler/framework/plugins/dynamicresources/nodeallocatabledynamicresources.go "
+            "(calculateAndCheckNodeAllocatableResources fits the pod with its devices' overhead, "
+            "patchNodeAllocatableResourceClaimStatus records it) and pkg/kubelet/qos/policy.go (the kubelet "
+            "sizes the pod's cgroups by that record); nothing requires a driver to declare overhead, but one "
+            "whose devices take host memory and leave it out lets the node be over-committed; gate off: "
+            "the API server drops the field (alpha 1.37); 1.37.2 never binds a pod whose extended-resource "
+            "claim gets such a device (pod status validation refuses the scheduler's record; fixed after "
+            "1.37.2 by kubernetes/kubernetes#141556)"
+        ),
+    ),
+    Rule(
         id="SLICE-COUNT",
         sentence="the device count per node matches the profile (the hardware)",
         needs=(),

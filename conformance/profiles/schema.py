@@ -47,6 +47,7 @@ __all__ = [
     "InvalidConfig",
     "LocalDriver",
     "MetricsEndpoint",
+    "NodeAllocatable",
     "TestPods",
     "Timeouts",
     "ViewPattern",
@@ -69,6 +70,8 @@ PROFILE_CAPABILITIES: Mapping[str, str] = {
     "rolling-update": "two instances of its plugin can run on a node at once (sockets named by pod UID)",
     "compatibility-groups": "declares compatibility groups that keep devices of a counter set apart",
     "list-attributes": "publishes list-typed device attributes (devices.listAttributes; KEP-5491)",
+    "node-allocatable": "its devices declare node-allocatable overhead, such as host memory per pod "
+    "(devices.nodeAllocatable; KEP-5517)",
     "device-metadata": "mounts a device metadata file per request into the containers that use it (KEP-5304)",
     "admin-access": "prepares adminAccess claims for devices in use",
     "opaque-config": "accepts opaque device configs (class and claim)",
@@ -136,6 +139,16 @@ class AttributeMatch:
 
 
 @dataclass(frozen=True)
+class NodeAllocatable:
+    """The node-allocatable overhead devices declare (``devices.nodeAllocatable``; KEP-5517)."""
+
+    overhead: Mapping[str, Mapping[str, str]]
+    """Resource (``memory``, ``cpu``) -> ``perPod`` and/or ``perContainer`` -> quantity, per device."""
+    where: AttributeMatch | None = None
+    """The devices that declare it (``where``); None: every device of the driver on the node."""
+
+
+@dataclass(frozen=True)
 class Devices:
     """What the driver's devices of the default class look like."""
 
@@ -156,6 +169,9 @@ class Devices:
     list_attributes: Mapping[str, str] = field(default_factory=dict)
     """List-typed attributes every such device has, with their types (``strings``, ``ints``,
     ``bools``, ``versions``; the ``list-attributes`` capability)."""
+    node_allocatable: NodeAllocatable | None = None
+    """The node-allocatable overhead its devices declare (``nodeAllocatable``; the
+    ``node-allocatable`` capability)."""
 
     @property
     def in_class(self) -> int:
@@ -726,7 +742,17 @@ def _device_classes(r: _Reader, base: Path | None) -> DeviceClasses:
 
 def _devices(r: _Reader) -> Devices:
     r.known(
-        ["perNode", "perNodeInClass", "unique", "attributes", "listAttributes", "select", "noMatch", "common"]
+        [
+            "perNode",
+            "perNodeInClass",
+            "unique",
+            "attributes",
+            "listAttributes",
+            "nodeAllocatable",
+            "select",
+            "noMatch",
+            "common",
+        ]
     )
     per_node = r.get("perNode", int, required=True)
     if per_node < 1:
@@ -748,6 +774,7 @@ def _devices(r: _Reader) -> Devices:
                 "an attribute not also in devices.attributes (one attribute has one type)",
                 "listAttributes",
             )
+    overhead = _node_allocatable(r.sub("nodeAllocatable"))
     return Devices(
         per_node=per_node,
         unique=r.get("unique", str, required=True),
@@ -757,7 +784,40 @@ def _devices(r: _Reader) -> Devices:
         common=r.get("common", str, ""),
         per_node_in_class=in_class,
         list_attributes=dict(lists),
+        node_allocatable=overhead,
     )
+
+
+OVERHEAD_KEYS = ("perPod", "perContainer")
+"""The fields of a ``NodeAllocatableOverhead`` (``resource.k8s.io/v1``)."""
+
+
+def _node_allocatable(r: _Reader | None) -> NodeAllocatable | None:
+    """``devices.nodeAllocatable``: ``overhead`` (resource -> ``perPod`` / ``perContainer`` -> a
+    quantity) and, optionally, ``where`` (the devices that declare it)."""
+    from draproto.quantity import parse_quantity
+
+    if r is None:
+        return None
+    r.known(["overhead", "where"])
+    given = r.get("overhead", dict, required=True)
+    if not given:
+        r.fail(given, "at least one resource (e.g. memory: {perPod: 256Mi})", "overhead")
+    out: dict[str, dict[str, str]] = {}
+    for resource, overhead in given.items():
+        key = f"overhead.{resource}"
+        if not isinstance(overhead, dict) or not overhead or set(overhead) - set(OVERHEAD_KEYS):
+            wanted = f"a mapping of {' and/or '.join(OVERHEAD_KEYS)} to a quantity such as 256Mi"
+            r.fail(overhead, wanted, key)
+        for name, value in overhead.items():
+            try:
+                positive = parse_quantity(str(value)) > 0
+            except ValueError:
+                positive = False
+            if not positive:
+                r.fail(value, "a quantity greater than 0 such as 256Mi", f"{key}.{name}")
+        out[str(resource)] = {str(k): str(v) for k, v in overhead.items()}
+    return NodeAllocatable(overhead=out, where=_match(r.sub("where")))
 
 
 def _container(r: _Reader | None, devices: Devices) -> ContainerSpec:
@@ -1291,6 +1351,13 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
             "list attributes (name: strings|ints|bools|versions) exactly when the profile claims "
             "list-attributes",
             "listAttributes",
+        )
+    if ("node-allocatable" in capabilities) != (devices.node_allocatable is not None):
+        dr.fail(
+            dr.data.get("nodeAllocatable"),
+            "a node-allocatable overhead (overhead: {resource: {perPod: QUANTITY}}) exactly when the "
+            "profile claims node-allocatable",
+            "nodeAllocatable",
         )
     return DriverProfile(
         name=name,

@@ -38,6 +38,7 @@ from conformance.harness import (
     install_identity,
     meta,
     quantity,
+    quantity_text,
     settled_answer,
     watch_until,
 )
@@ -535,6 +536,82 @@ def test_list_attributes(dra: Harness) -> None:
     met = set(lists[name].get(pair[0], [])) & set(lists[name].get(pair[1], []))
     assert met, f"matchAttribute {qualified} picked {pair}, whose lists do not meet: " + ", ".join(
         f"{d}={lists[name].get(d)}" for d in pair
+    )
+
+
+@rule("SLICE-NODE-ALLOCATABLE")
+def test_node_allocatable_overhead(dra: Harness) -> None:
+    """the node's devices the profile names declare its node-allocatable overhead
+    (`nodeAllocatableResources`), and the scheduler charges a pod given one of them that overhead
+    (the pod's `status.nodeAllocatableResourceClaimStatuses`)"""
+    declared_by = dra.profile.devices.node_allocatable
+    assert declared_by is not None  # the rule needs the node-allocatable capability
+    where = declared_by.where
+    declared = {
+        r: {k: quantity(v) for k, v in amounts.items()} for r, amounts in declared_by.overhead.items()
+    }
+    which = f"the devices with {where.attribute}={where.value!r}" if where else "every device"
+    problems = []
+    declaring = []
+    for d in devices(settled(dra)):
+        if (
+            where is not None
+            and _attribute_value(attribute_entry(d, where.attribute, dra.driver)) != where.value
+        ):
+            continue
+        declaring.append(d["name"])
+        published = _device_overheads(d)
+        if published != declared:
+            problems.append(
+                f"{d['name']} declares {_shown(published)}; the profile says {_shown(declared)} for {which} "
+                "(devices.nodeAllocatable)"
+            )
+    assert declaring, f"{dra.node} publishes no device of {which} (devices.nodeAllocatable.where)"
+    fail_on(problems, "node-allocatable overhead problems")
+    # one of them, through a class of every device of the driver: the profile's may hold none of them
+    every = dra.make_class([manifests.cel(f"device.driver == {cel_literal(dra.driver)}")])
+    selectors = [manifests.cel(dra.cel(where))] if where else []
+    pod, claim = dra.run_pod({"device_class": every, "selectors": selectors})
+    held = len(allocated_devices(claim))
+    statuses = (pod.get("status") or {}).get("nodeAllocatableResourceClaimStatuses") or []
+    charged = [s for s in statuses if s.get("resourceClaimName") == meta(claim)["name"]]
+    assert charged, (
+        f"pod {meta(pod)['name']} runs with claim {meta(claim)['name']} ({held} device(s) of {which}), "
+        "but the scheduler charged it no node-allocatable overhead "
+        f"(status.nodeAllocatableResourceClaimStatuses: {statuses})"
+    )
+    counted = {str(o.get("name")): _amounts(o) for o in charged[0].get("overhead") or []}
+    wanted = {r: {k: q * held for k, q in amounts.items()} for r, amounts in declared.items()}
+    assert counted == wanted, (
+        f"the scheduler charged pod {meta(pod)['name']} {_shown(counted)} for {held} device(s); the "
+        f"profile's overhead per device makes {_shown(wanted)}"
+    )
+
+
+def _attribute_value(entry: Mapping[str, Any] | None) -> Any:
+    """The value of a device attribute entry (``{"string": "mig"}`` -> ``"mig"``), or None."""
+    return next(iter((entry or {}).values()), None)
+
+
+def _amounts(overhead: Mapping[str, Any] | None) -> dict[str, Decimal]:
+    """``perPod`` / ``perContainer`` -> amount, of one ``NodeAllocatableOverhead``."""
+    given = overhead or {}
+    return {k: quantity(given[k]) for k in ("perPod", "perContainer") if given.get(k) is not None}
+
+
+def _device_overheads(device: Obj) -> dict[str, dict[str, Decimal]]:
+    """Resource -> amounts, of a device's ``nodeAllocatableResources`` overheads."""
+    entries = (device.get("nodeAllocatableResources") or {}).items()
+    return {str(r): amounts for r, e in entries if (amounts := _amounts((e or {}).get("overhead")))}
+
+
+def _shown(overheads: Mapping[str, Mapping[str, Decimal]]) -> str:
+    return (
+        ", ".join(
+            f"{r} " + " ".join(f"{k}={quantity_text(v)}" for k, v in sorted(amounts.items()))
+            for r, amounts in sorted(overheads.items())
+        )
+        or "none"
     )
 
 

@@ -24,13 +24,13 @@ COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES
 
 
 def test_catalogue_shape() -> None:
-    assert len(RULES) == 119
-    assert len({r.id for r in RULES}) == 119
+    assert len(RULES) == 120
+    assert len({r.id for r in RULES}) == 120
     counts = {a: sum(r.area == a for r in RULES) for a in AREAS}
     assert counts == {
         "PRE": 5,
         "REG": 20,
-        "SLICE": 14,
+        "SLICE": 15,
         "ALLOC": 28,
         "SHARE": 8,
         "PREP": 22,

@@ -55,6 +55,8 @@ EXAMPLE_GPU_SKIPS = area_rules("health") | frozenset(
         "ALLOC-STATUS-RBAC",
         # its devices carry no list attributes: the profile does not claim list-attributes
         "SLICE-LIST-ATTRS",
+        # its devices declare no node-allocatable overhead: the profile does not claim node-allocatable
+        "SLICE-NODE-ALLOCATABLE",
     }
 )
 """The rules a clean example-gpu run skips (each for the reason its record states)."""

@@ -69,6 +69,8 @@ NVIDIA_SKIPS = area_rules("health") | frozenset(
         "ALLOC-STATUS-RBAC",
         # its devices carry no list attributes: the profile does not claim list-attributes
         "SLICE-LIST-ATTRS",
+        # its devices declare no node-allocatable overhead: the profile does not claim node-allocatable
+        "SLICE-NODE-ALLOCATABLE",
     }
 )
 """The rules a clean nvidia-gpu-local run skips (each for the reason its record states)."""

@@ -425,3 +425,59 @@ def test_auto_workers_are_two_per_node_at_least_one_per_cpu_at_most_twelve(
     assert config.workers == "auto" and config.worker_count == str(auto_workers(config.local_nodes))
     assert SuiteConfig.build("reference-gpu", rules="REG-EMPTY").worker_count == "1"  # one rule: one worker
     assert SuiteConfig.build("reference-gpu", workers="3").worker_count == "3"
+
+
+@pytest.mark.parametrize(
+    ("declared", "capabilities_kept", "message"),
+    [
+        (
+            {"overhead": {"memory": {"perPod": "lots"}}},
+            True,
+            r"devices.nodeAllocatable.overhead.memory.perPod: 'lots'",
+        ),
+        (
+            {"overhead": {"memory": {"perPod": "0"}}},
+            True,
+            r".*perPod: '0' is not valid; expected a quantity greater",
+        ),
+        (
+            {"overhead": {"memory": {"perNode": "1Gi"}}},
+            True,
+            r"devices.nodeAllocatable.overhead.memory: .*perPod and/or",
+        ),
+        (
+            {"overhead": {}},
+            True,
+            r"devices.nodeAllocatable.overhead: \{\} is not valid; expected at least one",
+        ),
+        (
+            {"where": {"attribute": "type", "value": "mig"}},
+            True,
+            r"devices.nodeAllocatable.overhead: None .*required",
+        ),
+        (
+            {"overhead": {"memory": {"perPod": "1Gi"}}},
+            False,
+            r"devices.nodeAllocatable: .*exactly when the profile",
+        ),
+        (None, True, r"devices.nodeAllocatable: None is not valid; .*exactly when the profile claims"),
+    ],
+)
+def test_node_allocatable_overhead_is_a_positive_quantity_given_with_its_capability(
+    declared: dict[str, Any] | None, capabilities_kept: bool, message: str
+) -> None:
+    data = _good()
+    data["devices"] = {**data["devices"], "nodeAllocatable": declared}
+    if declared is None:
+        del data["devices"]["nodeAllocatable"]
+    if not capabilities_kept:
+        data["capabilities"] = [c for c in data["capabilities"] if c != "node-allocatable"]
+    with pytest.raises(ProfileError, match=r"^mine.yaml: " + message):
+        parse(data, "mine.yaml")
+
+
+def test_node_allocatable_overhead_is_read_as_declared() -> None:
+    declared = load("reference-gpu").devices.node_allocatable
+    assert declared is not None and declared.overhead == {"memory": {"perPod": "256Mi"}}
+    assert declared.where is not None and (declared.where.attribute, declared.where.value) == ("type", "mig")
+    assert load("example-gpu").devices.node_allocatable is None

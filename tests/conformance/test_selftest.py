@@ -299,6 +299,9 @@ CASES: dict[str, Case] = {
         "reference-gpu", "allocation", "ALLOC-COMPAT-GROUPS", rules=("ALLOC-COMPAT-GROUPS",)
     ),
     "scalar-list-attrs": case("reference-gpu", "slices", "SLICE-LIST-ATTRS", rules=("SLICE-LIST-ATTRS",)),
+    "no-node-allocatable": case(
+        "reference-gpu", "slices", "SLICE-NODE-ALLOCATABLE", rules=("SLICE-NODE-ALLOCATABLE",)
+    ),
     # an id no spec defines: the suite's own prepare shows it, and no pod's container can start
     "cdi-id-of-another-device": case(
         "reference-gpu",
@@ -364,10 +367,11 @@ REFERENCE_GPU_ONLY = BINDING | {
     "ALLOC-TWO-DRIVERS",
     "ALLOC-STATUS-RBAC",
     "SLICE-LIST-ATTRS",
+    "SLICE-NODE-ALLOCATABLE",
 }
 """Rules only reference-gpu's settings meet (binding-conditions, device-metadata, a metrics URL,
 compatibility-groups, a service account, rolling-update, numa, the companion NIC driver,
-list-attributes)."""
+list-attributes, node-allocatable)."""
 
 CONSUMABLE = frozenset({"ALLOC-CONSUMABLE", "PREP-SHARE-ID"})
 """The rules of devices shared by capacity (consumable-capacity)."""

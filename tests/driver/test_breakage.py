@@ -67,6 +67,7 @@ from driver.healthstream import UNHEALTHY
 from driver.inventory import NUMA_NODE, Inventory
 from driver.listattrs import SHARING_STRATEGIES, with_list_attributes
 from driver.metrics import MetricsServer
+from driver.nodealloc import NODE_ALLOCATABLE, with_host_memory_overhead
 from driver.plugin import slices_left_to
 from driver.settings import BREAK_RULES_ENV, access_options, from_args
 from driver.slices import SlicePublisher
@@ -85,6 +86,7 @@ from tests.driver.drvkit import (
     result,
     unprepare,
 )
+from tests.polling import until
 
 TS = {"apiVersion": "gpu.dra-conformance.io/v1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}
 
@@ -127,6 +129,7 @@ def test_every_rule_is_documented() -> None:
         "exceed-consumable-share", "drop-share-id", "never-attach", "ignore-attach-failure",
         "metadata-to-every-container", "metadata-of-whole-claim", "metrics-broken",
         "compat-groups-missing", "scalar-list-attrs", "slices-any-node", "no-status-access",
+        "no-node-allocatable",
         "drop-slices-on-update",
         "numa-node-missing",
         "prepare-foreign-results",
@@ -348,6 +351,15 @@ def _list_attributes_published(node: Node) -> tuple[bool, ...]:
     return (found == [{"strings": ["TimeSlicing", "MPS"]}] * 2,)
 
 
+def _host_memory_overhead_published(node: Node) -> tuple[bool, ...]:
+    declared = with_host_memory_overhead(
+        Inventory(devices={d.name: d for d in (gpu(0), gpu(1))}), {"gpu": 2**28}
+    )
+    _, store = _published(node, inventory=declared)
+    found = [d.get(NODE_ALLOCATABLE) for s in store.objects.values() for d in s["spec"].get("devices") or []]
+    return (found == [{"memory": {"overhead": {"perPod": str(2**28)}}}] * 2,)
+
+
 def _slice_policy_enforced(node: Node) -> tuple[bool, ...]:
     env = {BREAK_RULES_ENV: ",".join(node.settings.break_rules)}
     objects = list(yaml.safe_load_all(access.printed(access_options([], env))))
@@ -396,8 +408,11 @@ def _health_reported(node: Node) -> tuple[bool, ...]:
     monitor = HealthMonitor.from_settings(node.inventory, node.settings)
     monitor.record_xid(gpu(0).uuid or "", 62)
     node.serve(health=monitor)
+    # The first message is sent at once: with the switch off, wait for it as long as a loaded
+    # machine may need; on, the stream must stay silent for 1.5 s (a negative window, kept short).
+    timeout = 1.5 if node.settings.breaks("no-health") else 30
     stream = health_v1_pb2_grpc.DRAResourceHealthStub(node.channel()).NodeWatchResources(
-        health_v1_pb2.NodeWatchResourcesRequest(), timeout=1.5
+        health_v1_pb2.NodeWatchResourcesRequest(), timeout=timeout
     )
     try:
         first = next(iter(stream))
@@ -412,7 +427,7 @@ def _health_reported(node: Node) -> tuple[bool, ...]:
 def _every_health_version_served(node: Node) -> tuple[bool, ...]:
     node.serve(health=HealthMonitor.from_settings(node.inventory, node.settings))
     stub = health_v1alpha1_pb2_grpc.DRAResourceHealthStub(node.channel())
-    stream: Any = stub.NodeWatchResources(health_v1alpha1_pb2.NodeWatchResourcesRequest(), timeout=5)
+    stream: Any = stub.NodeWatchResources(health_v1alpha1_pb2.NodeWatchResourcesRequest(), timeout=30)
     try:
         first = next(iter(stream))
     except grpc.RpcError as e:
@@ -588,9 +603,9 @@ def _restored_claim_released(node: Node) -> tuple[bool, ...]:
 def _registers_again(node: Node) -> tuple[bool, ...]:
     node.serve()
     stub = registration_pb2_grpc.RegistrationStub(node.channel(node.settings.registration_socket))
-    assert stub.GetInfo(registration_pb2.InfoRequest(), timeout=5).supported_versions
-    stub.NotifyRegistrationStatus(registration_pb2.RegistrationStatus(plugin_registered=True), timeout=5)
-    again = stub.GetInfo(registration_pb2.InfoRequest(), timeout=5)  # a restarted kubelet asks again
+    assert stub.GetInfo(registration_pb2.InfoRequest(), timeout=30).supported_versions
+    stub.NotifyRegistrationStatus(registration_pb2.RegistrationStatus(plugin_registered=True), timeout=30)
+    again = stub.GetInfo(registration_pb2.InfoRequest(), timeout=30)  # a restarted kubelet asks again
     return (bool(again.supported_versions),)
 
 
@@ -614,10 +629,12 @@ class _RestartingStore(SliceStore):
     def __init__(self) -> None:
         super().__init__()
         self.restart = threading.Event()
+        self.watching = threading.Event()
         self._interrupted = threading.Event()
         self._broken = False
 
     def watch(self, driver_name: str, node_name: str, resource_version: str) -> Iterator[tuple[str, Any]]:
+        self.watching.set()
         while not self._interrupted.wait(0.02):
             if self.restart.is_set() and not self._broken:
                 self._broken = True
@@ -639,14 +656,27 @@ def _slices_restored_after_api_restart(node: Node) -> tuple[bool, ...]:
         keep=True,
     )
     publisher.update(Inventory(devices={d.name: d for d in map(gpu, range(8))}))
+    before = set(threading.enumerate())
     publisher.start()
+    watch = [t for t in threading.enumerate() if t not in before and t.name == "slice-watch"]
+    assert len(watch) == 1, watch
     try:
-        assert publisher.wait_synced(5)
+        # the watch set up first: its start lists the slices and asks for a pass, which would
+        # otherwise restore them after the clear below, whatever the switch
+        assert store.watching.wait(30), "the publisher never watched its slices"
+        assert publisher.wait_synced(30)
         store.objects.clear()  # deleted while the API server was away
         store.restart.set()
-        deadline = time.monotonic() + 3
-        while not store.objects and time.monotonic() < deadline:
-            time.sleep(0.05)
+        restarted = time.monotonic()
+        # Restored (the watch was set up again), or the watch thread gave up and nothing came back
+        # for the 3 s the rewatch would need: a loaded machine only delays the answer.
+        until(
+            lambda: (
+                len(store.devices()) == 8 or (not watch[0].is_alive() and time.monotonic() - restarted >= 3)
+            ),
+            timeout=30,
+            what="the slices restored or the watch given up",
+        )
         return (len(store.devices()) == 8,)
     finally:
         publisher.stop()
@@ -670,7 +700,10 @@ def _claim_kept_while_pods_use_it(node: Node) -> tuple[bool, ...]:
     try:
         state.prepare(_ref(claim))
         del node.pods.pods[("default", "p0")]  # the first pod goes; p1 still uses the claim
-        deadline = time.monotonic() + 2.0  # the switch looks twice a second
+        # The switch looks twice a second: on, wait for it as long as a loaded machine may need;
+        # off, the spec must stay for 2 s (a negative window, kept as it was).
+        window = 30.0 if node.settings.breaks("unprepare-with-first-pod") else 2.0
+        deadline = time.monotonic() + window
         while _spec_path(node, claim).exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         return (_spec_path(node, claim).exists(),)
@@ -784,7 +817,7 @@ def _metrics_answered(node: Node) -> tuple[bool, ...]:
     server = MetricsServer(node.settings, "127.0.0.1:0", dict)
     server.start()
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as answer:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=30) as answer:
             return (answer.status == 200,)
     except urllib.error.HTTPError:
         return (False,)
@@ -849,9 +882,9 @@ def _registers_after_a_failure(node: Node) -> tuple[bool, ...]:
     stub = registration_pb2_grpc.RegistrationStub(node.channel(node.settings.registration_socket))
     failed = registration_pb2.RegistrationStatus(plugin_registered=False, error="refused on purpose")
     with contextlib.suppress(grpc.RpcError):  # the kubelet ignores the answer to a failure notice
-        stub.NotifyRegistrationStatus(failed, timeout=5)
+        stub.NotifyRegistrationStatus(failed, timeout=30)
     try:
-        stub.NotifyRegistrationStatus(registration_pb2.RegistrationStatus(plugin_registered=True), timeout=5)
+        stub.NotifyRegistrationStatus(registration_pb2.RegistrationStatus(plugin_registered=True), timeout=30)
     except grpc.RpcError:
         return (False,)
     return (True,)
@@ -873,7 +906,7 @@ def _bad_claims_fail_alone(node: Node) -> tuple[bool, ...]:
     stub = registration_pb2_grpc.RegistrationStub(node.channel(node.settings.registration_socket))
     failed = registration_pb2.RegistrationStatus(plugin_registered=False, error="refused on purpose")
     try:
-        stub.NotifyRegistrationStatus(failed, timeout=5)
+        stub.NotifyRegistrationStatus(failed, timeout=30)
         accepted = True
     except grpc.RpcError:
         accepted = False
@@ -884,7 +917,7 @@ def _first_version_served(node: Node) -> tuple[bool, ...]:
     """The first DRAPlugin version GetInfo lists, which the kubelet picks, is served (REG-VERSIONS)."""
     node.serve()
     stub = registration_pb2_grpc.RegistrationStub(node.channel(node.settings.registration_socket))
-    versions = stub.GetInfo(registration_pb2.InfoRequest(), timeout=5).supported_versions
+    versions = stub.GetInfo(registration_pb2.InfoRequest(), timeout=30).supported_versions
     first = next(v for v in versions if v.endswith(".DRAPlugin"))
     pb2, grpc_mod = (
         (dra_v1_pb2, dra_v1_pb2_grpc) if first == "v1.DRAPlugin" else (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc)
@@ -930,19 +963,26 @@ def _concurrent_prepares_served(node: Node) -> tuple[bool, ...]:
     slow = node.put(make_claim("slow", [result("gpu", "gpu-0")]))
     other = node.put(make_claim("other", [result("gpu", "gpu-1")]))
     read = node.claims.get_claim
+    entered = threading.Event()  # the first prepare is reading its claim (the switch's lock held)
+    release = threading.Event()  # ...and may go on: set once the second prepare was answered
 
     def slowly(namespace: str, name: str) -> Any:
-        if name == "slow":
-            time.sleep(0.5)
+        if name == "slow" and not entered.is_set():
+            entered.set()
+            release.wait(30)
         return read(namespace, name)
 
     node.claims.get_claim = slowly  # type: ignore[method-assign]
     answers: list[Any] = []
     first = threading.Thread(target=lambda: answers.append(prepare(node, slow)))
     first.start()
-    time.sleep(0.2)
-    second = prepare(node, other).claims[other["metadata"]["uid"]]
-    first.join()
+    try:
+        assert entered.wait(30), "the first prepare never read its claim"
+        second = prepare(node, other).claims[other["metadata"]["uid"]]
+    finally:
+        release.set()
+        first.join(30)
+    assert not first.is_alive(), "the first prepare did not finish"
     return (second.error == "" and answers[0].claims[slow["metadata"]["uid"]].error == "",)
 
 
@@ -1080,6 +1120,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "metrics-broken": _metrics_answered,
     "compat-groups-missing": _groups_published,
     "scalar-list-attrs": _list_attributes_published,
+    "no-node-allocatable": _host_memory_overhead_published,
     "slices-any-node": _slice_policy_enforced,
     "no-status-access": _status_access_granted,
     "drop-slices-on-update": _slices_left_to_the_new_instance,

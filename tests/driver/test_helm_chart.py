@@ -71,6 +71,7 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
     "attach-on-demand": {"attachOnDemand": "2"},
     "device-metadata": {"deviceMetadata": True},
     "list-attributes": {"listAttributes": True},
+    "host-memory-overhead": {"hostMemoryOverhead": "partition=256Mi"},
     "compatibility-groups": {"deviceKinds": ["gpu", "partitionable-mig"], "compatibilityGroups": True},
     "nothing-optional": {"deviceClasses": {"enabled": False}, "admissionPolicy": {"enabled": False}},
 }
@@ -234,6 +235,8 @@ def test_driver_reads_the_daemonset_as_meant(values: dict[str, Any] | None) -> N
     assert settings.device_metadata is merged["deviceMetadata"]
     assert settings.backend.compatibility_groups is merged["compatibilityGroups"]
     assert settings.backend.list_attributes is merged["listAttributes"]
+    overhead = {"": {}, "partition=256Mi": {"partition": 256 * 2**20}}[merged["hostMemoryOverhead"]]
+    assert settings.backend.host_memory_overhead == overhead
     assert settings.health.enabled is merged["health"]
     assert settings.health.informational_seconds == merged["informationalTaints"]
     assert settings.log_format == merged["logFormat"]

@@ -88,7 +88,7 @@ def gpu(root: Path) -> Iterator[tuple[PluginManager, FakePlugin]]:
     plugins = PluginManager(Settings(node_name="node-a", root=root, poll_seconds=0.05))
     plugins.start()
     plugin = FakePlugin(root, GPU).start()
-    assert plugins.wait_for(GPU, 5)
+    assert plugins.wait_for(GPU, 30)
     yield plugins, plugin
     plugin.stop()
     plugins.stop()
@@ -155,9 +155,10 @@ def test_with_the_gate_off_the_pod_is_refused_before_any_call(
 @pytest.mark.parametrize(
     ("argv", "declared"),
     [
-        ([], ["DRAOptionalNodeOperations"]),
-        (["--no-optional-node-operations"], None),
-        (["--k8s-version", "1.36"], None),  # no such gate before 1.37
+        ([], ["DRANodeAllocatableResources", "DRAOptionalNodeOperations"]),
+        (["--no-optional-node-operations"], ["DRANodeAllocatableResources"]),
+        (["--no-optional-node-operations", "--no-node-allocatable-resources"], None),
+        (["--k8s-version", "1.36"], None),  # no such gates before 1.37
     ],
 )
 def test_the_node_declares_the_feature_where_the_gate_is_on(
