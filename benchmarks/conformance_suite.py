@@ -16,10 +16,11 @@ driver, and a kept cluster reused.
 
 Each run reports its wall time (cluster start to report) and the suite phase alone, the time the
 tests of each area took (the sum of their durations, so the areas of one run add up to more than
-its wall time when they ran in parallel), its slowest tests, the rules that did not pass with their
-outcome and the first line of their reason (``not_passed``: the reports go with the bench's
-temporary directory), and the figures tests record (``measures``, ``"<rule> <name>"``, the largest
-of a run: e.g. ``HEALTH-TAINT fault_to_taint_s``).
+its wall time when they ran in parallel), its slowest tests (``slowest_work``: less the wait for a
+node lease and free devices, which ``before_work_s`` sums over the run), the rules that did not
+pass with their outcome and the first line of their reason (``not_passed``: the reports go with
+the bench's temporary directory), and the figures tests record (``measures``, ``"<rule> <name>"``,
+the largest of a run: e.g. ``HEALTH-TAINT fault_to_taint_s``).
 ``suite_now_over_before`` is the ratio of the suite phases. ``cpu_s`` is the CPU time the run
 cost, cluster processes included (:mod:`benchmarks.cpu`), with ``cpu_s_by_program``: on a 2-core
 machine the wall time cannot be less than half of it, and load beside the run moves it least.
@@ -43,6 +44,14 @@ from conformance.profiles import load
 
 BROKEN_SWITCH = "invalid-cdi-spec"
 """The switch of the broken-driver run."""
+
+WAIT_MEASURES = frozenset({"lease_wait_s", "before_work_s"})
+"""The figures every test records of its wait for a node lease (and free devices) before its work."""
+
+
+def _work(test: Any) -> float:
+    """A test's duration less its wait before its work (:data:`WAIT_MEASURES`)."""
+    return round(float(test.duration_s) - float(test.measures.get("before_work_s", 0.0)), 1)
 
 
 def _one(
@@ -83,7 +92,8 @@ def _one(
             per_area[result.rule.area] = per_area.get(result.rule.area, 0.0) + result.duration_s
         for test in result.tests:
             for name, value in test.measures.items():
-                measures.setdefault(f"{result.rule.id} {name}", []).append(value)
+                if name not in WAIT_MEASURES:
+                    measures.setdefault(f"{result.rule.id} {name}", []).append(value)
     suite = [t for t in tests if t.rule and not t.rule.startswith("PRE-")] or tests
     return {
         "workers": config.worker_count,
@@ -105,6 +115,9 @@ def _one(
         },
         "area_test_seconds": {a: round(per_area[a], 1) for a in AREAS if a in per_area},
         "slowest": sorted(((t.duration_s, t.rule) for r in report.rules for t in r.tests), reverse=True)[:5],
+        # the same less the wait for a node lease and free devices: a test's own work
+        "slowest_work": sorted(((_work(t), t.rule) for t in tests), reverse=True)[:5],
+        "before_work_s": round(sum(t.measures.get("before_work_s", 0.0) for t in tests), 1),
         "measures": {k: round(max(v), 3) for k, v in sorted(measures.items())},
     }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -131,7 +132,9 @@ def dra(request: pytest.FixtureRequest) -> Iterator[Harness]:
         lease = _every_node_held(leases, nodes, request.node.nodeid, alone=exclusive)
     else:
         lease = (leases.exclusive if exclusive else leases.shared)(nodes, request.node.nodeid)
+    asked = time.monotonic()
     with lease as node:
+        leased = time.monotonic()
         namespace = request.getfixturevalue("namespace")
         harness = Harness(
             cluster=dra_cluster,
@@ -158,6 +161,9 @@ def dra(request: pytest.FixtureRequest) -> Iterator[Harness]:
                 interval=0.25,
                 describe=lambda: f"still allocated: {harness.holders(node, waitable=True)}",
             )
+        # what the test waited for before its own work (the benchmark tells waits from work so)
+        harness.measure("lease_wait_s", leased - asked)
+        harness.measure("before_work_s", time.monotonic() - asked)
         try:
             yield harness
         finally:
