@@ -22,6 +22,7 @@ from typing import Any
 
 from driver.faults import Fault
 from driver.inventory import DeviceInfo, Inventory, Version
+from driver.nodealloc import NODE_ALLOCATABLE
 
 __all__ = [
     "API_VERSION",
@@ -133,7 +134,7 @@ def device_body(dev: DeviceInfo, taints: Sequence[DeviceTaint] = ()) -> Body:
         body["bindingFailureConditions"] = list(dev.binding_failure_conditions)
     if dev.host_memory_overhead:
         overhead = {"perPod": str(dev.host_memory_overhead)}
-        body["nodeAllocatableResources"] = {"memory": {"overhead": overhead}}
+        body[NODE_ALLOCATABLE] = {"memory": {"overhead": overhead}}
     if taints:
         body["taints"] = [t.body() for t in taints]
     return body

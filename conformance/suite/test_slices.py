@@ -34,6 +34,7 @@ from conformance.harness import (
     Objects,
     allocated_devices,
     as_driver,
+    attribute_value,
     cel_literal,
     install_identity,
     meta,
@@ -554,10 +555,7 @@ def test_node_allocatable_overhead(dra: Harness) -> None:
     problems = []
     declaring = []
     for d in devices(settled(dra)):
-        if (
-            where is not None
-            and _attribute_value(attribute_entry(d, where.attribute, dra.driver)) != where.value
-        ):
+        if where is not None and attribute_value(d, where.attribute, dra.driver) != where.value:
             continue
         declaring.append(d["name"])
         published = _device_overheads(d)
@@ -586,11 +584,6 @@ def test_node_allocatable_overhead(dra: Harness) -> None:
         f"the scheduler charged pod {meta(pod)['name']} {_shown(counted)} for {held} device(s); the "
         f"profile's overhead per device makes {_shown(wanted)}"
     )
-
-
-def _attribute_value(entry: Mapping[str, Any] | None) -> Any:
-    """The value of a device attribute entry (``{"string": "mig"}`` -> ``"mig"``), or None."""
-    return next(iter((entry or {}).values()), None)
 
 
 def _amounts(overhead: Mapping[str, Any] | None) -> dict[str, Decimal]:
