@@ -102,6 +102,10 @@ _ROOT_RANDOM = 4
 ``kubelet/plugins_registry/gpu.dra-conformance.io-<pod uid>-reg.sock`` (mkdtemp's 8 would not)."""
 
 
+_PORT_TRIES = 4
+"""How often a kubelet starts again on new ports after finding its port taken."""
+
+
 def _socket_paths(node: NodeLayout, driver: str) -> list[str]:
     """The socket paths a driver may create under ``node``: the conventional names, and those of a
     rolling update (``kubeletplugin.RollingUpdate``: the pod UID in both names)."""
@@ -614,8 +618,9 @@ class LocalCluster(LocalClusterBase):
         ]
         n.agent = ManagedProcess(f"agent-{n.name}", argv, n.log_files["kubelet"]).start()
 
-    def _start_kubelet(self, n: LocalNode) -> None:
-        """Start the node's fake runtime (unless it runs) and its kubelet, in its own namespaces."""
+    def _start_kubelet(self, n: LocalNode, *, new_ports: bool = False) -> None:
+        """Start the node's fake runtime (unless it runs) and its kubelet, in its own namespaces
+        (on ports chosen again when ``new_ports``)."""
         assert self.control_plane is not None and self.kubelet is not None and self.fakecri is not None
         cp = self.control_plane
         socket = n.root / "cri.sock"
@@ -625,6 +630,7 @@ class LocalCluster(LocalClusterBase):
         if not config.exists():
             cert = pki.issue_client(cp.pki, f"node-{n.name}", f"system:node:{n.name}", ["system:nodes"])
             pki.write_kubeconfig(kubeconfig, cp.server, cp.pki.ca.cert, cert, f"system:node:{n.name}")
+        if new_ports or not config.exists():
             kubeletnode.write_kubelet_files(
                 n.root,
                 runtime_socket=socket,
@@ -809,8 +815,18 @@ class LocalCluster(LocalClusterBase):
                     ok.add(item["metadata"]["name"])
             return names <= ok
 
-        procs = [n.agent for n in nodes if n.agent is not None]
-        self._wait(f"nodes {sorted(names)} Ready", ready, procs, self.settings.ready_timeout)
+        for attempt in range(_PORT_TRIES):
+            procs = [n.agent for n in nodes if n.agent is not None]
+            try:
+                self._wait(f"nodes {sorted(names)} Ready", ready, procs, self.settings.ready_timeout)
+                return
+            except NodeError:
+                lost = [n for n in nodes if n.kind == "kubelet" and n.agent and n.agent.lost_its_port()]
+                if not lost or attempt == _PORT_TRIES - 1:
+                    raise
+            for n in lost:
+                log.info("kubelet of %s found its port taken; starting it on others", n.name)
+                self._start_kubelet(n, new_ports=True)
 
     def _wait_slices(self, nodes: Sequence[LocalNode]) -> None:
         rest = self.rest()

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import socket
 import ssl
 import time
@@ -39,13 +40,45 @@ SERVICE_IP = "10.0.0.1"
 
 _HANDED_OUT: set[int] = set()
 
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 10000
+"""Ports are chosen from here up to the kernel's ephemeral range."""
+
+
+def _ports_below_ephemeral() -> range:
+    """The ports that the kernel never gives an outgoing connection on its own (below its ephemeral
+    range), from :data:`_LOWEST_PORT`; empty when the range cannot be read or leaves too few."""
+    try:
+        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return range(0)
+    return range(_LOWEST_PORT, low) if low - _LOWEST_PORT >= 1000 else range(0)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now and was not handed out before in this process.
 
-    The port is released before the component binds it, so the kernel may offer it again; asking
-    twice in one control plane must not give two components the same port.
+    The port is released before the component binds it, so another process may take it first.
+    Outgoing connections (thousands in a suite run) take their local ports from the kernel's
+    ephemeral range, so the port is chosen at random below that range; only a process that picks
+    ports as this one does can then take it (the components retry on "address already in use").
+    Asking twice in one process never gives the same port.
     """
+    candidates = _ports_below_ephemeral()
+    for _ in range(100 if candidates else 0):
+        port = candidates[secrets.randbelow(len(candidates))]
+        if port not in _HANDED_OUT and _bindable(port):
+            _HANDED_OUT.add(port)
+            return port
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
@@ -98,17 +131,6 @@ _CONTROLLERS = ("kube-scheduler", "kube-controller-manager")
 
 _PORT_TRIES = 4
 """How often a component starts again on new ports after finding its port taken."""
-
-
-def _this_start(proc: ManagedProcess, lines: int) -> str:
-    """The last ``lines`` lines of ``proc``'s log, only what its latest start wrote (each start
-    appends below a ``--- `` line)."""
-    return proc.tail(lines).rsplit("\n--- ", 1)[-1].split("\n", 1)[-1]
-
-
-def _lost_its_port(proc: ManagedProcess) -> bool:
-    """Whether ``proc`` exited because a port it was given was taken before it bound it."""
-    return not proc.alive() and "address already in use" in _this_start(proc, 25)
 
 
 class ControlPlane:
@@ -202,7 +224,7 @@ class ControlPlane:
                         self._wait_healthy(name, self.processes[name])
                         break
                     except ControlPlaneError:
-                        if _attempt == _PORT_TRIES - 1 or not _lost_its_port(self.processes[name]):
+                        if _attempt == _PORT_TRIES - 1 or not self.processes[name].lost_its_port():
                             raise
                     self.processes[name].stop()
                     log.info("%s found its port taken; starting it on another", name)
@@ -381,7 +403,7 @@ class ControlPlane:
                     self._remember_fix(asked)
                 return
             except ControlPlaneError:
-                if _lost_its_port(proc):
+                if proc.lost_its_port():
                     proc.stop()
                     log.info("%s found its port taken; starting it on another", name)
                     self._new_port(name)
@@ -443,7 +465,7 @@ class ControlPlane:
 
     def _fix_flags(self, proc: ManagedProcess) -> str | None:
         """Adjust gates or runtime-config after the API server refused them; say what changed."""
-        text = _this_start(proc, 60)
+        text = proc.this_start(60)
         dep = re.search(r"(\w+) is enabled, but depends on features that are disabled: \[([^\]]*)\]", text)
         if dep:
             gate, needs = dep.group(1), dep.group(2).replace(",", " ").split()

@@ -155,6 +155,16 @@ class ManagedProcess:
             return ""
         return "\n".join(data.decode("utf-8", "replace").splitlines()[:lines])
 
+    def this_start(self, lines: int = 30) -> str:
+        """The last ``lines`` lines of the log that this start wrote (each start appends below a
+        ``--- `` line)."""
+        return self.tail(lines).rsplit("\n--- ", 1)[-1].split("\n", 1)[-1]
+
+    def lost_its_port(self) -> bool:
+        """Whether it exited because a port it was given was taken before it bound it (a free port
+        is released before the program binds it, so a process beside it can take it first)."""
+        return not self.alive() and "address already in use" in self.this_start(25)
+
     def __repr__(self) -> str:
         return f"ManagedProcess({self.name!r}, pid={self.pid}, alive={self.alive()})"
 

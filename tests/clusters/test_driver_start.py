@@ -59,6 +59,19 @@ def test_head_reads_this_start_of_the_process_only(tmp_path: Path) -> None:
     assert proc.head(1) == "second run"
 
 
+def test_a_port_taken_is_read_from_this_start_only(tmp_path: Path) -> None:
+    taken = "echo 'bind: address already in use'; exit 1"
+    proc = ManagedProcess("p", ["sh", "-c", taken], tmp_path / "p.log")
+    proc.start()
+    _wait_exit(proc)
+    assert proc.lost_its_port()
+    assert proc.this_start(5) == "bind: address already in use"
+    proc.argv = ["sh", "-c", "echo 'some other failure'; exit 1"]
+    proc.start()
+    _wait_exit(proc)
+    assert not proc.lost_its_port()  # the first start's line is history
+
+
 def _wait_exit(proc: ManagedProcess) -> None:
     deadline = time.monotonic() + 10
     while proc.alive() and time.monotonic() < deadline:

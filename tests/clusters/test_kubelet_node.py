@@ -6,8 +6,10 @@ clusters work; and the host's sysctls and paths are as they were."""
 from __future__ import annotations
 
 import shutil
+import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -116,3 +118,32 @@ def test_a_claimed_pod_on_a_kubelet_node_and_the_host_untouched(kubelet_settings
         other = run_pod(api, "beside", "p3")
         assert other.spec.node_name in cluster.nodes()
     assert _host_state() == before, "a kubelet node changed the host"
+
+
+def test_a_kubelet_whose_port_was_taken_starts_again_on_others(
+    kubelet_settings: LocalSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A free port is released before the kubelet binds it; a cluster beside this one can take it
+    first (CI lost a run so). The kubelet then exits with "address already in use", and the node
+    starts it again on other ports instead of failing the cluster."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    real = kubeletnode.write_kubelet_files
+    ports: list[int] = []
+
+    def first_port_taken(root: Path, **kwargs: Any) -> Path:
+        if not ports:
+            kwargs["port"] = taken.getsockname()[1]
+        ports.append(kwargs["port"])
+        return real(root, **kwargs)
+
+    monkeypatch.setattr(kubeletnode, "write_kubelet_files", first_port_taken)
+    settings = kubelet_settings.with_options(node_kind="kubelet", nodes=1)
+    cluster = LocalCluster(settings)
+    with taken, cluster.start():
+        node = cluster.local_nodes["node-0"]
+        assert node.kind == "kubelet"
+        assert len(ports) == 2 and ports[1] != ports[0], ports
+        assert f"port: {ports[1]}\n" in (node.root / "kubelet.yaml").read_text()
+        assert "address already in use" in node.log_files["kubelet"].read_text()
