@@ -271,6 +271,15 @@ class SuiteConfig:
         return str(min(wide, max(len(self.selected), 1)) if self.narrowed else wide)
 
     @property
+    def lanes(self) -> int:
+        """The lanes of the tests that hold one node alone (``conformance.plugin.state.Lanes``): one
+        per worker pair, at most one per node of a local cluster (two lanes would wait for one
+        node), at least one."""
+        pairs = int(self.worker_count) // 2 if self.worker_count.isdigit() else 1
+        bound = self.local_nodes if self.cluster == "local" else pairs
+        return max(1, min(pairs, bound))
+
+    @property
     def local_nodes(self) -> int:
         """Nodes of a local cluster."""
         if self.nodes is not None:

@@ -97,7 +97,7 @@ def pytest_command(
     if config.node_selector is not None:
         cmd += [f"--dra-node-selector={config.node_selector}"]
     chosen = workers if workers is not None else config.worker_count
-    cmd += ["-p", "no:xdist"] if chosen == "0" else ["-n", chosen, "--dist", "load"]
+    cmd += ["-p", "no:xdist"] if chosen == "0" else ["-n", chosen, "--dist", "loadgroup"]
     cmd += ["-q", "-rfEs", *config.pytest_args]
     return cmd
 

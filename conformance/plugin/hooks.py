@@ -24,7 +24,7 @@ from conformance.catalogue import (
 from conformance.config import SuiteConfig
 from conformance.errors import UsageError
 from conformance.plugin.fixtures import dra, dra_env, dra_pre, dra_preflight
-from conformance.plugin.state import RUN_KEY, ConformanceRun
+from conformance.plugin.state import RUN_KEY, ConformanceRun, Lanes
 
 __all__ = ["dra", "dra_env", "dra_pre", "dra_preflight", "pytest_addoption", "pytest_configure"]
 
@@ -135,3 +135,5 @@ def pytest_configure(config: pytest.Config) -> None:
     run = ConformanceRun(config, suite, run_dir, controller=workerinput is None)
     config.stash[RUN_KEY] = run
     config.pluginmanager.register(run, "dra-conformance-run")
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        config.pluginmanager.register(Lanes(suite.lanes), "dra-conformance-lanes")

@@ -16,10 +16,20 @@ from conformance.catalogue import Rule
 from conformance.harness import MEASURE_PREFIX, PARTIAL_PROPERTY
 from conformance.report import TestRecord
 
-__all__ = ["ADVISORY", "advisory_reason", "record_of"]
+__all__ = ["ADVISORY", "LANE_GROUP", "advisory_reason", "plain_nodeid", "record_of"]
 
 ADVISORY = "advisory (SHOULD rule"
 """How the xfail reason of a SHOULD rule's test begins."""
+
+
+LANE_GROUP = "lane-"
+"""The xdist group name of a lane, with its number after it (``lane-0``)."""
+
+
+def plain_nodeid(nodeid: str) -> str:
+    """``nodeid`` without the ``@lane-N`` xdist's ``--dist loadgroup`` appends to a grouped test's."""
+    head, sep, group = nodeid.rpartition(f"@{LANE_GROUP}")
+    return head if sep and group.isdigit() else nodeid
 
 
 def advisory_reason(rule: Rule, known_failure: str | None = None) -> str:
@@ -53,7 +63,7 @@ def record_of(phases: list[pytest.TestReport]) -> TestRecord | None:
     if outcome == "passed" and props.get(PARTIAL_PROPERTY):
         outcome, reason = "partial", str(props[PARTIAL_PROPERTY])
     return TestRecord(
-        nodeid=phases[0].nodeid,
+        nodeid=plain_nodeid(phases[0].nodeid),
         rule=str(rule),
         outcome=outcome,  # type: ignore[arg-type]
         reason=reason,
