@@ -45,10 +45,29 @@ class NodeLeases:
         return True
 
     @contextlib.contextmanager
-    def exclusive(self, nodes: Sequence[str], key: str = "") -> Iterator[str]:
-        """Hold one of ``nodes`` alone: a free one if any, else wait for the one ``key`` hashes to."""
+    def reading_every(self) -> Iterator[None]:
+        """Mark, while open, a taker that waits to hold every node shared: :meth:`exclusive` takes
+        no node meanwhile, so that a stream of lone holders cannot keep it waiting for ever."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        mark = self.directory / f"every.want-{os.getpid()}"
+        mark.touch()
+        try:
+            yield
+        finally:
+            mark.unlink(missing_ok=True)
+
+    def _readers_waiting(self) -> bool:
+        return any(self.directory.glob("every.want-*"))
+
+    @contextlib.contextmanager
+    def exclusive(self, nodes: Sequence[str], key: str = "", *, reader: bool = False) -> Iterator[str]:
+        """Hold one of ``nodes`` alone: a free one if any, else wait for the one ``key`` hashes to;
+        none while a taker waits to read every node (:meth:`reading_every`), unless this one is such
+        a taker itself (``reader``)."""
         if not nodes:
             raise ValueError("no nodes to lease")
+        while not reader and self._readers_waiting():
+            time.sleep(self._poll)
         for node in nodes:
             fd = self._open(node)
             if self._try(fd, fcntl.LOCK_EX):

@@ -183,9 +183,12 @@ def _every_node_held(leases: NodeLeases, nodes: Sequence[str], key: str, *, alon
         raise ValueError("no nodes to lease")
     own = nodes[zlib.crc32(key.encode()) % len(nodes)]
     with contextlib.ExitStack() as held:
-        for node in sorted(nodes):
-            take = leases.exclusive if alone and node == own else leases.shared
-            held.enter_context(take([node], key))
+        with leases.reading_every():  # no new lone holder until every node is held
+            for node in sorted(nodes):
+                if alone and node == own:
+                    held.enter_context(leases.exclusive([node], key, reader=True))
+                else:
+                    held.enter_context(leases.shared([node], key))
         yield own
 
 
