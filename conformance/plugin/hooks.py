@@ -24,7 +24,8 @@ from conformance.catalogue import (
 from conformance.config import SuiteConfig
 from conformance.errors import UsageError
 from conformance.plugin.fixtures import dra, dra_env, dra_pre, dra_preflight
-from conformance.plugin.state import RUN_KEY, ConformanceRun, Lanes
+from conformance.plugin.lanes import Lanes, expected_costs
+from conformance.plugin.state import RUN_KEY, ConformanceRun
 
 __all__ = ["dra", "dra_env", "dra_pre", "dra_preflight", "pytest_addoption", "pytest_configure"]
 
@@ -136,4 +137,5 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[RUN_KEY] = run
     config.pluginmanager.register(run, "dra-conformance-run")
     if getattr(config.option, "dist", "no") == "loadgroup":
-        config.pluginmanager.register(Lanes(suite.lanes), "dra-conformance-lanes")
+        costs = expected_costs(suite.reports_dir, suite.profile.name)
+        config.pluginmanager.register(Lanes(suite.lanes, costs), "dra-conformance-lanes")

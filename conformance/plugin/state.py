@@ -36,11 +36,12 @@ from clusters.pytest_plugin import ClusterSession, cluster_session
 from conformance import report
 from conformance._files import write_atomic
 from conformance.catalogue import AREAS, RULES, by_id, check_docstring, rule_of
-from conformance.catalogue.marks import EXCLUSIVE_CLUSTER_MARK, EXCLUSIVE_MARK, READS_EVERY_NODE_MARK
+from conformance.catalogue.marks import EXCLUSIVE_CLUSTER_MARK, READS_EVERY_NODE_MARK
 from conformance.config import IN_CLUSTER, SuiteConfig
 from conformance.harness import Harness, Kube, collect
 from conformance.plugin import preflight
-from conformance.plugin.records import LANE_GROUP, advisory_reason, plain_nodeid, record_of
+from conformance.plugin.lanes import in_lane
+from conformance.plugin.records import advisory_reason, plain_nodeid, record_of
 from conformance.report import RunInfo, TestRecord
 from conformance.suite import SUITE_DIR
 from draproto.apiconn import connect
@@ -73,53 +74,21 @@ def _run_order(item: Any) -> tuple[int, int]:
     """Where a test goes in the run: first those that read every node at once (shared leases on every
     node), while no test holds a node alone yet, rather than waiting for every node to be free of
     lone holders at once (with four nodes and eight workers they waited up to 90 s); then the lanes
-    of the tests that hold a node alone (:func:`_in_lane`), so that xdist hands each lane to a
-    worker of its own at the start; then area by area; last what holds every node alone (an API
-    server restart): after it the controllers catch up on their watches, and a claim it deleted
-    stayed allocated for more than a minute, which the tests after it waited out (seen in CI when it
-    ran early)."""
+    of the tests that hold a node alone (:mod:`conformance.plugin.lanes`), so that xdist hands each
+    lane to a worker of its own at the start; then area by area; last what holds every node alone
+    (an API server restart): after it the controllers catch up on their watches, and a claim it
+    deleted stayed allocated for more than a minute, which the tests after it waited out (seen in
+    CI when it ran early)."""
     rule = rule_of(item)
     if item.get_closest_marker(READS_EVERY_NODE_MARK):
         first = 0
     elif item.get_closest_marker(EXCLUSIVE_CLUSTER_MARK):
         first = 3
-    elif _in_lane(item):
+    elif in_lane(item):
         first = 1
     else:
         first = 2
     return first, _AREA_ORDER.get(rule.area, 99) if rule else 99
-
-
-def _in_lane(item: Any) -> bool:
-    """Whether a test holds one node alone (and no more): such tests run in lanes."""
-    return (
-        item.get_closest_marker(EXCLUSIVE_MARK) is not None
-        and item.get_closest_marker(READS_EVERY_NODE_MARK) is None
-        and item.get_closest_marker(EXCLUSIVE_CLUSTER_MARK) is None
-    )
-
-
-class Lanes:
-    """Puts the tests that hold one node alone in ``count`` lanes: xdist groups (``lane-N``), each of
-    which one worker runs test after test (``--dist loadgroup``).
-
-    Such tests wait for each other's node leases when any worker may take any of them: a worker
-    whose next test waits for a node alone holds the tests queued behind it. A lane per node queues
-    them on the lane instead, while the other workers run the tests that share a node. Registered
-    beside :class:`ConformanceRun` for its own hook, which must run before xdist's (xdist appends
-    the group to the test's nodeid in its own).
-    """
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_collection_modifyitems(self, items: list[Any]) -> None:
-        if self.count < 1:
-            return
-        ordered = sorted((it for it in items if _in_lane(it)), key=lambda it: (_run_order(it), it.nodeid))
-        for i, item in enumerate(ordered):
-            item.add_marker(pytest.mark.xdist_group(f"{LANE_GROUP}{i % self.count}"))
 
 
 class ConformanceRun:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,8 +15,10 @@ from conformance.catalogue.marks import (
     RULE_MARK,
 )
 from conformance.config import SuiteConfig
+from conformance.plugin.lanes import COSTS_FILE, Lanes, expected_costs
 from conformance.plugin.records import plain_nodeid
-from conformance.plugin.state import Lanes
+from conformance.report import TestRecord
+from conformance.suite import SUITE_DIR
 
 
 def test_lanes_are_one_per_worker_pair_and_at_most_one_per_local_node(
@@ -56,3 +60,46 @@ def test_nodeids_lose_the_lane_xdist_appends() -> None:
     assert plain_nodeid("suite/test_res.py::test_restart@lane-3") == "suite/test_res.py::test_restart"
     assert plain_nodeid("suite/test_res.py::test_restart") == "suite/test_res.py::test_restart"
     assert plain_nodeid("t.py::test_x[a@lane-b]") == "t.py::test_x[a@lane-b]"  # not a lane: kept
+
+
+def test_the_longest_tests_go_first_each_to_the_lane_with_the_least() -> None:
+    costs = {"a": 10.0, "b": 6.0, "c": 5.0, "d": 4.0}
+    lanes = Lanes(2, costs).assign(["e", "d", "c", "b", "a"])
+    # e, unknown, costs the median 5.5; a to 0; b to 1; e to 1 (6 < 10); c to 0; d to 1
+    assert lanes == {"a": 0, "b": 1, "e": 1, "c": 0, "d": 1}
+    loads = [sum(costs.get(n, 5.5) for n, lane in lanes.items() if lane == i) for i in (0, 1)]
+    assert loads == [15.0, 15.5]
+
+
+def _run(reports: Path, run_id: str, profile: str, records: dict[str, tuple[float, float]]) -> None:
+    run = reports / run_id
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"profile": profile}))
+    lines = [
+        TestRecord(nodeid, "ALLOC-ONE", "passed", "", duration, 0.0, measures={"before_work_s": waited})
+        for nodeid, (duration, waited) in records.items()
+    ]
+    (run / "records.jsonl").write_text("".join(r.to_json() + "\n" for r in lines))
+    (reports / "latest").unlink(missing_ok=True)
+    (reports / "latest").symlink_to(run_id)
+
+
+def test_the_previous_run_of_the_profile_says_how_long_each_test_works(tmp_path: Path) -> None:
+    shipped = expected_costs(tmp_path, "reference-gpu")
+    assert shipped["test_allocation.py::test_binding_failure"] > 5  # from the table: no run yet
+    _run(tmp_path, "r1", "reference-gpu", {"test_allocation.py::test_binding_failure": (9.0, 4.0)})
+    assert expected_costs(tmp_path, "reference-gpu")["test_allocation.py::test_binding_failure"] == 5.0
+    _run(tmp_path, "r2", "example-gpu", {"test_allocation.py::test_binding_failure": (99.0, 0.0)})
+    assert expected_costs(tmp_path, "reference-gpu") == shipped  # another profile's run: not read
+
+
+def test_the_table_names_only_tests_that_exist() -> None:
+    costs = json.loads(COSTS_FILE.read_text())
+    assert len(costs) > 50
+    missing = []
+    for nodeid in costs:
+        module, _, name = nodeid.partition("::")
+        source = SUITE_DIR / module
+        if not source.is_file() or f"def {name.split('[')[0]}(" not in source.read_text():
+            missing.append(nodeid)
+    assert not missing, f"{COSTS_FILE} names tests the suite lacks (tests.conformance.lane_costs): {missing}"
