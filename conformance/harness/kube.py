@@ -95,6 +95,7 @@ KINDS: Mapping[str, Kind] = {
     "DeviceClass": Kind(RESOURCE_V1, "deviceclasses", False),
     "DeviceTaintRule": Kind(RESOURCE_V1, "devicetaintrules", False),
     "Lease": Kind("coordination.k8s.io/v1", "leases", True),
+    "PodGroup": Kind("scheduling.k8s.io/v1beta1", "podgroups", True),
     "ServiceAccount": Kind("v1", "serviceaccounts", True),
     "ClusterRole": Kind("rbac.authorization.k8s.io/v1", "clusterroles", False),
     "ClusterRoleBinding": Kind("rbac.authorization.k8s.io/v1", "clusterrolebindings", False),

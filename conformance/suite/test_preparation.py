@@ -584,6 +584,12 @@ PODGROUPS = {"apiGroup": "scheduling.k8s.io", "resource": "podgroups"}
 """A ``status.reservedFor`` entry's consumer kind for a PodGroup, as the scheduler writes it with
 DRAWorkloadResourceClaims on (the API server checks only that resource, name and uid are there)."""
 
+PODGROUP_API = "scheduling.k8s.io/v1beta1"
+"""Where PodGroups live in Kubernetes 1.37 (served with the GenericWorkload gate on)."""
+
+PODGROUP_SPEC: dict[str, Any] = {"schedulingPolicy": {"basic": {}}}
+"""The least a PodGroup of :data:`PODGROUP_API` holds: no gang, no workload."""
+
 
 def _shape(devices: Any) -> list[tuple[str, str, tuple[str, ...], int]]:
     """What a prepare answer says of each device, less what is the claim's own (its CDI ids): pool,
@@ -609,8 +615,14 @@ def test_podgroup_claim_is_prepared(dra: Harness) -> None:
         client.unprepare([plain])  # the device is free again for the group's claim
     assert not usual.error, f"prepare of claim {plain.name} failed: {usual.error}"
     claim = dra.write_allocation(dra.claim(), [("gpu", device[0])])
-    group = dra.name("group")
-    claim["status"]["reservedFor"] = [{**PODGROUPS, "name": group, "uid": str(uuid.uuid4())}]
+    group, group_uid = dra.name("group"), str(uuid.uuid4())
+    if "PodGroup" in dra.kube.served(PODGROUP_API):
+        # served with GenericWorkload on: a PodGroup that exists, whose reservation the resourceclaim
+        # controller keeps (where DRAWorkloadResourceClaims is on, it drops one whose group is gone)
+        podgroup = {"apiVersion": PODGROUP_API, "kind": "PodGroup", "metadata": {"name": group}}
+        made = dra.create({**podgroup, "spec": PODGROUP_SPEC})
+        group_uid = str(meta(made)["uid"])
+    claim["status"]["reservedFor"] = [{**PODGROUPS, "name": group, "uid": group_uid}]
     grouped = ref(dra.kube.replace(claim, "status"))
     dra.on_cleanup(lambda: client.unprepare([grouped]))
     answer = client.prepare([grouped])[grouped.uid]
