@@ -272,7 +272,7 @@ class SuiteConfig:
 
     @property
     def lanes(self) -> int:
-        """The lanes of the tests that hold one node alone (``conformance.plugin.state.Lanes``): one
+        """The lanes of the tests that hold one node alone (``conformance.plugin.lanes.Lanes``): one
         per worker pair, at most one per node of a local cluster (two lanes would wait for one
         node), at least one."""
         pairs = int(self.worker_count) // 2 if self.worker_count.isdigit() else 1
