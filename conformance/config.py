@@ -197,7 +197,8 @@ class SuiteConfig:
         device kinds, GPU sharing, GPUs attached on demand and device metadata read from the
         profile's local command (``--fake-profile``, ``--device-kinds``, ``--gpu-sharing``,
         ``--consumable-gpus``, ``--attach-on-demand``, ``--device-metadata``,
-        ``--compatibility-groups``, ``--list-attributes``, ``--host-memory-overhead``), in the namespace
+        ``--compatibility-groups``, ``--list-attributes``, ``--host-memory-overhead``,
+        ``--license-seats``), in the namespace
         of the profile's ``identity``. Another driver: the profile's ``install`` section;
         :class:`UsageError` when it has none."""
         if not self.runs_reference:
@@ -219,6 +220,8 @@ class SuiteConfig:
             sharing["compatibilityGroups"] = True
         if "--list-attributes" in words:
             sharing["listAttributes"] = True
+        if "--license-seats" in words:
+            sharing["licenseSeats"] = True
         if "--host-memory-overhead" in words[:-1]:
             sharing["hostMemoryOverhead"] = flag("--host-memory-overhead", "")
         # in the namespace of the profile's identity: the chart's service account is the one the

@@ -85,6 +85,10 @@ def run(settings: Settings, stop: threading.Event) -> int:
 
         inventory = with_host_memory_overhead(inventory, settings.backend.host_memory_overhead)
     inventory = attach_on_demand(inventory, settings.backend.attached_gpus)
+    if settings.backend.license_seats:
+        from driver.licenses import with_license_seats
+
+        inventory = with_license_seats(inventory)
     pods = ApiPodSource(api) if settings.break_rules & POD_SWITCHES else None
     state = DeviceState(settings, inventory, ApiClaimSource(api), pods=pods, specs=spec_store(settings))
     # its own connection: the publisher's stop interrupts every watch of its Rest

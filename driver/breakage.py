@@ -105,6 +105,10 @@ RULES: dict[str, str] = {
     "product-name-per-device": "each device's productName carries its own name: devices of one model differ",
     "misnamed-device-classes": "device-classes prints the classes under names other than the documented ones",
     "pod-only-reservations": "a claim reserved for no pod (reservedFor names a PodGroup) is refused",
+    "refuse-skipped-devices": (
+        "a device whose slice skips node operations (--license-seats) is refused when a prepare call "
+        "holds it (a claim with a GPU too)"
+    ),
 }
 """Every switch, with the rule it breaks."""
 

@@ -1,8 +1,9 @@
 """The driver's DeviceClasses, named the way NVIDIA names its own.
 
 For a driver name ``gpu.<domain>`` (default ``gpu.dra-conformance.io``) the classes are
-``gpu.<domain>`` (whole GPUs) and ``mig.<domain>`` (MIG devices, existing or
-partitionable); a driver name without a leading ``gpu.`` is the domain itself. Each
+``gpu.<domain>`` (whole GPUs), ``mig.<domain>`` (MIG devices, existing or
+partitionable) and ``license.<domain>`` (license seats, ``driver.licenses``); a driver
+name without a leading ``gpu.`` is the domain itself. Each
 class selects the driver's devices by their ``type`` attribute. The GPU class also names
 an extended resource, ``<driver name>/gpu`` (KEP-5004, ``DRAExtendedResource``): a pod that
 asks ``resources.limits`` for it, the device-plugin way, gets whole GPUs through DRA. Only
@@ -19,7 +20,7 @@ import yaml
 
 __all__ = ["DEVICE_TYPES", "class_domain", "class_name", "device_classes", "extended_resource_name", "render"]
 
-DEVICE_TYPES = ("gpu", "mig")
+DEVICE_TYPES = ("gpu", "mig", "license")
 """The values of the ``type`` attribute, one DeviceClass each."""
 
 

@@ -50,7 +50,7 @@ def _now() -> datetime:
 def _data(device: PreparedDevice, inventory: Inventory) -> dict[str, Any]:
     """What the inventory knows of ``device``: what a reader of the claim can tell it by."""
     info = inventory.get(device.device)
-    data: dict[str, Any] = {"type": "gpu" if device.kind == "gpu" else "mig"}
+    data: dict[str, Any] = {"type": device.kind if device.kind in ("gpu", "license") else "mig"}
     uuid = device.uuid or (info.uuid if info is not None else None)
     if uuid:
         data["uuid"] = uuid  # a partition's is that of the MIG device made for this claim

@@ -17,6 +17,7 @@ __all__ = [
     "GIB",
     "MIB",
     "NUMA_NODE",
+    "SKIP_ALL",
     "AttributeValue",
     "DeviceInfo",
     "DeviceKind",
@@ -34,8 +35,13 @@ drivers (a GPU and a NIC) are placed together by matching it."""
 DEVICE_KINDS = ("gpu", "mig", "partitionable-mig")
 """The values ``--device-kinds`` accepts, in the order they are documented."""
 
-DeviceKind = Literal["gpu", "mig", "partition"]
-"""What one published device is: a whole GPU, an existing MIG device, or a possible partition."""
+DeviceKind = Literal["gpu", "mig", "partition", "license"]
+"""What one published device is: a whole GPU, an existing MIG device, a possible partition, or a
+GPU's license seat (``driver.licenses``: nothing on the node)."""
+
+SKIP_ALL = ("*",)
+"""``skipNodeOperations`` of a slice whose devices need neither NodePrepareResources nor
+NodeUnprepareResources (KEP-5945)."""
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -170,6 +176,9 @@ class DeviceInfo:
     host_memory_overhead: int = 0
     """Bytes of host memory a pod holding it takes besides its own requests, published as node
     allocatable overhead (KEP-5517, ``driver.nodealloc``); 0: none published."""
+    skip_node_operations: tuple[str, ...] = ()
+    """The node operations its slice says the kubelet may leave out (KEP-5945, ``skipNodeOperations``;
+    ``SKIP_ALL`` for a license seat); devices that differ here go into different slices."""
 
     def default_consumption(self) -> dict[str, int]:
         """What a claim that asks for no capacity consumes of each: the policy's default, else the
@@ -192,6 +201,8 @@ class DeviceInfo:
         ``gpu-0-part-7g80gb-0``, which overlaps ``gpu-0-part-3g40gb-4``)."""
         if self.name == other.name:
             return True
+        if "license" in (self.kind, other.kind):  # a seat is no hardware
+            return False
         if self.gpu_uuid != other.gpu_uuid:
             return False
         if self.placement is None or other.placement is None:

@@ -137,7 +137,7 @@ class Materializer:
 
         A partition found gone gets its UUID cleared, so that :meth:`make` makes it again.
         """
-        intact = self.specs.exists(record.uid)
+        intact = self.specs.exists(record.uid) or not self._needs_spec(record)
         if self.metadata is not None and not self.metadata.intact(record):
             intact = False
         for device in record.devices:
@@ -165,6 +165,9 @@ class Materializer:
             info = self.inventory.get(device.device)
             if info is None:
                 raise PrepareError(f"claim {record.ref}: device {device.device}: no longer on this node")
+            if info.kind == "license":
+                device.cdi_ids = []  # a seat is no hardware: nothing reaches the container
+                continue
             if info.kind == "partition" and (recreate_partitions or not device.partition_uuid):
                 try:
                     device.partition_uuid = self.partitioner.prepare(info)
@@ -198,8 +201,15 @@ class Materializer:
             )
         if self.metadata is not None:
             self.metadata.write(record, self.claim_dir(record.uid))
-        spec = self.specs.build(record.uid, cdi_devices)
-        self.specs.write(record.uid, spec)
+        if cdi_devices:
+            spec = self.specs.build(record.uid, cdi_devices)
+            self.specs.write(record.uid, spec)
+
+    def _needs_spec(self, record: ClaimRecord) -> bool:
+        """Whether the claim holds a device that reaches containers through a CDI spec (not only seats)."""
+        return any(
+            (info := self.inventory.get(d.device)) is None or info.kind != "license" for d in record.devices
+        )
 
     def _share_env(self, device: PreparedDevice, info: DeviceInfo) -> dict[str, str]:
         """The env that tells the container its share of a device shared by capacity."""

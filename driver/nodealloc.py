@@ -40,8 +40,8 @@ __all__ = ["NODE_ALLOCATABLE", "parse_overhead", "with_host_memory_overhead"]
 NODE_ALLOCATABLE = "nodeAllocatableResources"
 """The device field (``resource.k8s.io/v1`` ``Device``)."""
 
-KINDS: tuple[str, ...] = get_args(DeviceKind)
-"""The device kinds an amount may name."""
+KINDS: tuple[str, ...] = tuple(k for k in get_args(DeviceKind) if k != "license")
+"""The device kinds an amount may name (a license seat takes no host memory)."""
 
 
 def parse_overhead(text: str, flag: str) -> dict[str, int]:

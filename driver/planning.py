@@ -35,6 +35,7 @@ class PlanningBreakage:
     qualified_request_names: bool = False
     every_request_name: bool = False
     pod_only_reservations: bool = False
+    refuse_skipped_devices: bool = False
 
     @classmethod
     def of(cls, settings: Settings) -> PlanningBreakage:
@@ -47,6 +48,7 @@ class PlanningBreakage:
             qualified_request_names=settings.breaks("qualified-request-names"),
             every_request_name=settings.breaks("every-request-name"),
             pod_only_reservations=settings.breaks("pod-only-reservations"),
+            refuse_skipped_devices=settings.breaks("refuse-skipped-devices"),
         )
 
 
@@ -133,8 +135,13 @@ def plan(
         info = inventory.get(name)
         if info is None:
             raise ClaimError(f"claim {ref}: device {name}: no such device on node {settings.node_name}")
+        if broken.refuse_skipped_devices and info.skip_node_operations:
+            raise PrepareError(
+                f"claim {ref}: device {name}: its slice skips node operations "
+                f"({', '.join(info.skip_node_operations)}); it is not prepared here"
+            )
         try:
-            config = select(entries, request, info.kind)
+            config = None if info.kind == "license" else select(entries, request, info.kind)
         except ConfigError as e:
             raise PrepareError(f"claim {ref}: device {name}: invalid config: {e}") from e
         share_id = result.get("shareID") or None

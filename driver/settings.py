@@ -91,6 +91,9 @@ class BackendSettings:
     """Device kind -> bytes of host memory each device of that kind declares per pod as node
     allocatable overhead (``driver.nodealloc``; needs the DRANodeAllocatableResources gate); empty:
     none."""
+    license_seats: bool = False
+    """Every whole GPU also has a license seat, a device that needs nothing on the node, published in a
+    slice that skips node operations (``driver.licenses``; needs the DRAOptionalNodeOperations gate)."""
 
 
 @dataclass(frozen=True)
@@ -319,6 +322,16 @@ def build_parser() -> argparse.ArgumentParser:
         f"default off) (env {_env_name('--list-attributes')})",
     )
     parser.add_argument(
+        "--license-seats",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="every whole GPU also has a license seat (gpu-N-license, type license): a device a pod can "
+        "claim that needs nothing on the node, published in a slice with skipNodeOperations [*] so that "
+        "the kubelet calls the driver only for a claim that holds other devices too (KEP-5945: "
+        "Kubernetes 1.37+ with the DRAOptionalNodeOperations gate, else the API server drops the field "
+        f"and the seats are prepared like any device; default off) (env {_env_name('--license-seats')})",
+    )
+    parser.add_argument(
         "--host-memory-overhead",
         metavar="QUANTITY",
         default=None,
@@ -465,6 +478,16 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
         name = _env_name("--list-attributes")
         list_attributes = _bool(env.get(name) or "false", name)
 
+    license_seats = args.license_seats
+    if license_seats is None:
+        name = _env_name("--license-seats")
+        license_seats = _bool(env.get(name) or "false", name)
+    if license_seats and "gpu" not in kinds:
+        raise SettingsError(
+            f"--license-seats: a seat is published for each whole GPU, and --device-kinds "
+            f"{','.join(sorted(kinds))} publishes none; add gpu"
+        )
+
     overhead_text = pick("--host-memory-overhead", "") or ""
     overhead: dict[str, int] = {}
     if overhead_text:
@@ -540,6 +563,7 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
             compatibility_groups=compatibility,
             list_attributes=list_attributes,
             host_memory_overhead=overhead,
+            license_seats=license_seats,
         ),
         health=HealthSettings(enabled=health, ignored_xids=ignored, informational_seconds=informational),
         log_format=log_format,

@@ -195,7 +195,10 @@ def build_slices(
     # in the order of the slice, so a claim gets a device that is ready at once while one is free,
     # and its pod does not wait out the scheduler's 5 s look at binding conditions (PreBind)
     ordered = sorted(inventory, key=lambda dev: bool(dev.binding_conditions))
-    devices = [device_body(dev, taints.get(dev.name, ())) for dev in ordered]
+    # skipNodeOperations is the slice's: devices that skip node operations get slices of their own
+    by_skip: dict[tuple[str, ...], list[Body]] = {}
+    for dev in ordered:
+        by_skip.setdefault(dev.skip_node_operations, []).append(device_body(dev, taints.get(dev.name, ())))
     specs: list[Body] = []
     counter_sets = [
         {"name": name, "counters": {k: {"value": str(v)} for k, v in counters.items()}}
@@ -203,7 +206,9 @@ def build_slices(
     ]
     for i in range(0, len(counter_sets), MAX_COUNTER_SETS_PER_SLICE):
         specs.append({"sharedCounters": counter_sets[i : i + MAX_COUNTER_SETS_PER_SLICE]})
-    specs.extend({"devices": chunk} for chunk in _pack(devices))
+    for skip, devices in sorted(by_skip.items()):
+        extra: Body = {"skipNodeOperations": list(skip)} if skip else {}
+        specs.extend({"devices": chunk, **extra} for chunk in _pack(devices))
     if not specs:
         specs.append({"devices": []})
     metadata_extra: Body = {}

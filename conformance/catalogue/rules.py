@@ -1287,6 +1287,25 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        id="PREP-SKIP-OPS",
+        sentence="devices of a slice that skips node operations (`skipNodeOperations`) serve pods with and "
+        "without the node's calls: a claim of one alone runs its pod, and a claim that holds one beside a "
+        "device of the default class, which the kubelet prepares as a whole, runs its pod too",
+        needs=("skip-node-operations", "DRAOptionalNodeOperations"),
+        since="1.37 (DRAOptionalNodeOperations, alpha)",
+        upstream="KEP-5945",
+        level="MUST",
+        source=(
+            "kubelet v1.37.2 pkg/kubelet/cm/dra/claiminfo.go computeDriverStates leaves out "
+            "NodePrepareResources/NodeUnprepareResources only when every device of the driver in the claim "
+            "skips it (results[].skipNodeOperations, copied from the slice by the scheduler), else calls "
+            "the driver with every device of the claim, the skipping ones too; with the gate off "
+            "pkg/registry/resource/resourceslice/strategy.go dropDisabledDRAOptionalNodeOperationsFields "
+            "drops the field and every claim is prepared: a driver that refuses such a device leaves the "
+            "pod unstarted (a workload breaker)"
+        ),
+    ),
+    Rule(
         id="PREP-NO-WARNINGS",
         sentence="a normal pod lifecycle emits no FailedPrepare/FailedUnprepare events",
         needs=(),

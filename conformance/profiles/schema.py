@@ -70,6 +70,8 @@ PROFILE_CAPABILITIES: Mapping[str, str] = {
     "rolling-update": "two instances of its plugin can run on a node at once (sockets named by pod UID)",
     "compatibility-groups": "declares compatibility groups that keep devices of a counter set apart",
     "list-attributes": "publishes list-typed device attributes (devices.listAttributes; KEP-5491)",
+    "skip-node-operations": "publishes devices in slices that skip node operations (skipNodeOperations; "
+    "KEP-5945), claimed through deviceClasses.skipNodeOperations",
     "node-allocatable": "its devices declare node-allocatable overhead, such as host memory per pod "
     "(devices.nodeAllocatable; KEP-5517)",
     "device-metadata": "mounts a device metadata file per request into the containers that use it (KEP-5304)",
@@ -105,6 +107,9 @@ class DeviceClasses:
     """A YAML file of DeviceClass manifests (relative paths are from the profile's folder)."""
     names: tuple[str, ...] = ()
     """More classes that must exist (made by ``command`` or ``file``, or already in the cluster)."""
+    skip_node_operations: str = ""
+    """The class of devices whose slices skip node operations (the ``skip-node-operations``
+    capability); empty: none."""
 
 
 @dataclass(frozen=True)
@@ -724,7 +729,7 @@ def _match(r: _Reader | None) -> AttributeMatch | None:
 
 
 def _device_classes(r: _Reader, base: Path | None) -> DeviceClasses:
-    r.known(["default", "command", "file", "names"])
+    r.known(["default", "command", "file", "names", "skipNodeOperations"])
     file = r.get("file", str)
     path = None
     if file:
@@ -737,7 +742,9 @@ def _device_classes(r: _Reader, base: Path | None) -> DeviceClasses:
     names = r.strings("names")
     if command and path:
         r.fail(dict(r.data), "command or file, not both")
-    return DeviceClasses(r.get("default", str, required=True), command, path, names)
+    return DeviceClasses(
+        r.get("default", str, required=True), command, path, names, r.get("skipNodeOperations", str, "")
+    )
 
 
 def _devices(r: _Reader) -> Devices:
@@ -1351,6 +1358,13 @@ def parse(data: Any, source: str = "<profile>", path: Path | None = None) -> Dri
             "list attributes (name: strings|ints|bools|versions) exactly when the profile claims "
             "list-attributes",
             "listAttributes",
+        )
+    if ("skip-node-operations" in capabilities) != bool(classes.data.get("skipNodeOperations")):
+        classes.fail(
+            classes.data.get("skipNodeOperations"),
+            "the DeviceClass of the devices whose slices skip node operations exactly when the profile "
+            "claims skip-node-operations",
+            "skipNodeOperations",
         )
     if ("node-allocatable" in capabilities) != (devices.node_allocatable is not None):
         dr.fail(

@@ -24,8 +24,8 @@ COVERED_AREAS = ("PRE", "REG", "SLICE", "ALLOC", "PREP", "SHARE", "HEALTH", "RES
 
 
 def test_catalogue_shape() -> None:
-    assert len(RULES) == 120
-    assert len({r.id for r in RULES}) == 120
+    assert len(RULES) == 121
+    assert len({r.id for r in RULES}) == 121
     counts = {a: sum(r.area == a for r in RULES) for a in AREAS}
     assert counts == {
         "PRE": 5,
@@ -33,7 +33,7 @@ def test_catalogue_shape() -> None:
         "SLICE": 15,
         "ALLOC": 28,
         "SHARE": 8,
-        "PREP": 22,
+        "PREP": 23,
         "HEALTH": 11,
         "RES": 11,
     }

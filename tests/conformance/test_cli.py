@@ -96,7 +96,7 @@ def test_a_profile_without_local_command_cannot_run_locally(tmp_path: Path) -> N
 def test_rules_lists_the_catalogue(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rules"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == len(RULES) == 120
+    assert len(lines) == len(RULES) == 121
     api = by_id("PRE-API")
     assert lines[0].split()[:3] == ["PRE-API", "PRE", api.level]
     assert lines[0].endswith(f"[needs: -; since: 1.34; source: {api.source}]")
@@ -179,6 +179,7 @@ def test_kind_and_k3s_install_the_reference_chart_for_the_reference_driver() -> 
     assert gpu.values()["deviceMetadata"] is True and "deviceMetadata" not in mig.values()
     assert gpu.values()["compatibilityGroups"] is True and "compatibilityGroups" not in mig.values()
     assert gpu.values()["listAttributes"] is True and "listAttributes" not in mig.values()
+    assert gpu.values()["licenseSeats"] is True and "licenseSeats" not in mig.values()
     assert (
         gpu.values()["hostMemoryOverhead"] == "partition=256Mi" and "hostMemoryOverhead" not in mig.values()
     )
@@ -292,7 +293,7 @@ def test_profiles_check_plans_the_run_and_flags_configs_that_show_nothing(
 ) -> None:
     assert main(["profiles", "--check", "nvidia-gpu"]) == 0  # its time-slicing config gives no env
     out = capsys.readouterr().out
-    assert "  on cluster backend external:\n  plan: 57 of 120 rule(s) run, 63 skip\n" in out
+    assert "  on cluster backend external:\n  plan: 57 of 121 rule(s) run, 64 skip\n" in out
     assert "skip (34): cluster backend 'external' cannot reach the driver's sockets on a node (grpc): " in out
     flagged = (
         "PREP-CONFIG-CLASS, PREP-CONFIG-PRECEDENCE, PREP-CONFIG-SCOPE, PREP-CONFIG-SUBREQUEST, SHARE-STRATEGY"
@@ -331,7 +332,7 @@ def test_run_says_its_plan_first_unless_quiet(tmp_path: Path, quiet: bool) -> No
         assert "plan:" not in done.stderr
     else:
         lines = done.stderr.splitlines()
-        assert lines[1] == "plan: 57 of 120 rule(s) run, 63 skip"
+        assert lines[1] == "plan: 57 of 121 rule(s) run, 64 skip"
         assert any(line.startswith("  partial (5): ") for line in lines)
 
 

@@ -57,6 +57,8 @@ EXAMPLE_GPU_SKIPS = area_rules("health") | frozenset(
         "SLICE-LIST-ATTRS",
         # its devices declare no node-allocatable overhead: the profile does not claim node-allocatable
         "SLICE-NODE-ALLOCATABLE",
+        # no slice of its skips node operations: the profile does not claim skip-node-operations
+        "PREP-SKIP-OPS",
     }
 )
 """The rules a clean example-gpu run skips (each for the reason its record states)."""

@@ -255,8 +255,8 @@ def test_nested_errors_name_the_path() -> None:
     ):
         parse(data, "mine.yaml")
     data = _good()
-    data["devices"]["perNodeInClass"] = 34
-    with pytest.raises(ProfileError, match=r"devices.perNodeInClass: 34 .* from 1 to perNode \(33\)"):
+    data["devices"]["perNodeInClass"] = 42
+    with pytest.raises(ProfileError, match=r"devices.perNodeInClass: 42 .* from 1 to perNode \(41\)"):
         parse(data, "mine.yaml")
 
 
@@ -473,6 +473,19 @@ def test_node_allocatable_overhead_is_a_positive_quantity_given_with_its_capabil
     if not capabilities_kept:
         data["capabilities"] = [c for c in data["capabilities"] if c != "node-allocatable"]
     with pytest.raises(ProfileError, match=r"^mine.yaml: " + message):
+        parse(data, "mine.yaml")
+
+
+def test_the_skipping_class_comes_with_its_capability() -> None:
+    assert load("reference-gpu").device_classes.skip_node_operations == "license.dra-conformance.io"
+    assert load("reference-l4").device_classes.skip_node_operations == ""
+    data = _good()
+    data["capabilities"] = [c for c in data["capabilities"] if c != "skip-node-operations"]
+    with pytest.raises(ProfileError, match=r"^mine.yaml: deviceClasses.skipNodeOperations: .*exactly when"):
+        parse(data, "mine.yaml")
+    data = _good()
+    del data["deviceClasses"]["skipNodeOperations"]
+    with pytest.raises(ProfileError, match=r"^mine.yaml: deviceClasses.skipNodeOperations: None .*exactly"):
         parse(data, "mine.yaml")
 
 

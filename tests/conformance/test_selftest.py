@@ -351,6 +351,8 @@ CASES: dict[str, Case] = {
     "pod-only-reservations": case(
         "reference-gpu", "preparation", "PREP-PODGROUP-CLAIM", rules=("PREP-PODGROUP-CLAIM",)
     ),
+    # shown on its rule alone: the license seats serve no other rule's claims
+    "refuse-skipped-devices": case("reference-gpu", "preparation", "PREP-SKIP-OPS", rules=("PREP-SKIP-OPS",)),
 }
 """Every switch that breaks a rule of the areas the suite has, where it is shown, what fails."""
 
@@ -371,10 +373,11 @@ REFERENCE_GPU_ONLY = BINDING | {
     "ALLOC-STATUS-RBAC",
     "SLICE-LIST-ATTRS",
     "SLICE-NODE-ALLOCATABLE",
+    "PREP-SKIP-OPS",
 }
 """Rules only reference-gpu's settings meet (binding-conditions, device-metadata, a metrics URL,
 compatibility-groups, a service account, rolling-update, numa, the companion NIC driver,
-list-attributes, node-allocatable)."""
+list-attributes, node-allocatable, skip-node-operations)."""
 
 CONSUMABLE = frozenset({"ALLOC-CONSUMABLE", "PREP-SHARE-ID"})
 """The rules of devices shared by capacity (consumable-capacity)."""

@@ -65,6 +65,7 @@ from driver.errors import CDIError, DeviceConflict, PrepareError, SettingsError,
 from driver.health import HealthMonitor
 from driver.healthstream import UNHEALTHY
 from driver.inventory import NUMA_NODE, Inventory
+from driver.licenses import with_license_seats
 from driver.listattrs import SHARING_STRATEGIES, with_list_attributes
 from driver.metrics import MetricsServer
 from driver.nodealloc import NODE_ALLOCATABLE, with_host_memory_overhead
@@ -138,6 +139,7 @@ def test_every_rule_is_documented() -> None:
         "cdi-id-of-another-device", "every-request-name", "refuse-concurrent-prepare",
         "prepare-other-driver-claims", "no-sigterm-handler", "index-as-string", "mistyped-device",
         "product-name-per-device", "misnamed-device-classes", "pod-only-reservations",
+        "refuse-skipped-devices",
     }  # fmt: skip
 
 
@@ -1022,6 +1024,17 @@ def _podgroup_claim_prepared(node: Node) -> tuple[bool, ...]:
     )
 
 
+def _seat_prepared_beside_a_gpu(node: Node) -> tuple[bool, ...]:
+    """A claim that holds a GPU and a license seat (whose slice skips node operations) is prepared as
+    a whole, as the kubelet asks for it: the GPU with a CDI id, the seat with none (PREP-SKIP-OPS)."""
+    node.inventory = with_license_seats(node.inventory)
+    node.serve()
+    claim = node.put(make_claim("with-seat", [result("gpu", "gpu-0"), result("seat", "gpu-0-license")]))
+    answer = prepare(node, claim).claims[claim["metadata"]["uid"]]
+    ids = {d.device_name: list(d.cdi_device_ids) for d in answer.devices}
+    return (answer.error == "", bool(ids.get("gpu-0")), ids.get("gpu-0-license") == [])
+
+
 def _sigterm_handled(node: Node) -> tuple[bool, ...]:
     """SIGTERM reaches the driver's handler, which stops it cleanly: its sockets and slices go
     (SLICE-GONE)."""
@@ -1144,6 +1157,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "product-name-per-device": _product_name_of_the_model,
     "misnamed-device-classes": _documented_class_names,
     "pod-only-reservations": _podgroup_claim_prepared,
+    "refuse-skipped-devices": _seat_prepared_beside_a_gpu,
 }
 """Per switch: the checks of the rule it breaks."""
 

@@ -12,20 +12,25 @@ from tests import kube
 
 def test_default_driver_gets_nvidia_style_class_names() -> None:
     docs = list(yaml.safe_load_all(render("gpu.dra-conformance.io")))
-    assert [d["metadata"]["name"] for d in docs] == ["gpu.dra-conformance.io", "mig.dra-conformance.io"]
-    gpu, mig = (d["spec"]["selectors"][0]["cel"]["expression"] for d in docs)
+    assert [d["metadata"]["name"] for d in docs] == [
+        "gpu.dra-conformance.io",
+        "mig.dra-conformance.io",
+        "license.dra-conformance.io",
+    ]
+    gpu, mig, seat = (d["spec"]["selectors"][0]["cel"]["expression"] for d in docs)
     assert gpu == (
         'device.driver == "gpu.dra-conformance.io" && '
         'device.attributes["gpu.dra-conformance.io"].type == "gpu"'
     )
     assert mig.endswith('.type == "mig"')
+    assert seat.endswith('.type == "license"')
 
 
 def test_only_the_gpu_class_names_an_extended_resource() -> None:
     # the name must be unique among classes; a MIG device is no fixed amount of anything
-    gpu, mig = device_classes("gpu.dra-conformance.io")
+    gpu, mig, seat = device_classes("gpu.dra-conformance.io")
     assert gpu["spec"]["extendedResourceName"] == "gpu.dra-conformance.io/gpu"
-    assert "extendedResourceName" not in mig["spec"]
+    assert "extendedResourceName" not in mig["spec"] and "extendedResourceName" not in seat["spec"]
     assert extended_resource_name("accel.example.com") == "accel.example.com/gpu"
 
 

@@ -71,6 +71,7 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
     "attach-on-demand": {"attachOnDemand": "2"},
     "device-metadata": {"deviceMetadata": True},
     "list-attributes": {"listAttributes": True},
+    "license-seats": {"licenseSeats": True},
     "host-memory-overhead": {"hostMemoryOverhead": "partition=256Mi"},
     "compatibility-groups": {"deviceKinds": ["gpu", "partitionable-mig"], "compatibilityGroups": True},
     "nothing-optional": {"deviceClasses": {"enabled": False}, "admissionPolicy": {"enabled": False}},
@@ -143,6 +144,7 @@ def test_default_objects() -> None:
         ("ClusterRoleBinding", RELEASE),
         ("DeviceClass", "gpu.dra-conformance.io"),
         ("DeviceClass", "mig.dra-conformance.io"),
+        ("DeviceClass", "license.dra-conformance.io"),
         ("ValidatingAdmissionPolicy", f"{RELEASE}-resourceslices"),
         ("ValidatingAdmissionPolicyBinding", f"{RELEASE}-resourceslices"),
     }
@@ -235,6 +237,7 @@ def test_driver_reads_the_daemonset_as_meant(values: dict[str, Any] | None) -> N
     assert settings.device_metadata is merged["deviceMetadata"]
     assert settings.backend.compatibility_groups is merged["compatibilityGroups"]
     assert settings.backend.list_attributes is merged["listAttributes"]
+    assert settings.backend.license_seats is merged["licenseSeats"]
     overhead = {"": {}, "partition=256Mi": {"partition": 256 * 2**20}}[merged["hostMemoryOverhead"]]
     assert settings.backend.host_memory_overhead == overhead
     assert settings.health.enabled is merged["health"]
@@ -343,6 +346,7 @@ def test_device_classes_select_the_driver_devices_by_type(driver_name: str, doma
     assert {name: spec.get("extendedResourceName") for name, spec in specs.items()} == {
         f"gpu.{domain}": f"{driver_name}/gpu",
         f"mig.{domain}": None,
+        f"license.{domain}": None,
     }
     classes = {name: spec["selectors"] for name, spec in specs.items()}
     assert classes == {
@@ -354,7 +358,7 @@ def test_device_classes_select_the_driver_devices_by_type(driver_name: str, doma
                 }
             }
         ]
-        for kind in ("gpu", "mig")
+        for kind in ("gpu", "mig", "license")
     }
 
 
