@@ -81,7 +81,9 @@ def dra_gates_for(k8s_version: str, cache_root: Path) -> tuple[dict[str, bool], 
         paths = [entry / name for name in features_binaries()]
         if all(p.is_file() for p in paths):
             tables = [features.parse_feature_gates(features.read_help(p)) for p in paths]
-            gates = {g: on for g, on in features.dra_gates(tables).items() if g not in LEFT_OFF}
+            # kind passes one set of gates to every component, the kubelets too
+            chosen = features.kubelet_gates(features.dra_gates(tables))
+            gates = {g: on for g, on in chosen.items() if g not in LEFT_OFF}
             return gates, f"the --help of the {k8s_version} binaries in {entry}"
     minor = ".".join(k8s_version.split(".")[:2])
     if minor in KNOWN_GATES:

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 from clusters.base import Cluster, ContainerView, PodRef, pod_key
 from clusters.errors import ClusterError, NodeError, UpdateFailed
-from clusters.local import fakenvml, kubeletnode, pki
+from clusters.local import fakenvml, features, kubeletnode, pki
 from clusters.local.binaries import Binaries, resolve, resolve_kubelet
 from clusters.local.controlplane import ControlPlane, ControlPlaneConfig, free_port
 from clusters.local.driverproc import (
@@ -637,7 +637,7 @@ class LocalCluster(LocalClusterBase):
                 ca_cert=cp.pki.ca.cert,
                 port=free_port(),
                 healthz_port=free_port(),
-                feature_gates=cp.feature_gates,
+                feature_gates=features.kubelet_gates(cp.feature_gates),
             )
         if n.runtime is None or not n.runtime.alive():
             socket.unlink(missing_ok=True)

@@ -470,8 +470,9 @@ class ControlPlane:
         if dep:
             gate, needs = dep.group(1), dep.group(2).replace(",", " ").split()
             known = self._known_gates
-            # only pull in gates of the DRA family: others (e.g. GenericWorkload) need APIs and
-            # components this control plane does not run
+            # only pull in gates of the DRA family: others need APIs and components this control
+            # plane does not run (GenericWorkload, where it is beta, is on from the start:
+            # features.WORKLOAD_GATES)
             if all(
                 features.is_dra_gate(n) and all(n in t and t[n].stage in {"ALPHA", "BETA"} for t in known)
                 for n in needs

@@ -2,26 +2,30 @@
 
 Feature gates differ between versions and come and go, so the local control plane
 never hard-codes them: it asks each binary, enables the DRA gates that are alpha or
-beta there, and passes the gates every component knows to every component.
+beta there, and passes the gates every component knows to every component (the kubelets
+get them less :data:`KUBELET_LEFT_OFF`).
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
     "EXTRA_GATES",
+    "KUBELET_LEFT_OFF",
     "RUNTIME_CONFIG_CANDIDATES",
     "UNSERVED_APIS",
     "WANTED_CONTROLLERS",
+    "WORKLOAD_GATES",
     "FeatureGate",
     "choose_controllers",
     "dra_gates",
     "is_dra_gate",
+    "kubelet_gates",
     "parse_controllers",
     "parse_feature_gates",
     "read_help",
@@ -30,9 +34,25 @@ __all__ = [
 EXTRA_GATES = frozenset({"ResourceHealthStatus", "DynamicResourceAllocation"})
 """Gates outside the ``DRA*`` family that DRA features depend on."""
 
-RUNTIME_CONFIG_CANDIDATES = ("resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1alpha3")
-"""Non-GA ``resource.k8s.io`` versions to serve when the API server knows them (v1alpha3 has
-DeviceTaintRule; the betas keep older clients working)."""
+WORKLOAD_GATES = frozenset({"GenericWorkload"})
+"""Gates outside the DRA family that a DRA gate depends on (``DRAWorkloadResourceClaims`` on
+``GenericWorkload``: the Workload and PodGroup APIs), turned on for the control plane only, and only
+where the binaries list them as beta (1.37+; alpha before, with another API version)."""
+
+KUBELET_LEFT_OFF = frozenset({"GenericWorkload", "DRAWorkloadResourceClaims"})
+"""Gates the kubelets do not get: a kubelet 1.37.2 with ``GenericWorkload`` on panics at start
+(docs/kind.md), and ``DRAWorkloadResourceClaims`` depends on it. Such a kubelet prepares no claim
+reserved for a PodGroup (a skew a real cluster may have too); the node agent never reads the gate."""
+
+RUNTIME_CONFIG_CANDIDATES = (
+    "resource.k8s.io/v1beta1",
+    "resource.k8s.io/v1beta2",
+    "resource.k8s.io/v1alpha3",
+    "scheduling.k8s.io/v1beta1",
+)
+"""Non-GA versions to serve when the API server knows them (v1alpha3 has DeviceTaintRule; the
+``resource.k8s.io`` betas keep older clients working; ``scheduling.k8s.io/v1beta1`` has the PodGroups
+of ``GenericWorkload``)."""
 
 UNSERVED_APIS = (
     "apps/v1/deployments",
@@ -100,8 +120,14 @@ def is_dra_gate(name: str) -> bool:
     return name.startswith("DRA") or name in EXTRA_GATES
 
 
+def kubelet_gates(gates: Mapping[str, bool]) -> dict[str, bool]:
+    """The control plane's gates less those a kubelet does not get (:data:`KUBELET_LEFT_OFF`)."""
+    return {name: on for name, on in gates.items() if name not in KUBELET_LEFT_OFF}
+
+
 def dra_gates(per_binary: Iterable[dict[str, FeatureGate]]) -> dict[str, bool]:
-    """The gates to turn on: DRA-related, alpha or beta, and known to every binary."""
+    """The gates to turn on: DRA-related, alpha or beta, and known to every binary; and the
+    :data:`WORKLOAD_GATES` where they are beta."""
     tables = list(per_binary)
     if not tables:
         return {}
@@ -109,7 +135,9 @@ def dra_gates(per_binary: Iterable[dict[str, FeatureGate]]) -> dict[str, bool]:
     chosen = {}
     for name in sorted(common):
         gate = tables[0][name]
-        if is_dra_gate(name) and gate.stage in {"ALPHA", "BETA"}:
+        if (is_dra_gate(name) and gate.stage in {"ALPHA", "BETA"}) or (
+            name in WORKLOAD_GATES and gate.stage == "BETA"
+        ):
             chosen[name] = True
     return chosen
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from clusters.local import features
 from clusters.local.binaries import Binaries
 from clusters.local.controlplane import ControlPlane
 from draproto.rest import Rest
@@ -36,7 +37,9 @@ def test_every_component_is_healthy(control_plane: ControlPlane) -> None:
     assert any(name.startswith("resourceclaim") for name in control_plane.controllers)
     assert not any(name.startswith("node-lifecycle") for name in control_plane.controllers)
     gates = control_plane.feature_gates
-    assert all(name.startswith("DRA") or name == "ResourceHealthStatus" for name in gates)
+    assert all(features.is_dra_gate(name) or name in features.WORKLOAD_GATES for name in gates)
+    # 1.37+: GenericWorkload beta, on, and the DRA gate that depends on it with it
+    assert ("GenericWorkload" in gates) is ("DRAWorkloadResourceClaims" in gates)
     for name in control_plane.processes:
         assert control_plane.log_path(name).stat().st_size > 0
 

@@ -43,6 +43,22 @@ def test_dra_gates_are_alpha_or_beta_and_common_to_all() -> None:
     assert "DRADeviceTaints" not in features.dra_gates([one, other])
 
 
+def test_generic_workload_for_the_control_plane_where_beta_and_never_for_kubelets() -> None:
+    beta = {"GenericWorkload": features.FeatureGate("GenericWorkload", "BETA", False)}
+    alpha = {"GenericWorkload": features.FeatureGate("GenericWorkload", "ALPHA", False)}
+    one = features.parse_feature_gates(HELP)
+    chosen = features.dra_gates([{**one, **beta}])
+    assert chosen["GenericWorkload"] is True
+    assert "GenericWorkload" not in features.dra_gates([{**one, **alpha}])  # 1.35-1.36: another API
+    on = {**chosen, "DRAWorkloadResourceClaims": True}
+    assert features.kubelet_gates(on) == {
+        "DRAConsumableCapacity": True,
+        "DRADeviceTaints": True,
+        "ResourceHealthStatus": True,
+    }
+    assert "scheduling.k8s.io/v1beta1" in features.RUNTIME_CONFIG_CANDIDATES
+
+
 def test_controllers_parsed_and_chosen() -> None:
     available, off = features.parse_controllers(HELP)
     assert "resourceclaim-controller" in available
