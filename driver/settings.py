@@ -428,6 +428,14 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
                 return env[name]
         return default
 
+    def switch(flag: str, default: bool = False) -> bool:
+        """A yes/no flag, else its env var (an empty one counts as unset), else ``default``."""
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is not None:
+            return bool(value)
+        name = _env_name(flag)
+        return _bool(env.get(name) or str(default).lower(), name)
+
     driver_name = pick("--driver-name", DEFAULT_DRIVER_NAME) or DEFAULT_DRIVER_NAME
     node_name = pick("--node-name", None, "NODE_NAME")
     if not node_name:
@@ -463,25 +471,16 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
             "exclusive GPUs only (narrow --consumable-gpus)"
         )
 
-    compatibility = args.compatibility_groups
-    if compatibility is None:
-        name = _env_name("--compatibility-groups")
-        compatibility = _bool(env.get(name) or "false", name)
+    compatibility = switch("--compatibility-groups")
     if compatibility and "partitionable-mig" not in kinds:
         raise SettingsError(
             f"--compatibility-groups: groups keep partitions apart from whole GPUs, and --device-kinds "
             f"{','.join(sorted(kinds))} publishes no partitions; add partitionable-mig"
         )
 
-    list_attributes = args.list_attributes
-    if list_attributes is None:
-        name = _env_name("--list-attributes")
-        list_attributes = _bool(env.get(name) or "false", name)
+    list_attributes = switch("--list-attributes")
 
-    license_seats = args.license_seats
-    if license_seats is None:
-        name = _env_name("--license-seats")
-        license_seats = _bool(env.get(name) or "false", name)
+    license_seats = switch("--license-seats")
     if license_seats and "gpu" not in kinds:
         raise SettingsError(
             f"--license-seats: a seat is published for each whole GPU, and --device-kinds "
@@ -496,10 +495,7 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
         except ConfigError as e:
             raise SettingsError(f"{e}; or leave it out") from e
 
-    health = args.health
-    if health is None:
-        # an empty env var counts as unset, as for every other flag
-        health = _bool(env.get(_env_name("--health")) or "true", _env_name("--health"))
+    health = switch("--health", default=True)
     xids_text = pick("--ignored-xids")
     if xids_text is None:
         ignored = DEFAULT_IGNORED_XIDS
@@ -518,10 +514,7 @@ def from_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
         raise SettingsError(
             f"--informational-taints {informational_text!r}: not a number of seconds (0: off)"
         )
-    device_metadata = args.device_metadata
-    if device_metadata is None:
-        name = _env_name("--device-metadata")
-        device_metadata = _bool(env.get(name) or "false", name)
+    device_metadata = switch("--device-metadata")
     pod_uid = pick("--pod-uid", "") or ""
     if pod_uid and not _POD_UID.match(pod_uid):
         raise SettingsError(f"--pod-uid {pod_uid!r}: not a pod UID (lower-case hex and '-', at most 36)")
