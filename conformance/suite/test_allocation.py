@@ -611,10 +611,13 @@ def test_consumable_capacity(dra: Harness) -> None:
     every = _every_device_class(dra)
     selector = dra.exact(name)
     claims = [dra.claim(device_class=every, selectors=[selector], capacity=asked) for _ in range(3)]
-    # the third pod only once two run: made together, any two of the three may be the ones that fit
-    pods = [_pod_for(dra, c) for c in claims[:2]]
-    for pod in pods:
-        dra.wait_running(pod)
+    # one pod after the other: made together, any two of the three may be the ones that fit, and in a
+    # CI run the second of two made together stayed unschedulable ("cannot allocate all claims") for the
+    # whole wait while the first ran; each is scheduled here against the allocations already written
+    pods: list[str] = []
+    for c in claims[:2]:
+        pods.append(_pod_for(dra, c))
+        dra.wait_running(pods[-1])
     pods.append(_pod_for(dra, claims[2]))
     dra.wait_unschedulable(pods[2])
     shares = []
