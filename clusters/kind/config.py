@@ -23,7 +23,6 @@ __all__ = [
     "CDI_PATCH",
     "CGROUP_V1_PATCH",
     "KNOWN_GATES",
-    "LEFT_OFF",
     "NO_COREDNS_PATCH",
     "dra_gates",
     "dra_gates_for",
@@ -49,14 +48,8 @@ KNOWN_GATES: Mapping[str, tuple[str, ...]] = {
     ),
 }
 """The DRA gates (alpha or beta) the local tier turns on, per minor, read from the binaries'
-``--help`` less :data:`LEFT_OFF` (used when the binaries of the version are not in the cache)."""
-
-LEFT_OFF: Mapping[str, str] = {
-    "DRAWorkloadResourceClaims": "GenericWorkload",
-}
-"""DRA gates left off, with the gate outside DRA each depends on: a kubelet (and an API server) with
-one of these on and its dependency off refuses to start (``... is enabled, but depends on features
-that are disabled``). The local tier learns the same at its first start (its flag fixes)."""
+``--help`` less what its kubelets do not get (``features.KUBELET_LEFT_OFF``: kind passes one set of
+gates to every component) (used when the binaries of the version are not in the cache)."""
 
 CDI_PATCH = '[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = true\n'
 """containerd config patch that turns CDI on (off by default in containerd 1.7; 2.x has it on and
@@ -82,8 +75,7 @@ def dra_gates_for(k8s_version: str, cache_root: Path) -> tuple[dict[str, bool], 
         if all(p.is_file() for p in paths):
             tables = [features.parse_feature_gates(features.read_help(p)) for p in paths]
             # kind passes one set of gates to every component, the kubelets too
-            chosen = features.kubelet_gates(features.dra_gates(tables))
-            gates = {g: on for g, on in chosen.items() if g not in LEFT_OFF}
+            gates = features.kubelet_gates(features.dra_gates(tables))
             return gates, f"the --help of the {k8s_version} binaries in {entry}"
     minor = ".".join(k8s_version.split(".")[:2])
     if minor in KNOWN_GATES:

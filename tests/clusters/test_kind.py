@@ -21,12 +21,12 @@ from clusters.kind.config import (
     CDI_PATCH,
     CGROUP_V1_PATCH,
     KNOWN_GATES,
-    LEFT_OFF,
     NO_COREDNS_PATCH,
     dra_gates_for,
     render,
 )
 from clusters.kind.settings import NODE_IMAGES, node_image
+from clusters.local import features
 from clusters.release import CHART_DIR, DOCKERFILE, FAKE_ROOT, DriverRelease
 from tests.clusters.apistub import api_stub, write_kubeconfig
 from tests.clusters.fakebin import FakeBin
@@ -100,7 +100,7 @@ def test_runtime_config_only_when_an_older_api_is_wanted() -> None:
 def test_gates_come_from_the_cached_binaries_else_the_table(tmp_path: Path) -> None:
     gates, source = dra_gates_for("1.37.2", tmp_path / "empty-cache")
     assert set(gates) == set(KNOWN_GATES["1.37"]) and "table" in source
-    assert not set(gates) & set(LEFT_OFF)  # a kubelet with one of them on refuses to start
+    assert not set(gates) & features.KUBELET_LEFT_OFF  # a kubelet with one of them on fails to start
     gates, source = dra_gates_for("1.99.0", tmp_path / "empty-cache")
     assert gates == {} and "only GA DRA" in source
 
