@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -13,8 +14,11 @@ import pytest
 from clusters.local import features
 from clusters.local.binaries import Binaries
 from clusters.local.controlplane import ControlPlane
-from draproto.rest import Rest
+from clusters.pytest_plugin import delete_namespace
+from draproto.apiconn import connect
+from draproto.rest import Rest, RestError
 from tests import kube
+from tests.polling import until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -327,3 +331,35 @@ def test_a_component_whose_port_was_taken_starts_on_another(
     finally:
         for s in taken:
             s.close()
+
+
+def test_a_namespace_is_deleted_across_an_api_server_restart(control_plane: ControlPlane) -> None:
+    """The namespace fixture's deletion waits out an API server that is away for a moment (a test
+    holding every node restarts it as soon as the test before let go of its node)."""
+    rest = Rest(connect(control_plane.kubeconfig), timeout=10)
+    rest.send("POST", "/api/v1/namespaces", body={"metadata": {"name": "deleted-across-a-restart"}})
+    old = control_plane.processes["kube-apiserver"]
+    outcome: list[BaseException | None] = []
+    refused: list[RestError] = []
+
+    def delete() -> None:  # in a thread: the restart stays on this one (its children die with it)
+        until(lambda: not old.alive(), 30, "the API server to be killed", interval=0.005)
+        try:
+            rest.send("GET", "/api/v1/namespaces/deleted-across-a-restart")
+        except RestError as e:
+            refused.append(e)
+        try:
+            delete_namespace(rest, "deleted-across-a-restart", patience=60)
+            outcome.append(None)
+        except BaseException as e:  # reported below
+            outcome.append(e)
+
+    deleting = threading.Thread(target=delete)
+    deleting.start()
+    control_plane.restart("kube-apiserver", crash=True)
+    deleting.join(90)
+    assert [e.status for e in refused] == [0], refused  # no answer while it was away
+    assert outcome == [None], outcome
+    status = rest.send("GET", "/api/v1/namespaces/deleted-across-a-restart").get("status") or {}
+    assert status.get("phase") == "Terminating"
+    delete_namespace(rest, "deleted-across-a-restart")  # already being deleted: fine
