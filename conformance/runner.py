@@ -7,7 +7,7 @@
 2. preflight (``-m preflight``) on its own: when it fails, the run stops with its one message;
 3. the selected rules, in parallel (pytest-xdist), in a pytest process of their own, with a live
    count and a line per area as it finishes;
-4. finish the tier (stop the cluster unless kept; a kind or k3s cluster's logs go to
+4. finish the tier (stop the cluster unless kept; a local, kind or k3s cluster's logs go to
    ``cluster-logs/`` when a rule failed), write ``manifest.sha256`` over the run's files, last
    (and with ``archive`` the run as one tarball beside it), and return the report the plugin wrote to
    ``<reports>/<run-id>/`` (``reports/latest`` points there).

@@ -74,6 +74,12 @@ class Tier(abc.ABC):
         self.say = say
         """Where progress lines go."""
 
+    @property
+    def _failure_logs(self) -> Path:
+        """Where the cluster's logs go when it does not come up or a rule failed: the run's
+        ``cluster-logs``."""
+        return self.config.run_dir.resolve() / "cluster-logs"
+
     @abc.abstractmethod
     def start(self) -> Running:
         """Bring the cluster up, or check the given one; raises
@@ -181,12 +187,6 @@ class InClusterTier(Tier):
             progress=self.say,
         )
 
-    @property
-    def _failure_logs(self) -> Path:
-        """Where the cluster's logs go when it does not come up or a rule failed: the run's
-        ``cluster-logs``."""
-        return self.config.run_dir.resolve() / "cluster-logs"
-
     def start(self) -> Running:
         """Make the cluster and install the driver; write its info (``cluster.json``) for pytest."""
         cluster = self._make()
@@ -268,6 +268,18 @@ class _LocalBase(Tier):
         self.say(f"cluster ready in {time.monotonic() - began:.1f} s: nodes {', '.join(state.nodes)}")
         return state
 
+    def _keep_logs(self, result: report.Report | None) -> None:
+        """Copy the cluster's logs (control plane, node agents or kubelets, drivers, the daemon) into
+        the run's ``cluster-logs/`` when a rule did not pass or the run stopped early."""
+        if self.state_dir is None or (result is not None and result.ok):
+            return
+        logs = self._failure_logs
+        self.say(f"keeping the local cluster's logs in {logs} ...")
+        try:
+            daemon.collect_logs(self.state_dir, logs)
+        except OSError as e:
+            self.say(f"could not keep the cluster's logs in {logs}: {e}")
+
 
 class LocalTier(_LocalBase):
     """A local cluster of the run's own (control plane, node agents and the driver as processes),
@@ -283,10 +295,12 @@ class LocalTier(_LocalBase):
         return Running(self.config, state_dir)
 
     def finish(self, result: report.Report | None) -> None:
-        """Stop the cluster and remove its directory."""
+        """Keep the cluster's logs in ``cluster-logs/`` unless every rule passed; stop the cluster and
+        remove its directory."""
         state_dir = self.state_dir
         if state_dir is None:
             return
+        self._keep_logs(result)
         self.say("stopping the cluster ...")
         daemon.shutdown(state_dir)
         with contextlib.suppress(OSError):
@@ -321,9 +335,11 @@ class KeptLocalTier(_LocalBase):
             kept.note_drivers(self.settings)
 
     def finish(self, result: report.Report | None) -> None:
-        """Say how to reach the cluster, that the next run reuses it, and how to stop it."""
+        """Keep the cluster's logs of the run in ``cluster-logs/`` unless every rule passed; say how to
+        reach the cluster, that the next run reuses it, and how to stop it."""
         if self.state_dir is None:
             return
+        self._keep_logs(result)
         found = daemon.read_state(self.state_dir)
         if found is not None:
             self.say(f"the cluster keeps running: export KUBECONFIG={found.kubeconfig}")

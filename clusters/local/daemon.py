@@ -43,6 +43,7 @@ from clusters.local.state import BinariesEntry, DaemonState, NodeEntry
 
 __all__ = [
     "STATE_FILE",
+    "collect_logs",
     "launch",
     "read_state",
     "request",
@@ -314,6 +315,26 @@ def shutdown(state_dir: Path, timeout: float = 60.0) -> bool:
     with contextlib.suppress(FileNotFoundError):
         (state_dir / STATE_FILE).unlink()
     return True
+
+
+def collect_logs(state_dir: Path, dest: Path) -> list[Path]:
+    """Copy the logs of the cluster the daemon of ``state_dir`` runs into ``dest``, laid out as under
+    its root (``cp/`` the control plane's, ``n0/logs/`` a node's; a kubelet node's container logs
+    too), with the daemon's own log beside them: what a failed run keeps once the cluster is gone.
+    Returns the files copied (none when no daemon runs there)."""
+    state = read_state(state_dir)
+    if state is None:
+        return []
+    found = [(state_dir / LOG_FILE, Path(LOG_FILE))]
+    found += [(path, path.relative_to(state.root)) for path in sorted(state.root.rglob("*.log"))]
+    copied = []
+    for source, relative in found:
+        target = dest / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):  # a file gone as the cluster goes on: skipped
+            shutil.copyfile(source, target)
+            copied.append(target)
+    return copied
 
 
 # --- the daemon ---------------------------------------------------------------------------------

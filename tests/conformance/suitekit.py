@@ -62,6 +62,10 @@ class SuiteRun:
     """The whole report."""
     output: str
     """pytest's output, for failure messages."""
+    pooled: Path | None = None
+    """The state dir of the pooled cluster the run was on, whose logs :meth:`explain` keeps."""
+    run_dir: Path | None = None
+    """The run's report directory."""
 
     def having(self, outcome: str) -> set[str]:
         """The rule ids with this outcome."""
@@ -73,12 +77,22 @@ class SuiteRun:
         return self.having("failed")
 
     def explain(self) -> str:
-        """Each failed or skipped rule with its reason, then the tail of pytest's output."""
+        """Each failed or skipped rule with its reason, then the tail of pytest's output. A failure
+        message: on a pooled cluster, which the next run reuses, it first copies the cluster's logs
+        into the run's ``cluster-logs/`` and names them (as ``dra-conformance run`` keeps a failed
+        run's)."""
         rows = [
             f"{r.rule.id}: {r.outcome}: {r.reason}"
             for r in self.report.rules
             if r.outcome in ("failed", "skipped", "unexpected-pass")
         ]
+        if self.pooled is not None and self.run_dir is not None:
+            logs = self.run_dir / "cluster-logs"
+            try:
+                kept = daemon.collect_logs(self.pooled, logs)
+                rows.append(f"--- the pooled cluster's logs: {len(kept)} in {logs}")
+            except OSError as e:
+                rows.append(f"--- the pooled cluster's logs could not be kept in {logs}: {e}")
         return "\n".join(rows) + "\n--- pytest output (tail):\n" + "\n".join(self.output.splitlines()[-40:])
 
 
@@ -194,10 +208,12 @@ def run_suite(
     command = loaded.local.command + "".join(f" --testing-break-rule {shlex.quote(b)}" for b in breaks)
     run_dir = pytester.path / "run"
     target = [f"--dra-driver-command={command}"]
+    pooled: Path | None = None
     if external is not None:
         target = ["--dra-cluster=external", f"--dra-kubeconfig={external}"]
     elif pool is not None:
-        target = [f"--cluster-state-dir={pool.cluster_for(loaded, command)}"]
+        pooled = pool.cluster_for(loaded, command)
+        target = [f"--cluster-state-dir={pooled}"]
     args = [
         "--pyargs",
         "conformance.suite",
@@ -234,4 +250,4 @@ def run_suite(
     assert path.exists(), f"the suite wrote no report (exit {result.ret}):\n{output[-4000:]}"
     loaded_report = report.load(path)
     outcomes: dict[str, str] = {r.rule.id: r.outcome for r in loaded_report.rules if r.outcome != "not-run"}
-    return SuiteRun(outcomes, loaded_report, output)
+    return SuiteRun(outcomes, loaded_report, output, pooled, run_dir)

@@ -267,6 +267,12 @@ def test_reference_driver_judged_by_its_mounts_and_cdi_ids(
     profile = quick_profile("reference-gpu", tmp_path, container=BY_MOUNTS_AND_CDI_IDS)
     run = run_suite(pytester, local_binaries, profile, rules=VIEW_RULES, pool=cluster_pool)
     assert not run.failed and set(VIEW_RULES) <= run.having("passed"), run.explain()
+    # a failure message keeps the logs of the pooled cluster, which the next run goes on with
+    assert run.run_dir is not None
+    logs = run.run_dir / "cluster-logs"
+    assert f" in {logs}\n" in run.explain()
+    assert (logs / "cp" / "logs" / "kube-controller-manager.log").is_file()
+    assert (logs / "n0" / "logs" / "driver.log").is_file()
 
 
 @pytest.mark.cluster

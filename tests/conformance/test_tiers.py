@@ -198,15 +198,26 @@ def test_a_local_tier_runs_its_own_cluster_and_the_kept_tier_serves_the_next_run
     assert said[0].startswith("starting a local cluster: Kubernetes ") and said[1].startswith(
         "cluster ready in "
     )
-    own.finish(None)
-    assert said[-1] == "stopping the cluster ..." and not state_dir.exists()
+    own.finish(None)  # no report: the run stopped early, so the cluster's logs are kept
+    logs = tmp_path / "reports" / own.config.run_dir.name / "cluster-logs"
+    assert said[-2:] == [
+        f"keeping the local cluster's logs in {logs.resolve()} ...",
+        "stopping the cluster ...",
+    ]
+    assert not state_dir.exists()
+    kept_logs = {str(p.relative_to(logs)) for p in logs.rglob("*.log")}
+    assert {"daemon.log", "cp/logs/kube-apiserver.log", "n0/logs/agent.log", "n0/logs/driver.log"} <= set(
+        kept_logs
+    )
+    assert b"Serving securely" in (logs / "cp" / "logs" / "kube-apiserver.log").read_bytes()
 
     said.clear()
     first = tier_for(_config(tmp_path, nodes=1, keep_cluster=True), said.append)
     assert first.start().state_dir == local_env
     first.passed_preflight()  # what the next run compares its drivers with
     assert (local_env / kept.DRIVERS_FILE).is_file()
-    first.finish(None)
+    first.finish(_report(tmp_path, "passed"))  # every rule passed: no logs kept
+    assert not (first.config.run_dir / "cluster-logs").exists()
     state = daemon.read_state(local_env)
     assert state is not None, said
     assert said[-3:] == [
