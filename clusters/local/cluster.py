@@ -453,6 +453,11 @@ class LocalCluster(LocalClusterBase):
             raise ClusterError("the local cluster has not been started")
         self.control_plane.restart(component, crash=crash)
 
+    def revive_control_plane(self) -> list[str]:
+        """Start again the control-plane components that have exited (a kubelet's static pods come
+        back so); the names started."""
+        return [] if self.control_plane is None else self.control_plane.revive()
+
     # --- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> LocalCluster:

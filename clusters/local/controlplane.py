@@ -523,18 +523,27 @@ class ControlPlane:
         else:
             proc.stop()
         self._start_again(name)
-        # kube-controller-manager can exit while the API server is away; a real control plane's
-        # kubelet restarts such static pods, so do the same for any component that went down.
-        for other, other_proc in list(self.processes.items()):
-            if not other_proc.alive():
-                log.warning(
-                    "%s exited (code %s) while %s restarted; starting it again (its log: %s)",
-                    other,
-                    other_proc.returncode,
-                    name,
-                    self.log_path(other),
-                )
-                self._start_again(other)
+        self.revive(f"while {name} restarted")
+
+    def revive(self, when: str = "") -> list[str]:
+        """Start again, with the same flags, every component that has exited (``when``: for the log
+        line, e.g. "while kube-apiserver restarted"); the names started. kube-controller-manager can
+        exit while the API server is away: a real control plane's kubelet restarts such static pods,
+        and so does the local cluster's daemon, between requests."""
+        revived = []
+        for name, proc in list(self.processes.items()):
+            if proc.alive():
+                continue
+            log.warning(
+                "%s exited (code %s)%s; starting it again (its log: %s)",
+                name,
+                proc.returncode,
+                f" {when}" if when else "",
+                self.log_path(name),
+            )
+            self._start_again(name)
+            revived.append(name)
+        return revived
 
     def _start_again(self, name: str) -> None:
         self.processes[name] = ManagedProcess(

@@ -445,6 +445,14 @@ class _Daemon:
         self.write_state()
         return {"ok": True}
 
+    def _revive(self) -> None:
+        """Between requests: start again any control-plane component that exited (logged)."""
+        try:
+            if self.cluster.revive_control_plane():
+                self.write_state()  # their new PIDs
+        except ClusterError as e:  # it did not come back: the next second tries again
+            log.error("a control-plane component did not come back: %s", e)
+
     def serve(self) -> None:
         assert self.cluster.root is not None
         path = self.cluster.root / "ctl.sock"
@@ -456,6 +464,7 @@ class _Daemon:
             while not self.stopping:
                 readable, _, _ = select.select([server], [], [], 1.0)
                 if not readable:
+                    self._revive()
                     continue
                 conn, _ = server.accept()
                 with conn:

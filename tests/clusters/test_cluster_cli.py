@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -76,6 +77,24 @@ def test_up_status_claim_down(state_dir: Path, local_binaries: Binaries, tmp_pat
     again = _cli("cluster", "up", "--state-dir", str(state_dir))
     assert again.returncode == 0
     assert exports[0] in again.stdout.splitlines()
+
+    # a control-plane component that exits is started again by the daemon, as a kubelet restarts
+    # its static pods (the pod below needs kube-controller-manager to make its claim)
+    before = daemon.read_state(state_dir)
+    assert before is not None
+    gone = before.control_plane["kube-controller-manager"]
+    assert gone is not None
+    os.kill(gone, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        now = daemon.read_state(state_dir)
+        if now is not None and now.control_plane["kube-controller-manager"] not in (gone, None):
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the daemon did not start kube-controller-manager again in 60 s")
+    said = (state_dir / daemon.LOG_FILE).read_text()
+    assert "kube-controller-manager exited (code -9); starting it again" in said, said[-2000:]
 
     cluster = AttachedLocalCluster(state_dir)
     state = cluster.state
