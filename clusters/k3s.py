@@ -4,11 +4,11 @@ The k3s server runs from a pinned image (:func:`k3s_image`; ``DRAC_K3S_IMAGE`` o
 the DRA feature gates of its version (as the kind backend reads them) on the API server,
 scheduler, controller manager and kubelet, through k3s's ``--<component>-arg`` flags. The
 kubeconfig comes from the container. The driver image is built from ``driver/deploy/Dockerfile``,
-imported into the node's containerd (``docker save | docker exec -i ID ctr -n k8s.io images import
--``), and installed with the chart (another driver: its images imported the same way, its chart
-or manifests installed, :class:`~clusters.release.VendorRelease`); then the run waits for the
-node's slices. Faults and views
-work as on kind (in the driver pod; ``kubectl exec``); the kubelet is part of the k3s process, so
+imported into the node's containerd (``docker save``, then ``docker exec -i ID ctr -n k8s.io images
+import -``: :func:`clusters.release.import_image`), and installed with the chart (another driver:
+its images imported the same way, its chart or manifests installed,
+:class:`~clusters.release.VendorRelease`); then the run waits for the node's slices. Faults and
+views work as on kind (in the driver pod; ``kubectl exec``); the kubelet is part of the k3s process, so
 it cannot restart alone.
 
 The container comes from a factory (default: testcontainers' ``K3SContainer``), so the logic

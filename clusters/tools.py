@@ -71,8 +71,10 @@ def run(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     stdin: int | None = None,
+    stdout: int | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run a tool and return its result (text output).
+    """Run a tool and return its result (text output; ``stdout``: a file descriptor its output goes
+    to instead, the result's then empty).
 
     ``check``: a non-zero exit raises :class:`ToolError` with the command and its output's tail;
     a command that cannot start or runs past ``timeout`` raises it always.
@@ -86,7 +88,8 @@ def run(
             words,
             input=data,
             stdin=stdin if data is None else None,
-            capture_output=True,
+            stdout=subprocess.PIPE if stdout is None else stdout,
+            stderr=subprocess.PIPE,
             timeout=timeout,
             check=False,
             cwd=cwd,
@@ -99,33 +102,14 @@ def run(
             f"{shown} did not finish in {timeout:.0f} s; output: {_tail(e.stdout, e.stderr)}"
         ) from e
     result = subprocess.CompletedProcess(
-        words, done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+        words,
+        done.returncode,
+        (done.stdout or b"").decode(errors="replace"),
+        done.stderr.decode(errors="replace"),
     )
     if check and done.returncode != 0:
         raise ToolError(f"{shown} exited {done.returncode}: {_tail(result.stdout, result.stderr)}")
     return result
-
-
-def pipe(producer: Sequence[str | Path], consumer: Sequence[str | Path], timeout: float = 900.0) -> None:
-    """Run ``producer | consumer`` (no shell); :class:`ToolError` when either fails."""
-    first = [str(a) for a in producer]
-    second = [str(a) for a in consumer]
-    shown = f"{shlex.join(first)} | {shlex.join(second)}"
-    try:
-        with subprocess.Popen(first, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as up:
-            assert up.stdout is not None
-            down = subprocess.run(second, stdin=up.stdout, capture_output=True, timeout=timeout, check=False)
-            up.stdout.close()
-            up_err = up.stderr.read() if up.stderr is not None else b""
-            up.wait(timeout)
-    except FileNotFoundError as e:
-        raise ToolError(f"{shown} could not start: {e}") from e
-    except subprocess.TimeoutExpired as e:
-        raise ToolError(f"{shown} did not finish in {timeout:.0f} s") from e
-    if up.returncode != 0:
-        raise ToolError(f"{shown}: {first[0]} exited {up.returncode}: {_tail(b'', up_err)}")
-    if down.returncode != 0:
-        raise ToolError(f"{shown}: {second[0]} exited {down.returncode}: {_tail(down.stdout, down.stderr)}")
 
 
 def docker_engine(docker: Path, timeout: float = 20.0) -> str:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from clusters import tools
 from clusters.engine import Engine, EngineSettings
 from clusters.errors import DriverDeployError, ToolError
 from clusters.kind import KindCluster, KindSettings
+from clusters.kind.cluster import creating_alone
 from clusters.kind.config import (
     CDI_PATCH,
     CGROUP_V1_PATCH,
@@ -136,6 +139,7 @@ def test_node_images_by_minor_and_override() -> None:
 
 def test_start_creates_loads_installs_and_stop_deletes(tmp_path: Path, api: str) -> None:
     fake = _fake(tmp_path, api)
+    fake.on("docker", "save", stdout="the image's archive")
     release = DriverRelease(fake_profile="l4x4", device_kinds=("gpu", "mig"))
     cluster = KindCluster(_settings(tmp_path, release=release, k8s_version="1.37"), env=fake.env())
     cluster.start()
@@ -160,10 +164,11 @@ def test_start_creates_loads_installs_and_stop_deletes(tmp_path: Path, api: str)
         str(DOCKERFILE.parents[2]),
     ] in docker
     imports = [c for c in fake.calls("docker") if c.argv[:2] == ["exec", "-i"]]
-    assert [c.argv[2] for c in imports] == NODES  # every node, the control plane too
+    assert sorted(c.argv[2] for c in imports) == sorted(NODES)  # every node, the control plane too
     assert all(c.argv[3:] == ["ctr", "-n", "k8s.io", "images", "import", "-"] for c in imports)
+    assert {c.stdin for c in imports} == {len("the image's archive")}  # each node reads the one save
     saves = [a for a in docker if a[0] == "save"]
-    assert saves == [["save", "dra-gpu-driver:0.1.0"]] * len(NODES)
+    assert saves == [["save", "dra-gpu-driver:0.1.0"]]  # saved once, for every node
     (helm,) = fake.calls("helm")
     assert helm.argv[:4] == ["upgrade", "--install", "dra-gpu-driver", str(CHART_DIR)]
     assert helm.argv[helm.argv.index("--namespace") + 1] == "dra-gpu-driver"
@@ -380,3 +385,28 @@ def test_the_node_images_kubectl_serves_when_none_is_on_path(tmp_path: Path) -> 
         find_tools(engine, fake.env(), None)
     with pytest.raises(ToolError, match="DRAC_KUBECTL"):  # one asked for by name is never replaced
         find_tools(engine, fake.env(DRAC_KUBECTL=str(tmp_path / "nope")), None, built)
+
+
+def test_kind_clusters_are_created_one_at_a_time(tmp_path: Path) -> None:
+    """A creation waits, saying so, while another process's holds the machine's lock."""
+    lock = tmp_path / "create.lock"
+    said: list[str] = []
+    inside = threading.Event()
+    with creating_alone(said.append, lock):
+        waiter = threading.Thread(target=lambda: _create_with(lock, said, inside))
+        waiter.start()
+        time.sleep(0.5)
+        assert not inside.is_set()  # the second creation waits
+    waiter.join(10)
+    assert inside.is_set()
+    assert said[0] == f"another kind cluster is being created on this machine ({lock} held): waiting ..."
+    assert said[1].startswith("  waited ")
+    said.clear()
+    with creating_alone(said.append, lock):  # free: taken at once, nothing said
+        pass
+    assert said == []
+
+
+def _create_with(lock: Path, said: list[str], inside: threading.Event) -> None:
+    with creating_alone(said.append, lock):
+        inside.set()
