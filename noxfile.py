@@ -115,13 +115,12 @@ def tests(session: nox.Session) -> None:
         session.run("pytest", *session.posargs, env=WRITE_BYTECODE)
         return
     live_kind = os.environ.get("DRAC_LIVE_KIND") == "1"
-    # the live kind tests (DRAC_LIVE_KIND=1) last, by themselves: a kind node's API server does not
-    # come up in kubeadm's time on 2 cores busy with the other tests; side by side, as their
-    # clusters are created one at a time
+    # the live kind tests (DRAC_LIVE_KIND=1) last and alone: a kind node's API server does not come
+    # up in kubeadm's time on 2 cores busy with the other tests
     marker = ["-m", "not kind_live"] if live_kind else []
     session.run("pytest", "-n", workers, "--dist", "loadgroup", "--durations=30", *marker, env=WRITE_BYTECODE)
     if live_kind:
-        session.run("pytest", "-m", "kind_live", "-n", "3", "--durations=5", env=WRITE_BYTECODE)
+        session.run("pytest", "-m", "kind_live", "--durations=5", env=WRITE_BYTECODE)
 
 
 UNIT = "not cluster and not selftest and not gobuild and not hardware"

@@ -4,8 +4,7 @@ Lifecycle (:meth:`KindCluster.start`): find the Docker engine (the user's, else 
 one: :mod:`clusters.engine`); check the tools (``kubectl``, ``helm``, ``kind``: from PATH, else
 built from Go modules and cached); with ``DRAC_KIND_NODE_IMAGE=build``, build the air-gapped node
 image (:mod:`clusters.kind.nodeimage`) and load it into the engine; create the
-cluster from the generated config, one creation at a time on the machine (:func:`creating_alone`),
-or reuse one of the same name; where the engine has a network
+cluster from the generated config, or reuse one of the same name; where the engine has a network
 namespace of its own, reach the API server through a relay (:func:`clusters.engine.forward`: the
 kubeconfig names the relay's port); check it serves DRA; build the
 driver's image from ``driver/deploy/Dockerfile`` (with the node image built here, where nothing
@@ -26,16 +25,13 @@ A node's ``{root}`` is the driver pod's fake machine dir and ``{python}`` the po
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import logging
 import os
 import re
 import subprocess
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from clusters import apicheck, tools
@@ -151,29 +147,6 @@ def build_helm(env: Mapping[str, str], progress: Progress = _say) -> Path:
 SLOW_CONTROL_PLANE = "wait-control-plane"
 """The kubeadm phase named in a failed ``kind create cluster`` whose API server did not answer in
 time (seen on a busy 2-core machine): worth one more try."""
-
-
-CREATE_LOCK = Path(tempfile.gettempdir()) / "dra-conformance-kind-create.lock"
-"""Held (``flock``) while a kind cluster is created: one creation at a time on a machine, whatever
-its engine or work dir. Three at once on 2 cores had no API server answer in kubeadm's time, each
-failing twice; one after another, each is created in under a minute."""
-
-
-@contextlib.contextmanager
-def creating_alone(say: Progress, lock: Path = CREATE_LOCK) -> Iterator[None]:
-    """Hold ``lock`` while the block runs, waiting (and saying so) while another process holds it."""
-    fd = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"another kind cluster is being created on this machine ({lock} held): waiting ...")
-            began = time.monotonic()
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            say(f"  waited {time.monotonic() - began:.0f} s")
-        yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 class KindCluster(PodCluster[KindSettings]):
@@ -357,23 +330,22 @@ class KindCluster(PodCluster[KindSettings]):
         # the node image built here has no CoreDNS: leave it out rather than wait on it for ever
         config.write_text(render(workers=s.workers, gates=gates, image=image, coredns=not s.build_image))
         self._say(f"creating kind cluster {s.name} ({image}, {s.workers} worker(s)) ...")
+        started = time.monotonic()
         self._created = True  # from here on, a failure deletes what kind made
         create: list[str | Path] = [
             kind, "create", "cluster", "--name", s.name, "--config", config, "--image", image,
             "--kubeconfig", self.kubeconfig, "--wait", "180s",
             "--retain",  # a failed create keeps its nodes for their logs; give_up then deletes them
         ]  # fmt: skip
-        with creating_alone(self._say):
-            started = time.monotonic()
-            try:
-                self._run(create, timeout=900)
-            except ToolError as e:
-                if SLOW_CONTROL_PLANE not in str(e):
-                    raise
-                # kubeadm gave up waiting on the API server (a busy machine): once more, from scratch
-                self._say(f"the control plane of {s.name} did not come up in time: deleting it, trying again")
-                self._run([kind, "delete", "cluster", "--name", s.name], check=False, timeout=300)
-                self._run(create, timeout=900)
+        try:
+            self._run(create, timeout=900)
+        except ToolError as e:
+            if SLOW_CONTROL_PLANE not in str(e):
+                raise
+            # kubeadm gave up waiting on the API server (a busy machine): once more, from scratch
+            self._say(f"the control plane of {s.name} did not come up in time: deleting it, trying once more")
+            self._run([kind, "delete", "cluster", "--name", s.name], check=False, timeout=300)
+            self._run(create, timeout=900)
         self._say(f"kind cluster {s.name} created in {time.monotonic() - started:.0f} s")
 
     def _after_failure(self) -> None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,7 +17,6 @@ from clusters import tools
 from clusters.engine import Engine, EngineSettings
 from clusters.errors import DriverDeployError, ToolError
 from clusters.kind import KindCluster, KindSettings
-from clusters.kind.cluster import creating_alone
 from clusters.kind.config import (
     CDI_PATCH,
     CGROUP_V1_PATCH,
@@ -385,28 +382,3 @@ def test_the_node_images_kubectl_serves_when_none_is_on_path(tmp_path: Path) -> 
         find_tools(engine, fake.env(), None)
     with pytest.raises(ToolError, match="DRAC_KUBECTL"):  # one asked for by name is never replaced
         find_tools(engine, fake.env(DRAC_KUBECTL=str(tmp_path / "nope")), None, built)
-
-
-def test_kind_clusters_are_created_one_at_a_time(tmp_path: Path) -> None:
-    """A creation waits, saying so, while another process's holds the machine's lock."""
-    lock = tmp_path / "create.lock"
-    said: list[str] = []
-    inside = threading.Event()
-    with creating_alone(said.append, lock):
-        waiter = threading.Thread(target=lambda: _create_with(lock, said, inside))
-        waiter.start()
-        time.sleep(0.5)
-        assert not inside.is_set()  # the second creation waits
-    waiter.join(10)
-    assert inside.is_set()
-    assert said[0] == f"another kind cluster is being created on this machine ({lock} held): waiting ..."
-    assert said[1].startswith("  waited ")
-    said.clear()
-    with creating_alone(said.append, lock):  # free: taken at once, nothing said
-        pass
-    assert said == []
-
-
-def _create_with(lock: Path, said: list[str], inside: threading.Event) -> None:
-    with creating_alone(said.append, lock):
-        inside.set()

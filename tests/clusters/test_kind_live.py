@@ -26,10 +26,10 @@ from clusters.local.settings import LocalSettings
 from conformance.profiles import load
 from tests.conformance.suitekit import quick_profile
 
-# each starts an engine and a 3-node kind cluster, whose API server does not come up in kubeadm's
-# time on 2 cores busy with the other tests (CI: wait-control-plane, twice); so `nox -s tests` runs
-# them last (kind_live), side by side, their clusters created one at a time (``creating_alone``)
-pytestmark = [pytest.mark.kind_live]
+# one after another: each starts an engine and a 3-node kind cluster, whose API server does not come
+# up in kubeadm's time on 2 cores busy with the other tests (CI: wait-control-plane, twice); so
+# `nox -s tests` runs them last, alone (kind_live), and a worker of another run takes them in turn
+pytestmark = [pytest.mark.kind_live, pytest.mark.xdist_group("kind-live")]
 
 
 def _reason() -> str:
@@ -130,7 +130,7 @@ def _run_on_kind(state: Path, profile: str) -> tuple[subprocess.CompletedProcess
         "DRAC_KIND_NODE_IMAGE": "build",
         "DRAC_ENGINE": "private",
         "DRAC_ENGINE_DIR": str(state / "engine"),
-        "DRAC_KIND_NAME": f"drac-{profile}",  # its own state dir (kubeconfig) beside the other runs'
+        "DRAC_KIND_NAME": "drac-suite",
     }
     cmd = [sys.executable, "-m", "conformance", "run", "--cluster", "kind", "--profile",
            str(_patient(state, profile)), "--nodes", "2", "--reports-dir", str(reports)]  # fmt: skip
