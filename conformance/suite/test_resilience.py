@@ -151,9 +151,19 @@ def _log_since(path: Path | None, offset: int) -> str:
 
 def _pool_restored_after(dra: Harness, what: str) -> None:
     """When the test ends, wait until the node's slices hold every device they hold now again: a
-    kubelet that starts wipes its node's slices, and the tests after this one need the whole pool."""
+    kubelet that starts wipes its node's slices, and the tests after this one need the whole pool.
+    A driver that does not publish them again fails the test, and is restarted (where the cluster
+    can) so that the tests after it find the pool: else each of them would fail for want of the
+    node's devices (NVIDIA's kubelet plugin under load: 19 rules, of slices, allocation, sharing,
+    preparation and resilience, after RES-POD-DURING-KUBELET-DOWN)."""
     wanted = set(dra.devices())
-    dra.on_cleanup(lambda: _wait_pool(dra, wanted, f"the devices the node had before {what}"))
+    described = f"the devices the node had before {what}"
+
+    def restored() -> None:
+        with _drivers_restarted_on_failure(dra, [dra.node]):
+            _wait_pool(dra, wanted, described)
+
+    dra.on_cleanup(restored)
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+import yaml
 
 from clusters.errors import ProbeError
 from clusters.external import ExternalCluster
@@ -444,6 +445,27 @@ def test_switch_fails_exactly_its_rules(
     # a SHOULD rule a switch breaks fails as an advisory
     assert run.failed | run.having("advisory") == c.fails, run.explain()
     assert not run.having("unexpected-pass"), run.explain()
+
+
+def test_a_pool_a_rule_leaves_unpublished_fails_that_rule_alone(
+    pytester: pytest.Pytester, local_binaries: Binaries, cluster_pool: ClusterPool, tmp_path: Path
+) -> None:
+    """``no-republish`` on one node: the kubelet that RES-POD-DURING-KUBELET-DOWN starts again wipes
+    the node's slices, and the driver does not publish them again. That rule fails; its driver is
+    restarted, so the rules after it on the node find its devices (they failed for want of them,
+    as NVIDIA's kubelet plugin once failed 19 rules after that one)."""
+    profile = quick_profile("reference-gpu", tmp_path)
+    data = yaml.safe_load(profile.read_text())
+    data["local"]["nodes"] = 1
+    profile.write_text(yaml.safe_dump(data, sort_keys=False))
+    rules = ("RES-POD-DURING-KUBELET-DOWN", "ALLOC-ONE", "PREP-NO-CLAIM")
+    run = run_suite(
+        pytester, local_binaries, profile, rules=rules, breaks=["no-republish"], workers=1, pool=cluster_pool
+    )
+    assert run.failed == {"RES-POD-DURING-KUBELET-DOWN"}, run.explain()
+    assert {"ALLOC-ONE", "PREP-NO-CLAIM"} <= run.having("passed"), run.explain()
+    ran = sorted((t.started, r.rule.id) for r in run.report.rules for t in r.tests if t.started)
+    assert ran[0][1] == "RES-POD-DURING-KUBELET-DOWN", f"the rules that need the pool ran before it: {ran}"
 
 
 @pytest.mark.parametrize("profile", ["reference-gpu", "reference-mig", "reference-l4", "reference-mixed"])
