@@ -41,6 +41,7 @@ RULES: dict[str, str] = {
     "hide-device": "ResourceSlices publish one device fewer than the hardware has",
     "phantom-device": "ResourceSlices publish one device more than the hardware has",
     "no-republish": "a slice deleted or edited by someone else is not restored",
+    "stale-after-rewrite": "once it restored a slice someone else changed, a deleted slice is not restored",
     "churn-slices": "the pool is rewritten every few seconds though nothing changed",
     "wrong-slice-count": "ResourceSlices claim one slice more in the pool than there are",
     "orphan-slices": "ResourceSlices carry no ownerReference to their Node",

@@ -39,6 +39,7 @@ class PublisherBreakage:
 
     no_slices: bool = False
     no_republish: bool = False
+    stale_after_rewrite: bool = False
     churn_slices: bool = False
     no_rewatch: bool = False
     sticky_taint: bool = False
@@ -49,6 +50,7 @@ class PublisherBreakage:
         return cls(
             no_slices=breaks("no-slices"),
             no_republish=breaks("no-republish"),
+            stale_after_rewrite=breaks("stale-after-rewrite"),
             churn_slices=breaks("churn-slices"),
             no_rewatch=breaks("no-rewatch"),
             sticky_taint=breaks("sticky-taint"),
@@ -144,6 +146,8 @@ class SlicePublisher:
         self._taints: dict[str, list[DeviceTaint]] = {}
         self._generation = 0
         self._written: dict[str, str] = {}
+        self._rewrote = False
+        """Whether a pass restored the pool after someone else changed it (stale-after-rewrite)."""
         self._published_key: str | None = None
         self._list_rv = ""
         self._node_uid: str | None = None
@@ -222,11 +226,16 @@ class SlicePublisher:
             existing = {_name(s): s for s in existing_list}
             key = json.dumps(self._build(inventory, taints, 0), sort_keys=True)
             current = {name: _rv(s) for name, s in existing.items()}
+            if self._breakage.stale_after_rewrite and self._rewrote:
+                # as client-go's MutationCache before 1.37: the copy of a slice it rewrote hides the
+                # slice's deletion, so a deleted slice counts as still there
+                current = {**self._written, **current}
             unchanged = current == self._written or self._breakage.no_republish
             if key == self._published_key and unchanged and not self._breakage.churn_slices:
                 self._note_pass()
                 return False
             if key == self._published_key:
+                self._rewrote = True
                 log.info(
                     "slices changed by someone else; republishing",
                     extra={

@@ -514,12 +514,18 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="SLICE-REPUBLISH",
-        sentence="a deleted slice comes back within the profile's timeout",
+        sentence="a deleted slice comes back within the profile's timeout, also one the driver wrote again a moment before",
         needs=(),
         since="1.34",
         upstream="-",
         level="MUST",
-        source="the kubelet deletes every DRA slice of its node at startup (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go NewDRAPluginManager -> wipeResourceSlices); unless the driver republishes, the node offers nothing; 1.34-1.37",
+        source=(
+            "the kubelet deletes every DRA slice of its node at startup (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go "
+            "NewDRAPluginManager -> wipeResourceSlices), however recently the driver wrote them; unless the driver "
+            "republishes, the node offers nothing; kubeletplugin helpers on client-go before 1.37 lose a slice "
+            "deleted within a minute of their update (tools/cache/mutation_cache.go; fixed by kubernetes#140063); "
+            "1.34-1.37"
+        ),
     ),
     Rule(
         id="SLICE-EDIT",

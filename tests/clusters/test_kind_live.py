@@ -24,7 +24,7 @@ from clusters.kind.nodeparts import resolve_parts
 from clusters.kind.settings import BUILD
 from clusters.local.settings import LocalSettings
 from conformance.profiles import load
-from tests.conformance.suitekit import quick_profile
+from tests.conformance.suitekit import SLICE_WIPE_TIMING, quick_profile
 
 # one after another: each starts an engine and a 3-node kind cluster, whose API server does not come
 # up in kubeadm's time on 2 cores busy with the other tests (CI: wait-control-plane, twice); so
@@ -162,13 +162,23 @@ def test_live_kind_runs_the_whole_suite_on_the_reference_chart(state: Path) -> N
 def test_live_kind_runs_the_whole_suite_on_the_example_drivers_own_chart(state: Path) -> None:
     """dra-example-driver as a vendor installs it: its own Helm chart from its Go module, its
     kubelet plugin built here as the image (``{src:...}``, ``{image:...}`` of example-gpu's install
-    section). CONFORMANT: no rule fails and none is an advisory (its known failures all need the
-    driver's sockets, which kind does not reach); what skips is what the tier cannot reach or the
-    profile leaves out (as on the local tier)."""
+    section). No rule fails but its known failures, and none is an advisory (its known failures of
+    SHOULD rules all need the driver's sockets, which kind does not reach): SLICE-REPUBLISH fails as
+    its profile says, and the rules that fail by the same code when a wipe comes within a minute of
+    the driver's update fail or pass (:data:`~tests.conformance.suitekit.SLICE_WIPE_TIMING`); what
+    skips is what the tier cannot reach or the profile leaves out (as on the local tier)."""
     done, data, tail = _run_on_kind(state, "example-gpu")
     outcomes = {r["id"]: r["outcome"] for r in data["rules"]}
-    bad = {r: o for r, o in outcomes.items() if o not in ("passed", "skipped", "partial")}
+    known = set(load("example-gpu").known_failures)
+    bad = {
+        r: o
+        for r, o in outcomes.items()
+        if o not in ("passed", "skipped", "partial")
+        and not (r in known and o == "expected-failure")
+        and not (r in SLICE_WIPE_TIMING and o == "unexpected-pass")
+    }
     assert not bad, f"example-gpu on kind: {bad}\n{tail}"
+    assert outcomes["SLICE-REPUBLISH"] == "expected-failure", tail
     # the profile's own gaps (not claimed, no service account, no faults) skip on every tier
     by_profile = {
         r["id"] for r in data["rules"] if str(r.get("reason", "")).startswith("profile example-gpu ")

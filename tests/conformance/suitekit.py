@@ -47,6 +47,13 @@ exclusive test waits for other tests' claims to be gone at least
 ``conformance.plugin.fixtures.FREE_SECONDS``, whatever ``unprepare`` is."""
 
 
+SLICE_WIPE_TIMING = frozenset({"RES-KUBELET-RESTART", "RES-POD-DURING-KUBELET-DOWN", "RES-APISERVER"})
+"""Known failures of drivers on the kubeletplugin helper of client-go before 1.37 (example-gpu,
+NVIDIA's) that depend on timing: a slice deleted within a minute of the driver's update of it is
+never published again (their profiles say where), and these rules delete slices whenever they run,
+so each is an expected failure, or an unexpected pass in a run where no update came just before."""
+
+
 def area_rules(area: str) -> frozenset[str]:
     """The ids of every rule of an area (its id or marker), from the catalogue."""
     return frozenset(rule.id for rule in select(areas=[area]))

@@ -8,8 +8,8 @@ generator needs the driver root's ``dev/nvidia*`` to be character device nodes, 
 known failures, each with the code path in NVIDIA's source that makes it fail, and skips only what
 :data:`NVIDIA_SKIPS` lists; a known failure that starts passing shows as an unexpected pass and
 fails here too, so the list stays true, except for the timing-dependent ones
-(:data:`TIMING_DEPENDENT`). A known failure of a SHOULD rule is an advisory, and no other SHOULD
-rule fails.
+(:data:`~tests.conformance.suitekit.SLICE_WIPE_TIMING`). A known failure of a SHOULD rule is an
+advisory, and no other SHOULD rule fails.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pytest
 from clusters.local.binaries import Binaries
 from conformance.catalogue import by_id
 from conformance.profiles import load
-from tests.conformance.suitekit import area_rules, quick_profile, run_suite
+from tests.conformance.suitekit import SLICE_WIPE_TIMING, area_rules, quick_profile, run_suite
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -76,10 +76,6 @@ NVIDIA_SKIPS = area_rules("health") | frozenset(
     }
 )
 """The rules a clean nvidia-gpu-local run skips (each for the reason its record states)."""
-
-TIMING_DEPENDENT = frozenset({"RES-KUBELET-RESTART", "RES-POD-DURING-KUBELET-DOWN", "RES-APISERVER"})
-"""Known failures whose failure depends on timing (the profile's reason says why): an expected
-failure, or, in a run where the race is not hit, an unexpected pass."""
 
 
 def _device_nodes_refused(where: Path) -> str | None:
@@ -141,13 +137,13 @@ def test_nvidia_gpu_kubelet_plugin_fails_only_its_known_failures(
     run = run_suite(pytester, local_binaries, profile, workers=2)
     known = set(load("nvidia-gpu-local").known_failures)
     musts = {rule_id for rule_id in known if by_id(rule_id).level == "MUST"}
-    assert musts >= TIMING_DEPENDENT
+    assert musts >= SLICE_WIPE_TIMING
     assert not run.failed, run.explain()
-    for rule in musts - TIMING_DEPENDENT:
+    for rule in musts - SLICE_WIPE_TIMING:
         assert run.outcomes.get(rule) == "expected-failure", run.explain()
-    for rule in TIMING_DEPENDENT:
+    for rule in SLICE_WIPE_TIMING:
         assert run.outcomes.get(rule) in ("expected-failure", "unexpected-pass"), run.explain()
-    assert run.having("unexpected-pass") <= TIMING_DEPENDENT, run.explain()
+    assert run.having("unexpected-pass") <= SLICE_WIPE_TIMING, run.explain()
     # the kubeletplugin helper's whole-call errors and the rest: SHOULD rules, advisories only
     assert run.having("advisory") == known - musts, run.explain()
     for result in run.report.rules:

@@ -137,6 +137,10 @@ CASES: dict[str, Case] = {
     "oversized-slice": case("reference-mig", "preflight", "PRE-NODES"),
     "phantom-device": case("reference-gpu", "slices", "SLICE-COUNT"),
     "no-republish": case("reference-gpu", "slices", "SLICE-REPUBLISH", "SLICE-EDIT"),
+    # what kubeletplugin drivers on client-go before 1.37 do (example-gpu, NVIDIA's)
+    "stale-after-rewrite": case(
+        "reference-gpu", "slices", "SLICE-REPUBLISH", rules=("SLICE-REPUBLISH", "SLICE-EDIT")
+    ),
     "churn-slices": case("reference-gpu", "slices", "SLICE-STABLE"),
     # an incomplete pool allocates nothing: the claims of SLICE-LIST-ATTRS and SLICE-NODE-ALLOCATABLE
     # find no device

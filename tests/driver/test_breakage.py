@@ -115,7 +115,8 @@ def test_every_rule_is_documented() -> None:
     assert set(RULES) == {
         "non-idempotent-prepare", "drop-claim-from-batch", "invalid-cdi-spec", "leave-cdi-on-unprepare",
         "ignore-config", "oversized-slice", "wrong-pool-name", "no-health", "no-slices", "hide-device",
-        "phantom-device", "no-republish", "churn-slices", "wrong-slice-count", "orphan-slices",
+        "phantom-device", "no-republish", "stale-after-rewrite", "churn-slices", "wrong-slice-count",
+        "orphan-slices",
         "same-pool-on-every-node",
         "subrequest-name", "refuse-admin-access", "keep-device-after-unprepare",
         "ignore-sharing-strategy", "qualified-request-names", "forget-unbatched-claims",
@@ -281,6 +282,19 @@ def _slices_restored(node: Node) -> tuple[bool, ...]:
     edited.replace(body)
     edited_by_someone.sync()
     return len(deleted.devices()) == 8, len(edited.devices()) == 8
+
+
+def _deleted_after_rewrite_restored(node: Node) -> tuple[bool, ...]:
+    """A slice deleted right after the driver restored it (edited by someone) comes back."""
+    publisher, store = _published(node)
+    (body,) = store.objects.values()
+    body["spec"]["devices"] = body["spec"]["devices"][:1]
+    store.replace(body)
+    publisher.sync()
+    assert len(store.devices()) == 8  # restored: a rewrite
+    store.objects.clear()
+    publisher.sync()
+    return (len(store.devices()) == 8,)
 
 
 def _slices_left_alone(node: Node) -> tuple[bool, ...]:
@@ -1101,6 +1115,7 @@ KEPT: dict[str, Callable[[Node], tuple[bool, ...]]] = {
     "hide-device": _every_device_published,
     "phantom-device": _no_device_added,
     "no-republish": _slices_restored,
+    "stale-after-rewrite": _deleted_after_rewrite_restored,
     "churn-slices": _slices_left_alone,
     "wrong-slice-count": _slice_count_right,
     "orphan-slices": _slices_owned_by_node,
