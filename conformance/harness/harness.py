@@ -745,14 +745,23 @@ class Harness:
         return self.kube.replace(current, "status")
 
     def allocated_claim(self, devices: Sequence[str] | int = 1, *, node: str | None = None) -> ClaimRef:
-        """A claim the suite allocated itself to free devices of ``node`` (request ``gpu``)."""
+        """A claim the suite allocated itself to free devices of ``node`` (request ``gpu``); for a
+        count, waited for within ``timeouts.slices`` (a driver restarted after the test before this
+        one may not have published its pool again yet)."""
         if isinstance(devices, int):
-            free = self.free_devices(node)
-            if len(free) < devices:
-                raise AssertionError(
-                    f"node {node or self.node} has {len(free)} free devices, {devices} needed"
-                )
-            chosen = free[:devices]
+            count = devices
+
+            def enough() -> list[str] | None:
+                free = self.free_devices(node)
+                return free[:count] if len(free) >= count else None
+
+            chosen = until(
+                f"{count} free devices of {self.driver} on node {node or self.node}",
+                enough,
+                self.profile.timeouts.slices,
+                interval=0.5,
+                describe=lambda: f"{len(self.free_devices(node))} free",
+            )
         else:
             chosen = list(devices)
         claim = self.claim(count=len(chosen))
