@@ -656,7 +656,7 @@ def test_deleted_slice_republished(dra: Harness) -> None:
     moment before"""
     slices = settled(dra)
     before = {d["name"]: d for d in devices(slices)}
-    victim = min((s for s in slices if spec(s).get("devices")), key=lambda s: meta(s)["name"])
+    victim = first_with_devices(slices)
     with driver_restarted_on_failure(dra):
         dra.kube.delete("ResourceSlice", meta(victim)["name"])
         wait_restored(dra, before, f"the devices of deleted slice {meta(victim)['name']} to come back")
@@ -668,7 +668,7 @@ def test_deleted_slice_republished(dra: Harness) -> None:
         edited = edit_slice(dra)
         with contextlib.suppress(WaitTimeout):
             wait_restored(dra, before, f"slice {edited} (a device and an attribute removed) to be restored")
-        rewritten = min((s for s in settled(dra) if spec(s).get("devices")), key=lambda s: meta(s)["name"])
+        rewritten = first_with_devices(settled(dra))
         dra.kube.delete("ResourceSlice", meta(rewritten)["name"])
         wait_restored(
             dra,
@@ -694,7 +694,7 @@ def edit_slice(dra: Harness) -> str:
     # between the read and the write now and then, more so on loaded machines: try again
     attempts = 10
     for attempt in range(attempts):
-        victim = min((s for s in settled(dra) if spec(s).get("devices")), key=lambda s: meta(s)["name"])
+        victim = first_with_devices(settled(dra))
         try:
             dra.kube.replace(edit(victim))  # with its resourceVersion: not over a write of the driver
             return str(meta(victim)["name"])
@@ -702,6 +702,11 @@ def edit_slice(dra: Harness) -> str:
             if attempt == attempts - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+def first_with_devices(slices: Iterable[Obj]) -> Obj:
+    """The slice a test changes or deletes: the first by name of those that list devices."""
+    return min((s for s in slices if spec(s).get("devices")), key=lambda s: meta(s)["name"])
 
 
 def edit(victim: Obj) -> Obj:
