@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import zlib
 from pathlib import Path
 
 from clusters.leases import NodeLeases
@@ -70,3 +71,37 @@ def test_every_first_in_a_fresh_session_makes_the_directory(tmp_path: Path) -> N
     with leases.every(NODES, "k") as node:  # the session's first lease: no directory yet
         assert node in NODES
     assert not list((tmp_path / "leases").glob("*.want-*")), "want marks left behind"
+
+
+def _key_for(node: str) -> str:
+    """A key that :meth:`NodeLeases.exclusive` marks ``node`` wanted for."""
+    keys = (f"k{i}" for i in range(100))
+    return next(k for k in keys if NODES[zlib.crc32(k.encode()) % len(NODES)] == node)
+
+
+def test_exclusive_takes_whichever_node_empties_first(tmp_path: Path) -> None:
+    leases = NodeLeases(tmp_path, poll=0.01)
+    held: list[tuple[str, str, float, float]] = []
+    key = _key_for("node-0")
+    with leases.shared(["node-0"], "long"):
+        with leases.shared(["node-1"], "short"):
+            taker = threading.Thread(target=_hold, args=(leases, "exclusive", key, held))
+            taker.start()
+            time.sleep(0.1)
+            assert not held, f"a node was taken alone while both were held: {held}"
+            assert list(tmp_path.glob("node-node-0.want-*")), "the key's node is not marked wanted"
+        taker.join(5)  # node-1 is free now, node-0 is still held
+        assert [(how, node) for how, node, _, _ in held] == [("exclusive", "node-1")], held
+    assert not list(tmp_path.glob("*.want-*")), "want marks left behind"
+
+
+def test_exclusive_waits_while_a_reader_of_every_node_waits(tmp_path: Path) -> None:
+    leases = NodeLeases(tmp_path, poll=0.01)
+    held: list[tuple[str, str, float, float]] = []
+    with leases.reading_every():
+        taker = threading.Thread(target=_hold, args=(leases, "exclusive", "x", held))
+        taker.start()
+        time.sleep(0.1)
+        assert not held, f"a node was taken alone while a reader of every node waited: {held}"
+    taker.join(5)
+    assert len(held) == 1
