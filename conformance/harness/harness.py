@@ -494,6 +494,28 @@ class Harness:
         found = {d["name"]: d for s in slices for d in (s.get("spec") or {}).get("devices") or []}
         return slicedevices.takeable(found, self.allocated(node), slicedevices.counter_sets(slices))
 
+    def free_device(self, what: str, matches: Callable[[Obj], bool], *, claimed: str) -> Obj:
+        """A free device of the test's node that ``matches`` (``what`` names such devices in the
+        messages): waited for within ``timeouts.slices`` while other tests' claims hold every one of
+        them (tests that share a node take its devices too); AssertionError at once when the node
+        publishes none, though the profile claims the capability ``claimed``."""
+        published = sorted(n for n, d in self.devices().items() if matches(d))
+        assert published, (
+            f"the profile claims {claimed}, but {self.node} publishes no {what} of {self.driver}"
+        )
+
+        def one() -> Obj | None:
+            found = self.devices()
+            return next((found[n] for n in self.free_devices() if n in found and matches(found[n])), None)
+
+        return until(
+            f"a free {what} of {self.driver} on node {self.node}",
+            one,
+            self.profile.timeouts.slices,
+            interval=0.5,
+            describe=lambda: f"every one held: {', '.join(published)}",
+        )
+
     def pool_of(self, node: str | None = None) -> str:
         """The pool name of the driver's slices on ``node``."""
         pools = {((s.get("spec") or {}).get("pool") or {}).get("name") for s in self.slices(node)}

@@ -586,14 +586,11 @@ def test_taint_no_execute(dra: Harness) -> None:
 def test_consumable_capacity(dra: Harness) -> None:
     """two claims on one multi-allocatable device get distinct share ids and consume its capacity (each
     container told its share, where the profile says how); a third that does not fit stays Pending"""
-    free = set(dra.free_devices())
-    shared = [
-        d
-        for d in dra.devices().values()
-        if d.get("allowMultipleAllocations") and d.get("capacity") and d["name"] in free
-    ]
-    assert shared, f"profile claims consumable-capacity, but {dra.node} has no free multi-allocatable device"
-    device = shared[0]
+    device = dra.free_device(
+        "multi-allocatable device with capacity",
+        lambda d: bool(d.get("allowMultipleAllocations") and d.get("capacity")),
+        claimed="consumable-capacity",
+    )
     name = str(device["name"])
     # half of EVERY capacity (what is not asked for is taken at its default, often the whole), rounded
     # down to what the capacity's requestPolicy takes as asked
@@ -751,15 +748,16 @@ def test_status_devices_access(dra: Harness) -> None:
 def _attached_on_demand(dra: Harness) -> tuple[str, list[str], list[str]]:
     """A free device of the test's node published with binding conditions: its name, its binding
     conditions and its binding failure conditions."""
-    published = {n: d for n, d in dra.devices().items() if d.get("bindingConditions")}
-    assert published, (
-        f"the profile claims binding-conditions, but no device of {dra.driver} on {dra.node} carries "
-        "bindingConditions in its ResourceSlices"
+    device = dra.free_device(
+        "device with bindingConditions",
+        lambda d: bool(d.get("bindingConditions")),
+        claimed="binding-conditions",
     )
-    free = [n for n in dra.free_devices() if n in published]
-    assert free, f"every device of {dra.node} with bindingConditions is held: {sorted(published)}"
-    device = published[free[0]]
-    return free[0], list(device["bindingConditions"]), list(device.get("bindingFailureConditions") or [])
+    return (
+        str(device["name"]),
+        list(device["bindingConditions"]),
+        list(device.get("bindingFailureConditions") or []),
+    )
 
 
 def _device_conditions(claim: Obj, driver: str, device: str) -> dict[str, str]:

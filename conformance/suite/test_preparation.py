@@ -345,15 +345,18 @@ def test_share_id_answered(dra: Harness) -> None:
     `share_id` (DRAPlugin v1)"""
     if DRA_V1 not in dra.plugin_info().versions:
         pytest.skip(f"{dra.driver} does not serve {DRA_V1}: v1beta1 answers have no share_id")
-    free = set(dra.free_devices())
-    shared = sorted(n for n, d in dra.devices().items() if d.get("allowMultipleAllocations") and n in free)
-    assert shared, f"profile claims consumable-capacity, but {dra.node} has no free multi-allocatable device"
+    multi = dra.free_device(
+        "multi-allocatable device",
+        lambda d: bool(d.get("allowMultipleAllocations")),
+        claimed="consumable-capacity",
+    )
+    shared = str(multi["name"])
     every = dra.make_class([manifests.cel(f"device.driver == {cel_literal(dra.driver)}")])
-    _pod, claim = dra.run_pod({"device_class": every, "selectors": [dra.exact(shared[0])]})
+    _pod, claim = dra.run_pod({"device_class": every, "selectors": [dra.exact(shared)]})
     # by device: the pool the driver answers is PREP-POOL-DEVICE's to check
     shares = {r.device: r.share_id for r in allocated_devices(claim)}
     if not all(shares.values()):
-        pytest.skip(f"the scheduler allocated {shared[0]} with no shareID ({shares}): nothing to answer")
+        pytest.skip(f"the scheduler allocated {shared} with no shareID ({shares}): nothing to answer")
     # the kubelet prepared it for the pod; preparing it again is idempotent (REG-IDEMPOTENT-PREPARE)
     answer = dra.plugin().prepare([ref(claim)])[meta(claim)["uid"]]
     assert not answer.error, f"preparing claim {meta(claim)['name']} again failed: {answer.error}"

@@ -90,3 +90,52 @@ def test_too_few_devices_fail_after_the_slices_timeout_and_say_how_many() -> Non
     ):
         dra.allocated_claim(3)
     assert not api.claims
+
+
+class _Held(_Api):
+    """Two devices, gpu-1 multi-allocatable (or none, ``multi=False``), both held by another test's
+    claim for the first ``held`` lists of the slices."""
+
+    def __init__(self, held: int, *, multi: bool = True) -> None:
+        super().__init__(empty=0)
+        self.held = held
+        self.multi = multi
+        results = [{"driver": DRIVER, "pool": NODE, "device": f"gpu-{i}", "request": "gpu"} for i in range(2)]
+        self.other = {
+            "metadata": {"name": "other", "namespace": "ns2", "uid": "u0"},
+            "status": {"allocation": {"devices": {"results": results}}},
+        }
+
+    def objects(self, kind: str, namespace: str | None = None, fields: str = "") -> list[dict[str, Any]]:
+        if kind == "ResourceClaim":
+            return [copy.deepcopy(self.other)] if self.lists <= self.held else []
+        found = super().objects(kind, namespace, fields)
+        for s in found:
+            s["spec"]["devices"][1]["allowMultipleAllocations"] = self.multi
+        return found
+
+
+def _multi(device: dict[str, Any]) -> bool:
+    return bool(device.get("allowMultipleAllocations"))
+
+
+def test_a_device_another_test_holds_is_waited_for() -> None:
+    api = _Held(held=4)
+    dra = _harness(api, slices_timeout=10)
+    device = dra.free_device("multi-allocatable device", _multi, claimed="consumable-capacity")
+    assert device["name"] == "gpu-1"
+    assert api.lists > 4
+
+
+def test_a_device_held_past_the_slices_timeout_fails_naming_it() -> None:
+    dra = _harness(_Held(held=10**6), slices_timeout=1)
+    with pytest.raises(WaitTimeout, match=r"a free multi-allocatable device .* every one held: gpu-1"):
+        dra.free_device("multi-allocatable device", _multi, claimed="consumable-capacity")
+
+
+def test_a_node_that_publishes_no_such_device_fails_at_once() -> None:
+    api = _Held(held=0, multi=False)
+    dra = _harness(api, slices_timeout=60)
+    with pytest.raises(AssertionError, match=r"claims consumable-capacity, but node-0 publishes no"):
+        dra.free_device("multi-allocatable device", _multi, claimed="consumable-capacity")
+    assert api.lists == 1
