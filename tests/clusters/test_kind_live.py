@@ -45,18 +45,29 @@ def _reason() -> str:
     return ""
 
 
-@pytest.fixture
-def state() -> Iterator[Path]:
+@pytest.fixture(scope="module")
+def engine_dir() -> Iterator[Path]:
+    """The private engine's state dir, one for the module's tests as for a user's runs: each test's
+    engine stops with its cluster, and the next finds the images the last loaded (the node image:
+    1.2 GiB, 16 s or more a load)."""
     reason = _reason()
     if reason:
         pytest.skip(f"no live kind run: {reason}")
-    path = Path(tempfile.mkdtemp(prefix="drac-kind-", dir="/tmp"))  # the engine's socket path stays short
+    path = Path(tempfile.mkdtemp(prefix="drac-engine-", dir="/tmp"))  # the engine's socket path stays short
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def state(engine_dir: Path) -> Iterator[Path]:
+    """A test's own directory (its engine's is :func:`engine_dir`)."""
+    path = Path(tempfile.mkdtemp(prefix="drac-kind-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.slow
-def test_live_kind_cluster_of_the_node_image_built_here(state: Path) -> None:
+def test_live_kind_cluster_of_the_node_image_built_here(state: Path, engine_dir: Path) -> None:
     local = LocalSettings.from_env(os.environ)
     kubectl = resolve_parts(local, KindSettings().kind_version).node_tools / "kubectl"
     env = {k: v for k, v in os.environ.items() if k != "DRAC_KUBECTL"}  # the node image's kubectl serves
@@ -65,7 +76,7 @@ def test_live_kind_cluster_of_the_node_image_built_here(state: Path) -> None:
         work_dir=state / "kind",
         image=BUILD,
         install_driver=False,
-        engine=EngineSettings(mode="private", state_dir=state / "engine"),
+        engine=EngineSettings(mode="private", state_dir=engine_dir),
     )
     cluster = KindCluster(settings, env=env)
     with cluster.start():
@@ -84,7 +95,7 @@ def test_live_kind_cluster_of_the_node_image_built_here(state: Path) -> None:
         assert "coredns" not in deployments  # left out: the image has none
         cluster.restart_kubelet(workers[0])
         assert cluster.node_cdi_specs(workers[0]) == []
-    assert not (state / "engine" / "docker.sock").exists()  # the private engine stopped with the cluster
+    assert not (engine_dir / "docker.sock").exists()  # the private engine stopped with the cluster
 
 
 KIND_SKIPS = {
@@ -121,16 +132,19 @@ def _patient(directory: Path, profile: str = "reference-gpu") -> Path:
     return quick_profile(profile, directory, timeouts={**dataclasses.asdict(shipped), **KIND_TIMEOUTS})
 
 
-def _run_on_kind(state: Path, profile: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], str]:
-    """``dra-conformance run --cluster kind`` of ``profile`` (patient), as a user types it (node
-    image built here, private engine): the finished run, its report and the output's last lines."""
+def _run_on_kind(
+    state: Path, engine_dir: Path, profile: str, name: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], str]:
+    """``dra-conformance run --cluster kind`` of ``profile`` (patient) on a cluster ``name``, as a user
+    types it (node image built here, private engine): the finished run, its report and the output's
+    last lines."""
     reports = state / "reports"
     env = {
         **{k: v for k, v in os.environ.items() if k != "DRAC_KUBECTL"},
         "DRAC_KIND_NODE_IMAGE": "build",
         "DRAC_ENGINE": "private",
-        "DRAC_ENGINE_DIR": str(state / "engine"),
-        "DRAC_KIND_NAME": "drac-suite",
+        "DRAC_ENGINE_DIR": str(engine_dir),
+        "DRAC_KIND_NAME": name,  # its own: a cluster left by an earlier test is not reused
     }
     cmd = [sys.executable, "-m", "conformance", "run", "--cluster", "kind", "--profile",
            str(_patient(state, profile)), "--nodes", "2", "--reports-dir", str(reports)]  # fmt: skip
@@ -138,17 +152,17 @@ def _run_on_kind(state: Path, profile: str) -> tuple[subprocess.CompletedProcess
     tail = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
     written = reports / "latest" / "conformance.json"
     assert written.is_file(), f"the run on kind wrote no report (exit {done.returncode}):\n{tail}"
-    assert not (state / "engine" / "docker.sock").exists()  # the private engine stopped with the run
+    assert not (engine_dir / "docker.sock").exists()  # the private engine stopped with the run
     return done, json.loads(written.read_text()), tail
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_live_kind_runs_the_whole_suite_on_the_reference_chart(state: Path) -> None:
+def test_live_kind_runs_the_whole_suite_on_the_reference_chart(state: Path, engine_dir: Path) -> None:
     """``dra-conformance run --cluster kind``, as a user types it (node image built here, private
     engine): every rule the tier can run passes; no rule fails, none is an advisory, and what skips
     is only what the tier cannot reach (docs/kind.md)."""
-    done, data, tail = _run_on_kind(state, "reference-gpu")
+    done, data, tail = _run_on_kind(state, engine_dir, "reference-gpu", "drac-suite")
     outcomes = {r["id"]: r["outcome"] for r in data["rules"]}
     bad = {r: o for r, o in outcomes.items() if o not in ("passed", "skipped", "partial")}
     assert not bad, f"on kind: {bad}\n{tail}"
@@ -159,7 +173,9 @@ def test_live_kind_runs_the_whole_suite_on_the_reference_chart(state: Path) -> N
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_live_kind_runs_the_whole_suite_on_the_example_drivers_own_chart(state: Path) -> None:
+def test_live_kind_runs_the_whole_suite_on_the_example_drivers_own_chart(
+    state: Path, engine_dir: Path
+) -> None:
     """dra-example-driver as a vendor installs it: its own Helm chart from its Go module, its
     kubelet plugin built here as the image (``{src:...}``, ``{image:...}`` of example-gpu's install
     section). No rule fails but its known failures, and none is an advisory (its known failures of
@@ -167,7 +183,7 @@ def test_live_kind_runs_the_whole_suite_on_the_example_drivers_own_chart(state: 
     its profile says, and the rules that fail by the same code when a wipe comes within a minute of
     the driver's update fail or pass (:data:`~tests.conformance.suitekit.SLICE_WIPE_TIMING`); what
     skips is what the tier cannot reach or the profile leaves out (as on the local tier)."""
-    done, data, tail = _run_on_kind(state, "example-gpu")
+    done, data, tail = _run_on_kind(state, engine_dir, "example-gpu", "drac-example")
     outcomes = {r["id"]: r["outcome"] for r in data["rules"]}
     known = set(load("example-gpu").known_failures)
     bad = {
