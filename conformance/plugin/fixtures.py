@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 import zlib
 from collections.abc import Iterator, Sequence
@@ -34,15 +35,20 @@ from conformance.harness import (
     Harness,
     Kube,
     LogMarks,
+    WaitTimeout,
     feature_gates,
     missing,
     parse_minor,
     until,
 )
 from conformance.plugin import preflight
+from conformance.plugin.records import plain_nodeid
 from conformance.plugin.state import HARNESS_KEY, RUN_KEY, ConformanceRun
+from conformance.report.results import read_records
 
 __all__ = ["dra", "dra_env", "dra_pre", "dra_preflight"]
+
+log = logging.getLogger(__name__)
 
 FREE_SECONDS = 60.0
 """The least an exclusive test waits for its node's devices to be free of the claims of tests
@@ -50,6 +56,10 @@ before it: their namespaces deleted, their pods stopped and unprepared, their cl
 deallocated, each by another of the cluster's controllers. The profile's ``unprepare`` timeout
 judges the driver alone; on 2 loaded cores this chain has taken over 45 s after a test that
 restarted the driver."""
+
+LAST_SECONDS = 900.0
+"""The most a test that holds every node alone (an API server restart) waits for the run's other
+tests to finish first (:func:`_after_the_rest`); past it, a warning, and it goes on."""
 
 
 def _run(request: pytest.FixtureRequest) -> ConformanceRun:
@@ -126,13 +136,14 @@ def dra(request: pytest.FixtureRequest) -> Iterator[Harness]:
     leases = run.cluster_session.leases
     whole = request.node.get_closest_marker(EXCLUSIVE_CLUSTER_MARK) is not None
     exclusive = whole or request.node.get_closest_marker(EXCLUSIVE_MARK) is not None
+    asked = time.monotonic()
     if whole:
+        _after_the_rest(request, run)
         lease = leases.every(nodes, request.node.nodeid)
     elif request.node.get_closest_marker(READS_EVERY_NODE_MARK) is not None:
         lease = _every_node_held(leases, nodes, request.node.nodeid, alone=exclusive)
     else:
         lease = (leases.exclusive if exclusive else leases.shared)(nodes, request.node.nodeid)
-    asked = time.monotonic()
     with lease as node:
         leased = time.monotonic()
         namespace = request.getfixturevalue("namespace")
@@ -168,6 +179,41 @@ def dra(request: pytest.FixtureRequest) -> Iterator[Harness]:
             yield harness
         finally:
             harness.cleanup()
+
+
+def _after_the_rest(request: pytest.FixtureRequest, run: ConformanceRun) -> None:
+    """Wait, within :data:`LAST_SECONDS`, until every other test of a rule in the run has its record
+    (ran, failed or skipped), those that hold every node alone apart.
+
+    Such a test is ordered last, but xdist hands it to the first idle worker while others still run
+    or hold queued tests. After an API server restart the controller manager catches up late: a
+    claim the test deleted stayed allocated for over two minutes in CI, and the tests that took its
+    node next waited a minute each for it, then failed. Run last, it delays no test. Every test
+    before it in the run's order was handed out before it, to this worker (and done) or to
+    another, so the wait cannot deadlock."""
+    others = {
+        plain_nodeid(item.nodeid)
+        for item in request.session.items
+        if rule_of(item) is not None and item.get_closest_marker(EXCLUSIVE_CLUSTER_MARK) is None
+    }
+    path = run.run_dir / "records.jsonl"
+
+    def left() -> list[str]:
+        return sorted(others - {r.nodeid for r in read_records(path)})
+
+    if not left():
+        return
+    log.info("%s waits for the run's other tests to finish (%d left)", request.node.nodeid, len(left()))
+    try:
+        until(
+            "the run's other tests to finish",
+            lambda: not left(),
+            LAST_SECONDS,
+            interval=0.5,
+            describe=lambda: f"{len(left())} left: {', '.join(left()[:5])}",
+        )
+    except WaitTimeout as e:
+        log.warning("%s; %s goes on", e, request.node.nodeid)
 
 
 @contextlib.contextmanager

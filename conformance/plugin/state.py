@@ -78,7 +78,8 @@ def _run_order(item: Any) -> tuple[int, int]:
     lane to a worker of its own at the start; then area by area; last what holds every node alone
     (an API server restart): after it the controllers catch up on their watches, and a claim it
     deleted stayed allocated for more than a minute, which the tests after it waited out (seen in
-    CI when it ran early)."""
+    CI when it ran early). xdist may still hand it out while other tests run or wait in a queue: it
+    then waits for them to finish before it takes the nodes (``fixtures._after_the_rest``)."""
     rule = rule_of(item)
     if item.get_closest_marker(READS_EVERY_NODE_MARK):
         first = 0
