@@ -378,7 +378,7 @@ class Harness:
 
     def devices(self, node: str | None = None) -> dict[str, Obj]:
         """The driver's devices of ``node`` by name (from its current slices)."""
-        return {d["name"]: d for s in self.slices(node) for d in (s.get("spec") or {}).get("devices") or []}
+        return _devices_in(self.slices(node))
 
     def attr(self, device: Mapping[str, Any], name: str) -> Any:
         """An attribute of a slice device (the driver's own unless qualified)."""
@@ -490,9 +490,12 @@ class Harness:
         """Devices of ``node`` that no claim holds and that can be allocated together, sorted by name:
         where devices share counters (a GPU and its partitions) only those that fit beside the
         allocated ones and each other, as the scheduler would allocate them."""
-        slices = self.slices(node)
-        found = {d["name"]: d for s in slices for d in (s.get("spec") or {}).get("devices") or []}
-        return slicedevices.takeable(found, self.allocated(node), slicedevices.counter_sets(slices))
+        return self._free_in(self.slices(node), node)
+
+    def _free_in(self, slices: Sequence[Obj], node: str | None) -> list[str]:
+        """:meth:`free_devices` of ``node``, whose current slices are ``slices``."""
+        allocated = self.allocated(node)
+        return slicedevices.takeable(_devices_in(slices), allocated, slicedevices.counter_sets(slices))
 
     def free_device(self, what: str, matches: Callable[[Obj], bool], *, claimed: str) -> Obj:
         """A free device of the test's node that ``matches`` (``what`` names such devices in the
@@ -504,9 +507,10 @@ class Harness:
             f"the profile claims {claimed}, but {self.node} publishes no {what} of {self.driver}"
         )
 
-        def one() -> Obj | None:
-            found = self.devices()
-            return next((found[n] for n in self.free_devices() if n in found and matches(found[n])), None)
+        def one() -> Obj | None:  # one listing of the slices a round
+            slices = self.slices()
+            found = _devices_in(slices)
+            return next((found[n] for n in self._free_in(slices, None) if matches(found[n])), None)
 
         return until(
             f"a free {what} of {self.driver} on node {self.node}",
@@ -799,3 +803,8 @@ def _qualified_names(spec: Mapping[str, object]) -> list[str]:
         for d in (devices if isinstance(devices, list) else [])
         if isinstance(d, dict)
     ]
+
+
+def _devices_in(slices: Sequence[Obj]) -> dict[str, Obj]:
+    """The devices of ``slices`` by name."""
+    return {d["name"]: d for s in slices for d in (s.get("spec") or {}).get("devices") or []}
