@@ -380,6 +380,16 @@ class Harness:
         """The driver's devices of ``node`` by name (from its current slices)."""
         return _devices_in(self.slices(node))
 
+    def skipping_node_operations(self, node: str | None = None) -> set[str]:
+        """The driver's devices of ``node`` in slices that skip node operations (``skipNodeOperations``):
+        the kubelet calls no prepare for a claim that holds only such devices of the driver."""
+        return {
+            d["name"]
+            for s in self.slices(node)
+            if (s.get("spec") or {}).get("skipNodeOperations")
+            for d in (s.get("spec") or {}).get("devices") or []
+        }
+
     def attr(self, device: Mapping[str, Any], name: str) -> Any:
         """An attribute of a slice device (the driver's own unless qualified)."""
         return slicedevices.attribute_value(device, name, self.driver)

@@ -201,16 +201,22 @@ def _after_the_rest(request: pytest.FixtureRequest, run: ConformanceRun) -> None
     def left() -> list[str]:
         return sorted(others - {r.nodeid for r in read_records(path)})
 
-    if not left():
+    remaining = left()
+    if not remaining:
         return
-    log.info("%s waits for the run's other tests to finish (%d left)", request.node.nodeid, len(left()))
+    log.info("%s waits for the run's other tests to finish (%d left)", request.node.nodeid, len(remaining))
+
+    def shown() -> str:
+        remaining = left()
+        return f"{len(remaining)} left: {', '.join(remaining[:5])}"
+
     try:
         until(
             "the run's other tests to finish",
             lambda: not left(),
             LAST_SECONDS,
             interval=0.5,
-            describe=lambda: f"{len(left())} left: {', '.join(left()[:5])}",
+            describe=shown,
         )
     except WaitTimeout as e:
         log.warning("%s; %s goes on", e, request.node.nodeid)

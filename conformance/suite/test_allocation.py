@@ -77,17 +77,6 @@ def _every_device_class(dra: Harness) -> str:
     return dra.make_class([manifests.cel(f"device.driver == {cel_literal(dra.driver)}")])
 
 
-def _skipping_node_operations(dra: Harness) -> set[str]:
-    """The devices of the test's node in slices that skip node operations (`skipNodeOperations`): the
-    kubelet calls no prepare for a claim that holds only such devices of the driver."""
-    return {
-        d["name"]
-        for s in dra.slices()
-        if (s.get("spec") or {}).get("skipNodeOperations")
-        for d in (s.get("spec") or {}).get("devices") or []
-    }
-
-
 def _not_skipping(dra: Harness, skipping: set[str]) -> list[Obj]:
     """A selector that refuses what the profile's class of devices that skip node operations selects
     (``deviceClasses.skipNodeOperations``); none when the node has no such device or the profile
@@ -333,7 +322,7 @@ def test_two_drivers(dra: Harness) -> None:
     }
     nic_numa = {dra.attr(d, NUMA_NODE) for n, d in nics.items() if n not in held}
     published = dra.devices()
-    skipping = _skipping_node_operations(dra)  # no prepare call: no device in the container
+    skipping = dra.skipping_node_operations()  # no prepare call: no device in the container
     gpu_numa = {
         dra.attr(published[n], NUMA_NODE) for n in dra.free_devices() if n in published and n not in skipping
     }

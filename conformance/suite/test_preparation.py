@@ -658,12 +658,7 @@ def test_skip_node_operations(dra: Harness) -> None:
     the node's calls: a claim of one alone runs its pod, and a claim that holds one beside a device of
     the default class, which the kubelet prepares as a whole, runs its pod too"""
     skipping_class = dra.profile.device_classes.skip_node_operations
-    skipping = {
-        d["name"]
-        for s in dra.slices()
-        if (s.get("spec") or {}).get("skipNodeOperations")
-        for d in s["spec"].get("devices") or []
-    }
+    skipping = dra.skipping_node_operations()
     assert skipping, (
         f"the profile claims skip-node-operations, yet no slice of {dra.driver} on {dra.node} lists "
         "skipNodeOperations"
